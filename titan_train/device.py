@@ -1,0 +1,163 @@
+"""The one place that knows about npu / cuda / cpu and hccl / nccl / gloo.
+
+Every NPU-only call lives here. Selection is a pure function of a `Probe` (what this
+machine offers), so it is tested by injecting probes instead of faking devices.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import sys
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+# device type -> its collective backend
+BACKEND_FOR = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
+DEVICE_FOR = {v: k for k, v in BACKEND_FOR.items()}
+PREFERENCE = ("npu", "cuda", "cpu")
+BACKEND_CHOICES = ("auto", "hccl", "nccl", "gloo")
+
+
+class DeviceError(Exception):
+    """The configured backend cannot run on this machine (a user error, one line)."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What this machine offers. `npu_error` says why torch_npu is unusable, if it is."""
+
+    npu_count: int = 0
+    cuda_count: int = 0
+    npu_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Device:
+    type: str        # "npu" | "cuda" | "cpu"
+    backend: str     # "hccl" | "nccl" | "gloo"
+    count: int       # accelerators on this host (1 for cpu)
+    note: str = ""   # why this was chosen when it is a fallback
+
+
+def _usable(p: Probe) -> dict[str, int]:
+    return {"npu": p.npu_count, "cuda": p.cuda_count, "cpu": 1}
+
+
+def select(requested: str, p: Probe) -> Device:
+    """Pick the device for a configured backend ("auto" | "hccl" | "nccl" | "gloo")."""
+    if requested not in BACKEND_CHOICES:
+        raise DeviceError(
+            f"distributed.backend = {requested!r} is not valid; use one of {', '.join(BACKEND_CHOICES)}")
+    counts = _usable(p)
+    if requested == "auto":
+        for dev in PREFERENCE:
+            if counts[dev] > 0:
+                skipped = [d for d in PREFERENCE[: PREFERENCE.index(dev)]]
+                note = ""
+                if skipped:
+                    why = {"npu": f"no usable NPU ({p.npu_error or 'torch_npu found no device'})",
+                           "cuda": "no CUDA device"}
+                    note = "; ".join(why[d] for d in skipped) + f" -> using {dev}+{BACKEND_FOR[dev]}"
+                return Device(dev, BACKEND_FOR[dev], counts[dev], note)
+    dev = DEVICE_FOR[requested]
+    if counts[dev] > 0:
+        return Device(dev, requested, counts[dev])
+    if dev == "npu":
+        reason = p.npu_error or "torch_npu imported but reports no NPU"
+        raise DeviceError(
+            f"distributed.backend = 'hccl' needs an Ascend NPU, but {reason}; "
+            "run `titan-doctor diagnose`, or set distributed.backend = \"auto\" to fall back")
+    raise DeviceError(
+        f"distributed.backend = 'nccl' needs a CUDA GPU and none is visible; "
+        "set distributed.backend = \"auto\" (or \"gloo\" for CPU)")
+
+
+def probe() -> Probe:
+    """Look at this machine. Never raises: a broken torch_npu is reported, not fatal."""
+    import torch
+
+    npu_count, npu_error = 0, None
+    try:
+        import torch_npu  # noqa: F401  (registers torch.npu)
+
+        npu_count = torch.npu.device_count()
+        if npu_count == 0:
+            npu_error = "torch_npu imported but reports no NPU"
+    except ModuleNotFoundError:
+        npu_error = "torch_npu is not installed"
+    except Exception as e:  # ImportError: libhccl.so ..., RuntimeError from the driver
+        npu_error = f"torch_npu failed to import: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return Probe(npu_count=npu_count, cuda_count=cuda_count, npu_error=npu_error)
+
+
+def disable_backend_autoload() -> None:
+    """A broken torch_npu autoloaded by `import torch` kills the process before we can say
+    why; load it ourselves in probe() instead. Must run before torch is imported."""
+    os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+
+
+# ---- per-device runtime calls (the trainer goes through these, never torch.npu/cuda) ----
+
+def _module(dev_type: str):
+    import torch
+
+    return getattr(torch, dev_type) if dev_type in ("npu", "cuda") else None
+
+
+def torch_device(dev: Device, local_rank: int):
+    import torch
+
+    if dev.type == "cpu":
+        return torch.device("cpu")
+    return torch.device(dev.type, local_rank % max(dev.count, 1))
+
+
+def set_current(dev: Device, local_rank: int) -> None:
+    mod = _module(dev.type)
+    if mod is not None:
+        mod.set_device(local_rank % max(dev.count, 1))
+
+
+def synchronize(dev: Device) -> None:
+    mod = _module(dev.type)
+    if mod is not None:
+        mod.synchronize()
+
+
+def supports_bf16(dev: Device) -> bool:
+    if dev.type == "cuda":
+        return bool(_module("cuda").is_bf16_supported())
+    return True  # Ascend 910B/C and CPUs run bf16
+
+
+def device_name(dev: Device) -> str:
+    """A name to look up in rules/devices.toml, e.g. 'Ascend910B3', 'NVIDIA H100 80GB HBM3'."""
+    mod = _module(dev.type)
+    if mod is not None:
+        return str(mod.get_device_name(0))
+    return "cpu"
+
+
+def reset_peak_memory(dev: Device) -> None:
+    mod = _module(dev.type)
+    if mod is not None:
+        mod.reset_peak_memory_stats()
+
+
+def peak_memory_bytes(dev: Device) -> int:
+    """Peak allocated device memory; for cpu, the process's peak resident set."""
+    mod = _module(dev.type)
+    if mod is not None:
+        return int(mod.max_memory_allocated())
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def total_memory_bytes(dev: Device) -> int | None:
+    mod = _module(dev.type)
+    if mod is not None:
+        return int(mod.get_device_properties(0).total_memory)
+    return None
