@@ -1,0 +1,94 @@
+"""Loss, tokens/s, MFU and memory: computing them, printing them, writing metrics.jsonl.
+
+Peak FLOPs come from rules/devices.toml for accelerators; for a CPU there is no datasheet
+number that means anything, so a short matmul probe measures what this machine reaches.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from titan_train.resources import rules_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+def device_table() -> list[dict[str, Any]]:
+    with open(rules_dir() / "devices.toml", "rb") as fh:
+        return tomllib.load(fh)["device"]
+
+
+def lookup_device(device_name: str, table: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """The first devices.toml entry whose `match` substrings all occur in the name."""
+    lowered = device_name.lower()
+    for entry in table if table is not None else device_table():
+        if all(m.lower() in lowered for m in entry["match"]):
+            return entry
+    return None
+
+
+def measure_matmul_flops(dtype_name: str, seconds: float = 0.3, n: int = 1024) -> float:
+    """FLOP/s of square matmuls in this process (its threads), the CPU's practical peak."""
+    import torch
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    torch.mm(a, b)  # warm up (oneDNN picks its kernel)
+    reps, start = 0, time.perf_counter()
+    while True:
+        torch.mm(a, b)
+        reps += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds and reps >= 3:
+            return 2 * n ** 3 * reps / elapsed
+
+
+def peak_flops(device_type: str, device_name: str, dtype_name: str, override_tflops: float = 0.0) -> tuple[float, str]:
+    """(peak FLOP/s per device, where the figure came from)."""
+    if override_tflops > 0:
+        return override_tflops * 1e12, "metrics.peak_tflops"
+    if device_type == "cpu":
+        return measure_matmul_flops(dtype_name), f"measured {dtype_name} matmul probe"
+    entry = lookup_device(device_name)
+    if entry and dtype_name in entry["peak_tflops"]:
+        return entry["peak_tflops"][dtype_name] * 1e12, f"rules/devices.toml: {entry['name']}"
+    return 0.0, f"unknown device {device_name!r}: add it to rules/devices.toml or set metrics.peak_tflops"
+
+
+def mfu(tokens_per_s_per_device: float, flops_per_token: float, peak: float) -> float | None:
+    if peak <= 0:
+        return None
+    return tokens_per_s_per_device * flops_per_token / peak
+
+
+def format_line(m: dict[str, Any]) -> str:
+    """One human line per logged step (rank 0)."""
+    parts = [f"step {m['step']:>5}", f"loss {m['loss']:.4f}", f"grad_norm {m['grad_norm']:.3f}",
+             f"lr {m['lr']:.2e}",
+             f"tok/s {m['tokens_per_s']:,.0f} ({m['tokens_per_s_per_rank']:,.0f}/rank)"]
+    parts.append(f"mfu {m['mfu'] * 100:.1f}%" if m.get("mfu") is not None else "mfu n/a")
+    parts.append(f"mem {m['peak_mem_gib']:.2f} GiB")
+    return " | ".join(parts)
+
+
+class MetricsFile:
+    """Appends one JSON object per logged step, flushed each time, so a crashed run keeps
+    what it measured."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(record) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
