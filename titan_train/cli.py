@@ -67,10 +67,12 @@ def main():
 @click.option("--master-port", type=click.IntRange(0, 65535), default=0, help="Port on node 0 (default 29500).")
 @click.option("--rdzv-endpoint", default="", help="HOST:PORT for c10d rendezvous (elastic multi-node).")
 @click.option("--rdzv-id", default="titan-train", show_default=True, help="Rendezvous id shared by all nodes.")
+@click.option("--stop-after", type=click.IntRange(min=0), default=0,
+              help="Stop after this many steps in this run (checkpointing there); the next run resumes.")
 @click.option("--print-config", is_flag=True, help="Print the resolved config as TOML-like text and exit.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id,
-        print_config, debug):
+        stop_after, print_config, debug):
     """Train with the given config. Starts the ranks itself, and also runs unchanged as the
     script of a `torchrun` you start yourself:
 
@@ -97,7 +99,7 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
         _require_fsdp2()
         if launch.under_torchrun():
             from titan_train.train import train
-            train(cfg)
+            train(cfg, stop_after)
             return
         opts = launch.LaunchOptions(nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
                                     rdzv_id=rdzv_id, master_addr=master_addr, master_port=master_port)
@@ -114,11 +116,13 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
         launch.single_process_env()
         from titan_train.train import train
         try:
-            train(cfg)
+            train(cfg, stop_after)
         except (config_mod.ConfigError, device.DeviceError, data.DataError) as e:
             _fail(str(e), debug)
         return
     worker_argv = ["run", "--config", str(path)] + [a for o in overrides for a in ("--set", o)]
+    if stop_after:
+        worker_argv += ["--stop-after", str(stop_after)]
     if debug:
         worker_argv.append("--debug")
     sys.exit(launch.spawn(opts, worker_argv))

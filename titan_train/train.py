@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -84,8 +86,9 @@ def _rank_env() -> tuple[int, int, int]:
     return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
 
 
-def train(cfg: JobConfig) -> list[dict]:
-    """Train to cfg.training.steps (resuming if a checkpoint exists). Returns rank 0's log records."""
+def train(cfg: JobConfig, stop_after: int = 0) -> list[dict]:
+    """Train to cfg.training.steps (resuming if a checkpoint exists), or for at most
+    `stop_after` steps in this run. Returns rank 0's log records."""
     rank, world, local_rank = _rank_env()
     validate(cfg, world)
     dev = device.select(cfg.distributed.backend, device.probe())
@@ -95,12 +98,21 @@ def train(cfg: JobConfig) -> list[dict]:
     device.set_current(dev, local_rank)
     dist.init_process_group(dev.backend)
     try:
-        return _train(cfg, dev, rank, world, local_rank, say)
+        return _train(cfg, dev, rank, world, local_rank, say, stop_after)
     finally:
         dist.destroy_process_group()
 
 
-def _train(cfg, dev, rank, world, local_rank, say) -> list[dict]:
+def _quiet_known_warnings() -> None:
+    """Two warnings that do not apply to this loop: the root returns replicated logits (a view)
+    that we never modify in place, and the grad-norm reduction over a 2-D mesh takes two
+    all-reduces, once per step."""
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
+
+
+def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> list[dict]:
+    _quiet_known_warnings()
     t, mp_name = cfg.training, cfg.training.mixed_precision
     if mp_name == "bf16" and not device.supports_bf16(dev):
         raise device.DeviceError("training.mixed_precision = 'bf16' is not supported on this device; use 'fp16'")
@@ -152,6 +164,7 @@ def _train(cfg, dev, rank, world, local_rank, say) -> list[dict]:
         say(f"[titan-train] already at step {progress['step']} >= training.steps = {t.steps}; nothing to do")
         return []
 
+    last_step = min(t.steps, progress["step"] + stop_after) if stop_after > 0 else t.steps
     log_file = metrics.MetricsFile(cfg.metrics.output) if rank == 0 else None
     if log_file:
         log_file.write({"event": "start", "config": to_dict(cfg), "world_size": world,
@@ -161,7 +174,7 @@ def _train(cfg, dev, rank, world, local_rank, say) -> list[dict]:
     device.reset_peak_memory(dev)
     window_start, window_tokens = time.perf_counter(), 0
     try:
-        while progress["step"] < t.steps:
+        while progress["step"] < last_step:
             loss_sum = torch.zeros((), device=torch_dev)
             for micro in range(t.grad_accum_steps):
                 idx = data.sample_indices(progress["samples"], layout, micro, dp_rank)
@@ -187,7 +200,7 @@ def _train(cfg, dev, rank, world, local_rank, say) -> list[dict]:
             step = progress["step"]
             window_tokens += t.batch_size * t.seq_len
 
-            if step % cfg.metrics.log_every == 0 or step == t.steps:
+            if step % cfg.metrics.log_every == 0 or step == last_step:
                 dist.all_reduce(loss_sum)  # tp ranks hold equal copies: the mean over world = mean over dp
                 device.synchronize(dev)
                 elapsed = time.perf_counter() - window_start
@@ -204,7 +217,7 @@ def _train(cfg, dev, rank, world, local_rank, say) -> list[dict]:
                     log_file.write(record)
                 window_start, window_tokens = time.perf_counter(), 0
 
-            if ckpt.save_interval and (step % ckpt.save_interval == 0 or step == t.steps):
+            if ckpt.save_interval and (step % ckpt.save_interval == 0 or step == last_step):
                 saved = checkpoint.save(ckpt.folder, step, state)
                 if rank == 0:
                     pruned = checkpoint.prune(ckpt.folder, ckpt.keep_last_n)

@@ -1,0 +1,97 @@
+"""Every bad config is refused before any process group starts: one line, exit 2, no traceback."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from titan_train import config
+from titan_train.cli import main
+
+from .conftest import REPO, trainer_env
+
+DEBUG = str(REPO / "configs" / "llama_debug.toml")
+
+BAD = [
+    (["modle.d_model=1"], 1, "unknown section [modle]"),
+    (["model.dmodel=256"], 1, "unknown key model.dmodel; valid keys in [model]: name, vocab_size, d_model"),
+    (["model.d_model=\"big\""], 1, "model.d_model = 'big': expected int, got str"),
+    (["training.steps=1.5"], 1, "training.steps = 1.5: expected int, got float"),
+    (["model.n_heads=12"], 1, "model.n_heads = 12 must divide model.d_model = 256"),
+    (["model.n_kv_heads=5"], 1, "model.n_kv_heads = 5 must divide model.n_heads = 16"),
+    (["distributed.tp_size=3"], 6, "distributed.tp_size = 3 must divide model.n_heads = 16"),
+    (["distributed.tp_size=4"], 6, "distributed.tp_size = 4 must divide the world size 6"),
+    (["distributed.tp_size=2", "model.n_kv_heads=1"], 2, "distributed.tp_size = 2 must divide model.n_kv_heads = 1"),
+    (["distributed.backend=\"mpi\""], 1, "distributed.backend = 'mpi' is not valid; use one of: auto, hccl, nccl, gloo"),
+    (["training.batch_size=6"], 4, "training.batch_size = 6 (global) must be a multiple of data-parallel ranks (4)"),
+    (["training.seq_len=4096"], 1, "training.seq_len = 4096 exceeds model.max_seq_len = 2048"),
+    (["distributed.pp_size=2"], 1, "distributed.pp_size = 2: pipeline parallel is not implemented yet"),
+    (["training.mixed_precision=\"fp8\""], 1, "training.mixed_precision = 'fp8' is not valid; use one of: fp32, bf16, fp16"),
+    (["optimizer.betas=[0.9]"], 1, "optimizer.betas = [0.9]: expected two numbers"),
+    (["data.dataset=\"/no/such/corpus.txt\""], 1, "data.dataset: /no/such/corpus.txt not found"),
+    (["model.vocab_size=100"], 1, "model.vocab_size = 100 is smaller than the tokenizer's 257 ids"),
+    (["training"], 1, "expected section.key=value"),
+]
+
+
+@pytest.mark.parametrize("overrides,nproc,message", BAD, ids=[b[2][:40] for b in BAD])
+def test_bad_config_is_one_line_exit_2(overrides, nproc, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["run", "--config", DEBUG, "--nproc", str(nproc)] + [a for o in overrides for a in ("--set", o)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("titan-train: error: "), result.output
+    assert message in lines[0]
+    assert not (tmp_path / "outputs").exists()  # refused before anything ran
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "titan_train.cli", *args], cwd=cwd, env=trainer_env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_hccl_without_npu_is_a_clear_error_in_a_real_process(tmp_path):
+    proc = _cli("run", "--config", DEBUG, "--set", "distributed.backend=\"hccl\"", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "distributed.backend = 'hccl' needs an Ascend NPU" in proc.stderr
+    assert "titan-doctor diagnose" in proc.stderr
+
+
+def test_missing_and_malformed_files_are_one_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[model\nd_model = 1\n")
+    proc = _cli("run", "--config", str(bad), cwd=tmp_path)
+    assert proc.returncode == 2 and "invalid TOML" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _cli("run", "--config", str(tmp_path / "nope.toml"), cwd=tmp_path)
+    assert proc.returncode == 2 and "config file not found" in proc.stderr
+
+
+def test_shipped_configs_are_valid_for_their_card_counts():
+    cards = {"llama_debug": 2, "llama_7b": 8, "llama_13b": 16, "llama_70b": 64}
+    for name, world in cards.items():
+        cfg = config.load(REPO / "configs" / f"{name}.toml")
+        config.validate(cfg, world)
+    c70 = config.load(REPO / "configs" / "llama_70b.toml")
+    assert (c70.model.n_kv_heads, c70.distributed.tp_size, c70.model.n_layers) == (8, 8, 80)
+
+
+def test_overrides_are_typed_like_the_file():
+    assert config.parse_override("training.steps=20") == ("training", "steps", 20)
+    assert config.parse_override("optimizer.betas=[0.9, 0.99]") == ("optimizer", "betas", [0.9, 0.99])
+    assert config.parse_override("distributed.backend=gloo") == ("distributed", "backend", "gloo")
+    cfg = config.load(REPO / "configs" / "llama_debug.toml", ["optimizer.lr=1", "training.steps=3"])
+    assert cfg.optimizer.lr == 1.0 and isinstance(cfg.optimizer.lr, float) and cfg.training.steps == 3
+    assert cfg.checkpoint.folder == "outputs/llama_debug/checkpoints"
+
+
+def test_print_config_resolves_shipped_names(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["run", "--config", "llama_70b", "--print-config"])
+    assert result.exit_code == 0, result.output
+    assert '"d_model": 8192' in result.output and '"tp_size": 8' in result.output

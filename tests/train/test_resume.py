@@ -1,0 +1,42 @@
+"""Checkpoints: resume gives the same losses as an uninterrupted run; retention keeps N."""
+from __future__ import annotations
+
+import pytest
+
+from .conftest import FAST, losses, ok, run_trainer
+
+
+def test_resume_matches_straight_run_and_keeps_last_n(tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    straight.mkdir(), resumed.mkdir()
+    common = FAST + ["training.steps=10"]
+    ok(run_trainer(straight, nproc=2, overrides=common))
+
+    ckpt = ["checkpoint.save_interval=2", "checkpoint.keep_last_n=2"]
+    first = ok(run_trainer(resumed, nproc=2, overrides=common + ckpt, extra=["--stop-after", "5"]))
+    folder = resumed / "outputs" / "llama_debug" / "checkpoints"
+    # saves at 2, 4 and the final step 5; keep_last_n=2 leaves exactly the newest two
+    assert sorted(p.name for p in folder.iterdir()) == ["step-4", "step-5"]
+    assert "saved" in first.stdout
+
+    second = ok(run_trainer(resumed, nproc=2, overrides=common + ckpt))
+    assert "resumed from" in second.stdout and "(step 5)" in second.stdout
+    assert sorted(p.name for p in folder.iterdir()) == ["step-10", "step-8"]
+
+    want, got = losses(straight), losses(resumed)
+    assert sorted(got) == list(range(1, 11))
+    for step in range(1, 11):
+        assert got[step] == pytest.approx(want[step], abs=1e-6), (step, got[step], want[step])
+
+
+def test_partial_checkpoint_is_ignored_and_finished_run_does_nothing(tmp_path):
+    ok(run_trainer(tmp_path, overrides=FAST + ["training.steps=2", "checkpoint.save_interval=2"]))
+    folder = tmp_path / "outputs" / "llama_debug" / "checkpoints"
+    partial = folder / "step-9.tmp"
+    partial.mkdir()
+    (partial / "__0_0.distcp").write_bytes(b"half-written")
+    proc = ok(run_trainer(tmp_path, overrides=FAST + ["training.steps=2", "checkpoint.save_interval=2"]))
+    assert "resumed from" in proc.stdout and "(step 2)" in proc.stdout
+    assert "nothing to do" in proc.stdout
+    assert not partial.exists()
+    assert sorted(p.name for p in folder.iterdir()) == ["step-2"]
