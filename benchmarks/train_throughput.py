@@ -1,0 +1,102 @@
+"""Tokens/s and MFU of `titan-train` on 1 and 2 ranks, side by side with a plain
+single-process eager PyTorch training step of the same model and shape (the ceiling
+for our loop's overhead). Prints figures; never passes or fails.
+
+    python benchmarks/train_throughput.py [--steps 8] [--seq-len 2048] [--batch 2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def raw_eager(seq_len: int, batch: int, steps: int, warmup: int) -> float:
+    """tokens/s of forward + backward + clip + AdamW on one process, no distributed."""
+    import torch
+    import torch.nn.functional as F
+
+    from titan_train import config
+    from titan_train.model import Transformer
+    from titan_train.train import model_args
+
+    args = model_args(config.load(REPO / "configs" / "llama_debug.toml"))
+    model = Transformer(args)
+    model.init_weights(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, args.vocab_size, (batch, seq_len + 1), generator=gen)
+    elapsed = 0.0
+    for step in range(warmup + steps):
+        start = time.perf_counter()
+        logits = model(x[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), x[:, 1:].flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step >= warmup:
+            elapsed += time.perf_counter() - start
+    return steps * batch * seq_len / elapsed
+
+
+def trainer(nproc: int, seq_len: int, batch: int, steps: int, warmup: int) -> float:
+    """tokens/s over the steps after warm-up, from the run's own metrics.jsonl."""
+    with tempfile.TemporaryDirectory() as wd:
+        sets = [f"training.seq_len={seq_len}", f"training.batch_size={batch}", f"training.steps={warmup + steps}",
+                "metrics.log_every=1", "checkpoint.save_interval=0", "training.mixed_precision=\"fp32\""]
+        cmd = [sys.executable, "-m", "titan_train.cli", "run", "--config", "llama_debug", "--nproc", str(nproc)]
+        for s in sets:
+            cmd += ["--set", s]
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        proc = subprocess.run(cmd, cwd=wd, env=env, capture_output=True, text=True)
+        if proc.returncode:
+            raise SystemExit(f"trainer failed:\n{proc.stdout}\n{proc.stderr}")
+        recs = [json.loads(line) for line in (Path(wd) / "outputs/llama_debug/metrics.jsonl").read_text().splitlines()]
+        steady = [r for r in recs if r.get("step", 0) > warmup]
+        return len(steady) * batch * seq_len / sum(r["elapsed_s"] for r in steady)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=8, help="timed steps per run")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--batch", type=int, default=2, help="global batch (sequences)")
+    a = ap.parse_args()
+
+    import torch
+    from tabulate import tabulate
+
+    from titan_train import config
+    from titan_train.metrics import measure_matmul_flops
+    from titan_train.model import flops_per_token
+    from titan_train.train import model_args
+
+    fpt = flops_per_token(model_args(config.load(REPO / "configs" / "llama_debug.toml")), a.seq_len)
+    peak32, peak16 = measure_matmul_flops("fp32", seconds=1.0), measure_matmul_flops("bf16", seconds=1.0)
+    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"measured matmul peak fp32 {peak32 / 1e9:,.0f} GFLOP/s, bf16 {peak16 / 1e9:,.0f} GFLOP/s")
+    print(f"model: llama_debug (dim 256, 6 layers, 16 heads, vocab 2048), seq_len {a.seq_len}, "
+          f"global batch {a.batch}, fp32, {a.steps} timed steps after {a.warmup} warm-up")
+    raw = raw_eager(a.seq_len, a.batch, a.steps, a.warmup)
+    rows = [("raw eager PyTorch step (1 process)", raw, 1)]
+    for nproc in (1, 2):
+        rows.append((f"titan-train, {nproc} rank{'s' if nproc > 1 else ''} ({'FSDP' if nproc > 1 else 'FSDP, world 1'})",
+                     trainer(nproc, a.seq_len, a.batch, a.steps, a.warmup), nproc))
+    table = [(name, f"{tps:,.0f}", f"{tps / n:,.0f}", f"{tps / raw:.2f}", f"{tps * fpt / peak32 * 100:.1f}%")
+             for name, tps, n in rows]
+    print(tabulate(table, headers=["run", "tokens/s total", "tokens/s per rank", "vs raw", "MFU (fp32 peak)"],
+                   colalign=("left", "right", "right", "right", "right")))
+
+
+if __name__ == "__main__":
+    main()
