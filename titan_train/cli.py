@@ -1,6 +1,7 @@
 """`titan-train`: the reference LLaMA trainer (FSDP2 + tensor parallel) on npu / cuda / cpu."""
 from __future__ import annotations
 
+import json
 import sys
 import traceback
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import click
 
 from titan_train import __version__
+from titan_train import config as config_mod
 from titan_train.device import disable_backend_autoload
 from titan_train.resources import configs_dir
 
@@ -20,6 +22,10 @@ def resolve_config(spec: str) -> Path:
     if path.exists() or path.suffix == ".toml" or "/" in spec:
         return path
     return configs_dir() / f"{spec}.toml"
+
+
+class _UserError(Exception):
+    """A setup mistake found by the CLI itself (not by config/device/data)."""
 
 
 def _fail(message: str, debug: bool) -> None:
@@ -37,10 +43,6 @@ def _require_fsdp2() -> None:
     except ImportError:
         raise _UserError(f"torch {torch.__version__} has no FSDP2 (torch.distributed.fsdp.fully_shard); "
                          "install torch >= 2.6 with its matching torch_npu") from None
-
-
-class _UserError(Exception):
-    pass
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -69,7 +71,7 @@ def main():
 @click.option("--rdzv-id", default="titan-train", show_default=True, help="Rendezvous id shared by all nodes.")
 @click.option("--stop-after", type=click.IntRange(min=0), default=0,
               help="Stop after this many steps in this run (checkpointing there); the next run resumes.")
-@click.option("--print-config", is_flag=True, help="Print the resolved config as TOML-like text and exit.")
+@click.option("--print-config", is_flag=True, help="Print the resolved config (defaults and overrides applied) as JSON and exit.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id,
         stop_after, print_config, debug):
@@ -86,47 +88,53 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
     run resumes from the newest complete one. Metrics: outputs/<config>/metrics.jsonl.
     """
     disable_backend_autoload()
-    from titan_train import config as config_mod
-    from titan_train import data, device, launch
+    from titan_train import launch
 
     path = resolve_config(config_spec)
     try:
         cfg = config_mod.load(path, list(overrides))
         if print_config:
-            import json
             click.echo(json.dumps(config_mod.to_dict(cfg), indent=2))
             return
         _require_fsdp2()
-        if launch.under_torchrun():
-            from titan_train.train import train
-            train(cfg, stop_after)
-            return
-        opts = launch.LaunchOptions(nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                                    rdzv_id=rdzv_id, master_addr=master_addr, master_port=master_port)
-        # Everything a user can get wrong is checked here, before any rank starts.
-        config_mod.validate(cfg, opts.world_size)
-        dev = device.select(cfg.distributed.backend, device.probe())
-        if dev.type != "cpu" and nproc > dev.count:
-            raise _UserError(f"--nproc {nproc} exceeds the {dev.count} {dev.type.upper()} device(s) visible here")
-        data.checked_tokenizer(cfg.data.tokenizer, cfg.data.dataset, cfg.model.vocab_size)
-    except (config_mod.ConfigError, device.DeviceError, data.DataError, _UserError) as e:
-        _fail(str(e), debug)
-        return
-    if opts.world_size == 1:
-        launch.single_process_env()
+        if not launch.under_torchrun():
+            opts = launch.LaunchOptions(nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_id=rdzv_id,
+                                        rdzv_endpoint=rdzv_endpoint, master_addr=master_addr,
+                                        master_port=master_port)
+            _preflight(cfg, opts)
+            if opts.world_size > 1:
+                sys.exit(launch.spawn(opts, _worker_argv(path, overrides, stop_after, debug)))
+            launch.single_process_env()
         from titan_train.train import train
-        try:
-            train(cfg, stop_after)
-        except (config_mod.ConfigError, device.DeviceError, data.DataError) as e:
-            _fail(str(e), debug)
-        return
-    worker_argv = ["run", "--config", str(path)] + [a for o in overrides for a in ("--set", o)]
-    if stop_after:
-        worker_argv += ["--stop-after", str(stop_after)]
-    if debug:
-        worker_argv.append("--debug")
-    sys.exit(launch.spawn(opts, worker_argv))
 
+        train(cfg, stop_after)
+    except _user_errors() as e:
+        _fail(str(e), debug)
+
+
+def _preflight(cfg, opts) -> None:
+    """Everything a user can get wrong is checked here, before any rank starts."""
+    from titan_train import data, device
+
+    config_mod.validate(cfg, opts.world_size)
+    dev = device.select(cfg.distributed.backend, device.probe())
+    if dev.type != "cpu" and opts.nproc > dev.count:
+        raise _UserError(f"--nproc {opts.nproc} exceeds the {dev.count} {dev.type.upper()} device(s) visible here")
+    data.checked_tokenizer(cfg.data.tokenizer, cfg.data.dataset, cfg.model.vocab_size)
+
+
+def _worker_argv(path: Path, overrides, stop_after: int, debug: bool) -> list[str]:
+    """What every rank runs: this same command, which then finds itself under torchrun."""
+    argv = ["run", "--config", str(path)] + [a for o in overrides for a in ("--set", o)]
+    if stop_after:
+        argv += ["--stop-after", str(stop_after)]
+    return argv + (["--debug"] if debug else [])
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    from titan_train import data, device
+
+    return config_mod.ConfigError, device.DeviceError, data.DataError, _UserError
 
 if __name__ == "__main__":
     main()

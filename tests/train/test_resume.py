@@ -40,3 +40,17 @@ def test_partial_checkpoint_is_ignored_and_finished_run_does_nothing(tmp_path):
     assert "nothing to do" in proc.stdout
     assert not partial.exists()
     assert sorted(p.name for p in folder.iterdir()) == ["step-2"]
+
+
+def test_resume_on_a_different_mesh_reshards(tmp_path):
+    """Saved by 2 ranks (FSDP), resumed by 4 ranks (FSDP x TP): DCP reshards on load."""
+    straight, moved = tmp_path / "straight", tmp_path / "moved"
+    straight.mkdir(), moved.mkdir()
+    common = FAST + ["training.steps=6", "checkpoint.save_interval=3"]
+    ok(run_trainer(straight, nproc=1, overrides=common))
+    ok(run_trainer(moved, nproc=2, overrides=common, extra=["--stop-after", "3"]))
+    proc = ok(run_trainer(moved, nproc=4, overrides=common + ["distributed.tp_size=2"]))
+    assert "dp 2 x tp 2" in proc.stdout and "(step 3)" in proc.stdout
+    want, got = losses(straight), losses(moved)
+    for step in range(1, 7):
+        assert got[step] == pytest.approx(want[step], abs=1e-4), (step, got[step], want[step])
