@@ -90,7 +90,7 @@ def main() -> None:
     raw = raw_eager(a.seq_len, a.batch, a.steps, a.warmup)
     rows = [("raw eager PyTorch step (1 process)", raw, 1)]
     for nproc in (1, 2):
-        rows.append((f"titan-train, {nproc} rank{'s' if nproc > 1 else ''} ({'FSDP' if nproc > 1 else 'FSDP, world 1'})",
+        rows.append((f"titan-train, {nproc} rank{'s' if nproc > 1 else ''}{' (FSDP)' if nproc > 1 else ''}",
                      trainer(nproc, a.seq_len, a.batch, a.steps, a.warmup), nproc))
     table = [(name, f"{tps:,.0f}", f"{tps / n:,.0f}", f"{tps / raw:.2f}", f"{tps * fpt / peak32 * 100:.1f}%")
              for name, tps, n in rows]

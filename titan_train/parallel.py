@@ -88,8 +88,15 @@ def apply_fsdp(model: nn.Module, dp_mesh: DeviceMesh, *, param_dtype: torch.dtyp
                 module.set_force_sum_reduction_for_comms(True)
 
 
+def uses_fsdp(fsdp: bool, dims: ParallelDims, cpu_offload: bool) -> bool:
+    """FSDP only where it does something: sharding over dp > 1 ranks, or offloading.
+    On one data-parallel rank it would only add copies to every step."""
+    return fsdp and (dims.dp > 1 or cpu_offload)
+
+
 def parallelize(model: nn.Module, mesh: DeviceMesh, *, fsdp: bool, param_dtype: torch.dtype,
                 cpu_offload: bool, sum_reductions_only: bool) -> None:
+    """Apply TP (if tp > 1), then FSDP2 (if `fsdp`: callers decide with uses_fsdp)."""
     if mesh["tp"].size() > 1:
         apply_tp(model, mesh["tp"])
     if fsdp:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from titan_train import checkpoint, data, device, metrics
 from titan_train.config import JobConfig, to_dict, validate
 from titan_train.model import ModelArgs, Transformer, count_params, flops_per_token
-from titan_train.parallel import ParallelDims, build_mesh, parallelize
+from titan_train.parallel import ParallelDims, build_mesh, parallelize, uses_fsdp
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -129,12 +129,13 @@ def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> list[dict
     with torch.device("meta"):
         model = Transformer(args)
     param_dtype = DTYPES[mp_name]
-    parallelize(model, mesh, fsdp=cfg.distributed.fsdp, param_dtype=param_dtype,
+    fsdp = uses_fsdp(cfg.distributed.fsdp, dims, cfg.distributed.cpu_offload)
+    parallelize(model, mesh, fsdp=fsdp, param_dtype=param_dtype,
                 cpu_offload=cfg.distributed.cpu_offload, sum_reductions_only=dev.backend == "gloo")
     model.to_empty(device="cpu" if cfg.distributed.cpu_offload else torch_dev)
     model.init_weights(t.seed)
     autocast = (torch.autocast(dev.type, dtype=param_dtype)
-                if not cfg.distributed.fsdp and mp_name != "fp32" else contextlib.nullcontext())
+                if not fsdp and mp_name != "fp32" else contextlib.nullcontext())
 
     o = cfg.optimizer
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps,
@@ -155,7 +156,7 @@ def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> list[dict
     fpt = flops_per_token(args, t.seq_len)
     peak, peak_src = metrics.peak_flops(dev.type, device.device_name(dev), mp_name, cfg.metrics.peak_tflops)
     say(f"[titan-train] {cfg.name}: {n_params / 1e6:.1f}M params | {dev.type}+{dev.backend} | world {world} "
-        f"= dp {dims.dp} x tp {dims.tp} | fsdp {cfg.distributed.fsdp} | {mp_name} | "
+        f"= dp {dims.dp} x tp {dims.tp} | fsdp {fsdp} | {mp_name} | "
         f"global batch {t.batch_size} x {t.seq_len} tokens | data {tok.name}, {len(tokens):,} tokens")
     say(f"[titan-train] peak {peak / 1e12:.3f} TFLOP/s per device ({peak_src})")
     if cfg.metrics.tensorboard:
