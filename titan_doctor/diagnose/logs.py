@@ -124,9 +124,10 @@ def _oom(groups: dict[str, str]) -> dict[str, Any]:
 
 
 def _state_dict_keys(groups: dict[str, str]) -> dict[str, Any]:
-    keys = re.findall(r'"([^"]+)"|\'([^\']+)\'', groups.get("keys", ""))
+    """Prefixes are judged on the whole line: torch prints missing and unexpected keys together."""
+    keys = re.findall(r'"([^"]+)"|\'([^\']+)\'', groups.get("_line") or groups.get("keys", ""))
     names = [a or b for a, b in keys] or [groups.get("keys", "")]
-    found = sorted({p for k in names for p in WRAPPER_PREFIXES if p in k})
+    found = sorted({p for k in names for p in WRAPPER_PREFIXES if k.startswith(p) or ("." + p) in k})
     if found:
         note = f"Keys carry wrapper prefixes {', '.join(found)} (from " + ", ".join(
             {"_fsdp_wrapped_module.": "FSDP1 wrapping", "_orig_mod.": "torch.compile",
@@ -165,7 +166,7 @@ def explain(paths: list[Path]) -> list[Finding]:
         sig, groups = h.match.sig, dict(h.match.groups)
         parser = _PARSERS.get(sig.parse)
         if parser:
-            groups.update(parser(groups))
+            groups.update(parser({**groups, "_line": h.text}))
         where = f"{h.path}:{h.line}" + (f" (rank {h.rank})" if h.rank is not None else "")
         seen = f"; seen {h.count}x" + (f" on ranks {sorted(h.ranks)}" if len(h.ranks) > 1 else "") \
             if h.count > 1 else ""

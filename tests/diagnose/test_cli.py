@@ -1,0 +1,91 @@
+"""The command as users run it: exit codes, --help, --list-checks, --check, JSON, and
+real broken interpreters (torch_npu without CANN; no torch at all)."""
+import re
+
+from titan_doctor.diagnose import registry
+
+from .conftest import clean_env, make_cann, run_cli, run_json
+
+
+def test_help_documents_checks_options_and_exit_codes():
+    p = run_cli("--help")
+    assert p.returncode == 0
+    for text in ("Exit codes: 0 all good", "1 problems found", "2 usage error", "--comm", "--log", "--list-checks",
+                 "--check ID", "--strict", "--format", "versions.*", "dist.*"):
+        assert text in p.stdout, text
+
+
+def test_list_checks_lists_every_id():
+    p = run_cli("--list-checks")
+    assert p.returncode == 0
+    assert [ln.split()[0] for ln in p.stdout.splitlines()] == [c.id for c in registry.CHECKS]
+    assert "(slow, --comm)" in p.stdout
+
+
+def test_unknown_check_is_a_usage_error():
+    p = run_cli("--check", "nope")
+    assert p.returncode == 2 and "unknown check id(s): nope" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_default_run_on_a_clean_host_is_all_good(tmp_path):
+    rc, rows = run_json("--ascend-root", str(tmp_path))
+    assert rc == 0
+    assert set(rows) >= {"versions.torch", "ascend.cann", "devices.npu", "dist.master_port", "dist.shm"}
+    assert "comm.collective" not in rows and "logs.explain" not in rows
+    for row in rows.values():
+        assert set(row) >= {"id", "status", "title", "detail", "fix", "data"}
+    p = run_cli("--ascend-root", str(tmp_path))
+    assert "[ok] torch " in p.stdout and "✓" not in p.stdout        # not a terminal: ASCII marks
+    assert re.fullmatch(r"\d+ checks: \d+ ok, .*0 problems.*", p.stdout.rstrip().splitlines()[-1])
+
+
+def test_warnings_fail_only_with_strict(tmp_path):
+    env = clean_env(NCCL_DEBUG="INFO")
+    make_cann(tmp_path, "8.1.RC1")          # an Ascend host: leftovers become warnings
+    args = ("--ascend-root", str(tmp_path), "--check", "dist.leftovers")
+    rc, rows = run_json(*args, env=env)
+    assert rc == 0 and rows["dist.leftovers"]["status"] == "warn"
+    assert "ASCEND_GLOBAL_LOG_LEVEL" in rows["dist.leftovers"]["fix"]
+    rc, _ = run_json(*args, "--strict", env=env)
+    assert rc == 1
+
+
+def test_check_family_and_ascend_root_tree(tmp_path):
+    make_cann(tmp_path, "7.0.0")
+    rc, rows = run_json("--ascend-root", str(tmp_path), "--check", "ascend")
+    assert rc == 1 and set(rows) == {"ascend.cann", "ascend.env", "ascend.driver"}
+    assert rows["ascend.cann"]["title"].startswith("CANN 7.0.0 is older than 8.0")
+    assert rows["ascend.env"]["fix"].startswith(f"source {tmp_path}/ascend-toolkit/set_env.sh")
+
+
+def test_broken_torch_npu_without_cann(npu_venv, tmp_path):
+    """torch==2.13.0 + torch-npu==2.13.0 and no CANN: named, exit 1, no traceback."""
+    p = run_cli("--python", str(npu_venv), "--ascend-root", str(tmp_path))
+    assert p.returncode == 1
+    assert "Traceback" not in p.stdout + p.stderr
+    assert "[x] torch_npu 2.13.0 fails to import: CANN missing / set_env.sh not sourced" in p.stdout
+    assert "libhccl.so" in p.stdout
+    assert "Failed to load the backend extension: torch_npu" in p.stdout   # plain import torch dies too
+    assert "torch_npu 2.13.0 installed but no CANN toolkit found" in p.stdout
+
+
+def test_broken_torch_npu_names_the_set_env_script_found(npu_venv, tmp_path):
+    make_cann(tmp_path, "8.5.0")
+    rc, rows = run_json("--python", str(npu_venv), "--ascend-root", str(tmp_path), "--check", "versions")
+    assert rc == 1
+    row = rows["versions.torch_npu"]
+    assert row["data"]["cause"] == "import.cann_missing"
+    assert row["fix"] == f"source {tmp_path}/ascend-toolkit/set_env.sh"
+
+
+def test_interpreter_without_torch(notorch_venv, tmp_path):
+    rc, rows = run_json("--python", str(notorch_venv), "--ascend-root", str(tmp_path))
+    assert rc == 1
+    assert rows["versions.torch"]["status"] == "fail" and "not installed" in rows["versions.torch"]["title"]
+    assert "torch==2.13.0" in rows["versions.torch"]["fix"]
+    assert rows["versions.fsdp2"]["status"] == "skip" and rows["devices.accelerator"]["status"] == "skip"
+
+
+def test_interpreter_that_does_not_exist(tmp_path):
+    rc, rows = run_json("--python", str(tmp_path / "nope"), "--check", "versions.torch")
+    assert rc == 1 and "probe failed: cannot run" in rows["versions.torch"]["title"]
