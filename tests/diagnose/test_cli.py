@@ -65,7 +65,8 @@ def test_broken_torch_npu_without_cann(npu_venv, tmp_path):
     assert "Traceback" not in p.stdout + p.stderr
     assert "[x] torch_npu 2.13.0 fails to import: CANN missing / set_env.sh not sourced" in p.stdout
     assert "libhccl.so" in p.stdout
-    assert "Failed to load the backend extension: torch_npu" in p.stdout   # plain import torch dies too
+    # plain `import torch` dies too; reported after its cause
+    assert p.stdout.index("CANN missing") < p.stdout.index("Failed to load the backend extension: torch_npu")
     assert "torch_npu 2.13.0 installed but no CANN toolkit found" in p.stdout
 
 
@@ -89,3 +90,15 @@ def test_interpreter_without_torch(notorch_venv, tmp_path):
 def test_interpreter_that_does_not_exist(tmp_path):
     rc, rows = run_json("--python", str(tmp_path / "nope"), "--check", "versions.torch")
     assert rc == 1 and "probe failed: cannot run" in rows["versions.torch"]["title"]
+
+
+def test_cli_never_imports_torch_or_libcst(tmp_path):
+    """`import torch` alone costs ~1.6 s; the doctor probes it in a subprocess instead."""
+    code = ("import sys; from click.testing import CliRunner; from titan_doctor.cli import main; "
+            f"r = CliRunner().invoke(main, ['diagnose', '--ascend-root', {str(tmp_path)!r}]); "
+            "print(r.exit_code, 'torch' in sys.modules, 'libcst' in sys.modules)")
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert p.stdout.split() == ["0", "False", "False"], p.stderr

@@ -74,13 +74,18 @@ def check_torch(probe: Mapping[str, Any], pins: Mapping[str, Any]) -> list[Findi
                            fix="pip install 'torch==2.13.0' --index-url " + CPU_WHEEL_INDEX, data=data))
     else:
         out.append(Finding("versions.torch", Status.OK, f"torch {ver} ({build} build)", data=data))
-    if t.get("plain_import_error"):
-        out.append(Finding("versions.torch_autoload", Status.FAIL,
-                           "plain `import torch` fails: it auto-loads the broken torch_npu",
-                           detail=t["plain_import_error"],
-                           fix="Fix torch_npu (see below), or export TORCH_DEVICE_BACKEND_AUTOLOAD=0 meanwhile",
-                           data={"error": t["plain_import_error"]}))
     return out
+
+
+def _autoload(t: Mapping[str, Any]) -> list[Finding]:
+    """The consequence, reported after its cause: torch >= 2.5 auto-loads torch_npu."""
+    if not t.get("plain_import_error"):
+        return []
+    return [Finding("versions.torch_autoload", Status.FAIL,
+                    "so plain `import torch` fails too: it auto-loads the broken torch_npu",
+                    detail=t["plain_import_error"],
+                    fix="Fix torch_npu (above), or export TORCH_DEVICE_BACKEND_AUTOLOAD=0 meanwhile",
+                    data={"error": t["plain_import_error"]})]
 
 
 def check_fsdp2(probe: Mapping[str, Any], pins: Mapping[str, Any]) -> list[Finding]:
@@ -117,7 +122,8 @@ def check_torch_npu(probe: Mapping[str, Any], want_npu: bool, set_env: list[str]
         if m is None:
             return [Finding("versions.torch_npu", Status.FAIL, f"torch_npu {ver} fails to import: {n.get('error')}",
                             detail=n.get("error_text", "")[-1500:],
-                            fix="Check torch/torch_npu/CANN versions below; reinstall torch_npu", data=data)]
+                            fix="Check torch/torch_npu/CANN versions below; reinstall torch_npu",
+                            data=data)] + _autoload(probe.get("torch", {}))
         data.update(cause=m.sig.id, **m.groups)
         fix = signatures.fill(m.sig.fix, m.groups)
         title = m.sig.title
@@ -130,7 +136,7 @@ def check_torch_npu(probe: Mapping[str, Any], want_npu: bool, set_env: list[str]
             fix = f"pip install torch-npu=={base(tver)}   (or torch=={base(ver)} to match torch_npu {ver})"
         return [Finding("versions.torch_npu", Status.FAIL, f"torch_npu {ver} fails to import: {title}",
                         detail=signatures.fill(m.sig.cause, m.groups) + f"\nerror: {n.get('error')}",
-                        fix=fix, data=data)]
+                        fix=fix, data=data)] + _autoload(probe.get("torch", {}))
     count = n.get("npu_count")
     msg = f"torch_npu {ver} imports" + (f", sees {count} NPU(s)" if count is not None else "")
     status = Status.OK if count else Status.WARN
@@ -164,8 +170,8 @@ def matrix_verdicts(torch: str | None, torch_npu: str | None, cann: str | None, 
                            fix=f"Install CANN >= {pins['min_cann']} and the torch_npu built for it"))
     if torch_npu and not cann:
         out.append(Finding(code, Status.FAIL, f"torch_npu {torch_npu} installed but no CANN toolkit found",
-                           fix="Install CANN >= %s (the one listed for torch_npu %s) and source its set_env.sh"
-                               % (pins["min_cann"], torch_npu)))
+                           fix=f"Install CANN >= {pins['min_cann']} (the version torch_npu {torch_npu}'s "
+                               "release notes name) and source its set_env.sh"))
     rows = [r for r in data.get("compat", []) if torch_npu and r["torch_npu"] == torch_npu]
     if torch_npu and cann:
         if not rows:
