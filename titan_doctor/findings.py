@@ -188,7 +188,7 @@ def summary_line(findings: Sequence[Finding]) -> str:
     parts.append(f"{problems} problem{'s' if problems != 1 else ''}")
     if counts[Status.SKIP]:
         parts.append(f"{counts[Status.SKIP]} skipped")
-    return f"{len(findings)} checks: " + ", ".join(parts)
+    return f"{len(findings)} check{'s' if len(findings) != 1 else ''}: " + ", ".join(parts)
 
 
 def to_checks_json(findings: Sequence[Finding], **extra: Any) -> str:

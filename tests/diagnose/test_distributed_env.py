@@ -73,6 +73,10 @@ def test_hccl_ranges():
     assert msgs["HCCL_CONNECT_TIMEOUT"].fix == "export HCCL_CONNECT_TIMEOUT=120"
     assert msgs["HCCL_EXEC_TIMEOUT"].status is Status.OK
     assert msgs["HCCL_BUFFSIZE"].status is Status.FAIL and "not an integer" in msgs["HCCL_BUFFSIZE"].message
+    (big,) = d.check_hccl_env({"HCCL_BUFFSIZE": "65536"})
+    assert big.status is Status.WARN and "2 x HCCL_BUFFSIZE" in big.message and big.fix.startswith("export HCCL_BUFFSIZE=200")
+    (never,) = d.check_hccl_env({"HCCL_EXEC_TIMEOUT": "0"})      # 0 = never time out on Atlas A2/A3
+    assert never.status is Status.OK
 
 
 def test_hccl_if_ip_and_ifname():

@@ -176,6 +176,11 @@ def check_hccl_env(env: Mapping[str, str], if_names: list[str] | None = None) ->
                                f"{r['name']}={raw} outside [{r['min']}, {r['max']}] {r['unit']} ({r['why']})",
                                fix=f"export {r['name']}={min(max(int(raw), r['min']), r['max'])}",
                                data={"var": r["name"], "source": r["source"]}))
+        elif "warn_above" in r and int(raw) > r["warn_above"]:
+            out.append(Finding("dist.hccl_env", Status.WARN,
+                               f"{r['name']}={raw} {r['unit']} is unusually large ({r['why']})",
+                               fix=f"export {r['name']}={r['default']}  (raise only as far as your largest message needs)",
+                               data={"var": r["name"], "source": r["source"]}))
         else:
             out.append(Finding("dist.hccl_env", Status.OK, f"{r['name']}={raw} {r['unit']}", data={"var": r["name"]}))
     ip = env.get("HCCL_IF_IP")

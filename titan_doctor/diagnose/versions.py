@@ -70,10 +70,12 @@ def check_torch(probe: Mapping[str, Any], pins: Mapping[str, Any]) -> list[Findi
     out = []
     if vtuple(ver) < vtuple(pins["min_torch"]):
         out.append(Finding("versions.torch", Status.FAIL, f"torch {ver} is older than {pins['min_torch']} "
-                           f"({'2.0.x has known bugs on Ascend' if mm(ver) == '2.0' else 'unsupported'})",
+                           f"({'2.0.x has known bugs' if mm(ver) == '2.0' else 'unsupported'})",
                            fix="pip install 'torch==2.13.0' --index-url " + CPU_WHEEL_INDEX, data=data))
     else:
-        out.append(Finding("versions.torch", Status.OK, f"torch {ver} ({build} build)", data=data))
+        how = ("imported in a subprocess" if t.get("imported") else
+               "read from torch/version.py without importing: nothing NPU/CUDA to load; --import-torch imports it")
+        out.append(Finding("versions.torch", Status.OK, f"torch {ver} ({build} build)", detail=how, data=data))
     return out
 
 
