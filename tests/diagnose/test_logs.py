@@ -160,6 +160,16 @@ def test_torchrun_error_json(tmp_path):
     assert fs[0].data["signature"] == "dist.no_nccl" and fs[0].data["rank"] == 2 and fs[0].data["count"] == 2
 
 
+def test_a_log_folder_is_scanned_for_every_rank(tmp_path):
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "rank0.log").write_text("step 1\n" + NPU_OOM.replace("NPU 3", "NPU 0") + "\n")
+    (tmp_path / "job" / "rank1.log").write_text(EJ0001_LOG.replace("rank3", "rank1"))
+    (tmp_path / "job" / "model.bin").write_bytes(b"\x00EJ0001")          # not a log: ignored
+    fs = logs.explain([tmp_path / "job"])
+    assert [f.data["signature"] for f in fs][:2] == ["hccl.EJ0001", "oom.npu"]
+    assert fs[0].path.endswith("rank1.log") and fs[0].data["rank"] == 1
+
+
 def test_unknown_log_says_so(tmp_path):
     (f,) = explain(tmp_path, "step 1 loss 3.2\nstep 2 loss 3.1\nKilled\n")
     assert f.status is Status.WARN and f.message == "no known signature in 1 file(s) (3 lines)"

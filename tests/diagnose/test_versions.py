@@ -51,10 +51,10 @@ def test_python_outside_the_shipped_set_warns():
     assert f.status is Status.WARN and "Python 3.8 is not among" in f.message and "3.11" in f.fix
 
 
-def test_torch_npu_without_cann_fails():
+def test_torch_npu_without_cann_is_not_called_a_fit():
     fs = verdicts("2.13.0+cpu", "2.13.0", None, "3.11.7")
     (f,) = fs
-    assert f.status is Status.FAIL and "no CANN toolkit found" in f.message
+    assert f.status is Status.INFO and "CANN not found" in f.message   # ascend.cann reports the failure
 
 
 def test_unlisted_torch_npu_is_info_not_a_guess():

@@ -24,7 +24,8 @@ Default checks (fast, ~1-2 s; torch is probed in a subprocess):
 Slow / on request:
   --comm       live collective test on --nproc local ranks (hccl/nccl/gloo):
                init, all_reduce correctness, bus bandwidth table
-  --log FILE   explain crash logs (all ranks, torchrun error.json too)
+  --log PATH   explain crash logs: files or folders (all ranks, torchrun
+               error.json files too)
 
 \b
 Exit codes: 0 all good (warnings allowed), 1 problems found (warnings too
@@ -46,8 +47,9 @@ with --strict), 2 usage error.
               help="Backend for --comm.")
 @click.option("--comm-timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
               help="Seconds before a rank of --comm counts as hung.")
-@click.option("--log", "log_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Crash log to explain (repeatable); runs only the explainer.")
+@click.option("--log", "log_files", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="Crash log, or a folder of logs / torchrun error.json files, to explain (repeatable); "
+                   "runs only the explainer.")
 @click.option("--import-torch", is_flag=True, help="Always import torch in the probe (slower, stricter).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Show details of passing checks too.")

@@ -60,5 +60,10 @@ class Context:
                     or any(c.version for c in self.ascend.cann))
 
     @property
+    def wants_npu(self) -> bool:
+        """Ascend on the host, or torch_npu installed: a missing CANN is then a problem."""
+        return self.ascend_present or bool(self.probe.get("torch_npu", {}).get("installed"))
+
+    @property
     def npu_ids(self) -> list[int]:
         return [n["id"] for n in self.npu_smi.npus] or self.davinci

@@ -70,6 +70,21 @@ def _json_strings(doc: Any) -> list[str]:
     return out
 
 
+LOG_GLOBS = ("*.log", "*.txt", "*.out", "*.err", "error.json")
+
+
+def expand(paths: Iterable[Path]) -> list[Path]:
+    """Files as given; a directory stands for the logs under it (a job's log folder,
+    torchrun's per-rank attempt_*/<rank>/error.json tree)."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            out.extend(sorted({f for g in LOG_GLOBS for f in p.rglob(g) if f.is_file()}))
+        else:
+            out.append(p)
+    return out
+
+
 def rank_of(line: str, path: str) -> int | None:
     for rx in _RANK_IN_LINE:
         m = rx.search(line)
@@ -153,6 +168,7 @@ _PARSERS = {"oom": _oom, "state_dict_keys": _state_dict_keys, "hccl_code": _hccl
 
 
 def explain(paths: list[Path]) -> list[Finding]:
+    paths = expand(paths)
     hits, lines = scan(paths)
     if not hits:
         return [Finding("logs.explain", Status.WARN,

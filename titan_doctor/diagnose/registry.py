@@ -39,7 +39,7 @@ CHECKS: tuple[Check, ...] = (
     Check("versions.fsdp2", "torch has FSDP2 (fully_shard), needed by the trainer",
           lambda c: versions.check_fsdp2(c.probe, _pins()), needs_probe=True),
     Check("ascend.cann", "CANN toolkit found, version >= pin",
-          lambda c: ascend.check_cann(c.ascend, _pins()["min_cann"], c.ascend_present)),
+          lambda c: ascend.check_cann(c.ascend, _pins()["min_cann"], c.wants_npu), needs_probe=True),
     Check("ascend.env", "CANN set_env.sh sourced (ASCEND_HOME_PATH, LD_LIBRARY_PATH)",
           lambda c: ascend.check_cann_env(c.ascend, c.env)),
     Check("ascend.driver", "NPU driver version", lambda c: ascend.check_driver(c.ascend, c.ascend_present)),

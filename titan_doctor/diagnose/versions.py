@@ -171,9 +171,8 @@ def matrix_verdicts(torch: str | None, torch_npu: str | None, cann: str | None, 
         out.append(Finding(code, Status.FAIL, f"CANN {cann} < {pins['min_cann']} (our pin)",
                            fix=f"Install CANN >= {pins['min_cann']} and the torch_npu built for it"))
     if torch_npu and not cann:
-        out.append(Finding(code, Status.FAIL, f"torch_npu {torch_npu} installed but no CANN toolkit found",
-                           fix=f"Install CANN >= {pins['min_cann']} (the version torch_npu {torch_npu}'s "
-                               "release notes name) and source its set_env.sh"))
+        out.append(Finding(code, Status.INFO, f"CANN not found: cannot match torch_npu {torch_npu} to a CANN "
+                           "version (see ascend.cann)"))
     rows = [r for r in data.get("compat", []) if torch_npu and r["torch_npu"] == torch_npu]
     if torch_npu and cann:
         if not rows:
