@@ -124,3 +124,10 @@ def test_shm(tmp_path):
     assert f.status is Status.WARN and "--shm-size" in f.fix
     (f,) = d.check_shm(tmp_path / "absent")
     assert f.status is Status.WARN
+
+
+def test_port_of_a_remote_rank0_is_not_bind_tested(busy_port):
+    fs = d.check_master({"MASTER_ADDR": "203.0.113.7", "MASTER_PORT": str(busy_port)}, nnodes=2)
+    addr, port = fs
+    assert addr.status is Status.OK and addr.data["addresses"] == ["203.0.113.7"]
+    assert port.status is Status.OK and "rank 0 is another host" in port.message

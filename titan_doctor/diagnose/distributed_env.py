@@ -69,48 +69,49 @@ def port_free(port: int, host: str = "") -> tuple[bool, str]:
 
 def check_master(env: Mapping[str, str], nnodes: int = 1) -> list[Finding]:
     """MASTER_ADDR resolvable (and not loopback for multi-node), MASTER_PORT valid and free."""
-    out: list[Finding] = []
-    addr = env.get("MASTER_ADDR")
-    port_raw = env.get("MASTER_PORT")
-    if not addr and nnodes > 1:
-        out.append(Finding("dist.master_addr", Status.FAIL, f"MASTER_ADDR unset with --nnodes {nnodes}",
-                           fix="export MASTER_ADDR=<IP of the rank-0 node> on every node"))
-    elif addr:
-        got = resolve(addr)
-        if isinstance(got, str):
-            out.append(Finding("dist.master_addr", Status.FAIL, f"MASTER_ADDR={addr} does not resolve: {got}",
-                               fix="Set MASTER_ADDR to the rank-0 node's IP address (or add it to /etc/hosts)",
-                               data={"host": addr, "error": got}))
-        else:
-            loop = all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in got)
-            if loop and nnodes > 1:
-                out.append(Finding("dist.master_addr", Status.FAIL, f"MASTER_ADDR={addr} is loopback but --nnodes {nnodes}",
-                                   fix="Use the rank-0 node's network IP"))
-            else:
-                out.append(Finding("dist.master_addr", Status.OK, f"MASTER_ADDR={addr} -> {', '.join(got[:3])}",
-                                   data={"addresses": got}))
-    else:
-        out.append(Finding("dist.master_addr", Status.OK, "MASTER_ADDR unset (single node: launcher uses localhost)"))
+    addr_finding, addresses = _check_addr(env.get("MASTER_ADDR"), nnodes)
+    return [addr_finding] + _check_port(env.get("MASTER_PORT"), addresses)
+
+
+def _check_addr(addr: str | None, nnodes: int) -> tuple[Finding, list[str] | None]:
+    """The finding, and the addresses MASTER_ADDR stands for (None: unknown / unset)."""
+    code = "dist.master_addr"
+    if not addr:
+        if nnodes > 1:
+            return Finding(code, Status.FAIL, f"MASTER_ADDR unset with --nnodes {nnodes}",
+                           fix="export MASTER_ADDR=<IP of the rank-0 node> on every node"), None
+        return Finding(code, Status.OK, "MASTER_ADDR unset (single node: launcher uses localhost)"), None
+    got = resolve(addr)
+    if isinstance(got, str):
+        return Finding(code, Status.FAIL, f"MASTER_ADDR={addr} does not resolve: {got}",
+                       fix="Set MASTER_ADDR to the rank-0 node's IP address (or add it to /etc/hosts)",
+                       data={"host": addr, "error": got}), []
+    if nnodes > 1 and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in got):
+        return Finding(code, Status.FAIL, f"MASTER_ADDR={addr} is loopback but --nnodes {nnodes}",
+                       fix="Use the rank-0 node's network IP"), got
+    return Finding(code, Status.OK, f"MASTER_ADDR={addr} -> {', '.join(got[:3])}", data={"addresses": got}), got
+
+
+def _check_port(port_raw: str | None, addresses: list[str] | None) -> list[Finding]:
+    """Bind-test the port when rank 0 would listen on this host."""
+    code = "dist.master_port"
     port = DEFAULT_PORT
     if port_raw is not None:
         if not port_raw.isdigit() or not 1 <= int(port_raw) <= 65535:
-            return out + [Finding("dist.master_port", Status.FAIL, f"MASTER_PORT={port_raw!r} is not a port number",
-                                  fix="export MASTER_PORT=29500")]
+            return [Finding(code, Status.FAIL, f"MASTER_PORT={port_raw!r} is not a port number",
+                            fix="export MASTER_PORT=29500")]
         port = int(port_raw)
-    local = not addr or any(is_local_address(a) for a in (resolve(addr) if addr else []) if isinstance(a, str))
-    if not local:
-        out.append(Finding("dist.master_port", Status.OK, f"MASTER_PORT={port} (rank 0 is another host; not bind-tested)"))
-        return out
-    free, why = port_free(port)
+    if addresses is not None and not any(is_local_address(a) for a in addresses):
+        why = "MASTER_ADDR does not resolve" if not addresses else "rank 0 is another host"
+        return [Finding(code, Status.OK, f"MASTER_PORT={port} (not bind-tested: {why})", data={"port": port})]
+    free, err = port_free(port)
     label = f"MASTER_PORT={port}" if port_raw else f"default port {port}"
     if free:
-        out.append(Finding("dist.master_port", Status.OK, f"{label} is free on this host", data={"port": port}))
-    else:
-        out.append(Finding("dist.master_port", Status.FAIL, f"{label} is already in use on this host ({why})",
-                           detail="Rank 0 will fail with 'EADDRINUSE ... address already in use'.",
-                           fix=f"ss -ltnp | grep :{port}   to find the holder, or export MASTER_PORT=<free port>",
-                           data={"port": port, "error": why}))
-    return out
+        return [Finding(code, Status.OK, f"{label} is free on this host", data={"port": port})]
+    return [Finding(code, Status.FAIL, f"{label} is already in use on this host ({err})",
+                    detail="Rank 0 will fail with 'EADDRINUSE ... address already in use'.",
+                    fix=f"ss -ltnp | grep :{port}   to find the holder, or export MASTER_PORT=<free port>",
+                    data={"port": port, "error": err})]
 
 
 def check_ranks(env: Mapping[str, str], nproc: int | None, nnodes: int = 1) -> list[Finding]:
