@@ -7,8 +7,8 @@ and read last, so it overlaps with every other check.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,5 @@ def parse(out: str, err: str, returncode: int) -> dict[str, Any]:
 
 
 def default_python() -> str:
-    """The interpreter the doctor itself runs under."""
-    import sys
-
-    return os.environ.get("TITAN_DOCTOR_PYTHON") or sys.executable
+    """The interpreter the doctor itself runs under (override with --python)."""
+    return sys.executable
