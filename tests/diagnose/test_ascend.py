@@ -1,6 +1,4 @@
 """CANN / driver discovery on directory trees shaped like real installs."""
-from pathlib import Path
-
 from titan_doctor.diagnose import ascend
 from titan_doctor.findings import Status
 

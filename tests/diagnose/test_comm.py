@@ -1,5 +1,4 @@
 """The live collective test, for real on gloo with 2 local ranks."""
-import os
 import socket
 import sys
 

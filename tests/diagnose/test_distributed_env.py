@@ -1,7 +1,5 @@
 """Distributed settings with real sockets and crafted environments."""
-import os
 import socket
-import stat
 
 import pytest
 

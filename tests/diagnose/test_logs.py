@@ -138,6 +138,13 @@ def test_missing_keys_without_prefix_blames_config(tmp_path):
     assert f.data["prefixes"] == [] and "different model/config" in f.detail
 
 
+def test_store_ping_answered_by_another_service(tmp_path):
+    (f,) = explain(tmp_path, "torch.distributed.DistNetworkError: Ping failed, invalid value returned from server. "
+                             "Expected: 9168, Got: 1347703880\n")
+    assert f.data["signature"] == "dist.not_a_store" and f.data["answer"] == "HTTP"
+    assert "it answered 'HTTP'" in f.detail
+
+
 def test_several_rank_files_first_occurrence_and_ranks(tmp_path):
     a = tmp_path / "rank0.log"
     b = tmp_path / "rank1.log"

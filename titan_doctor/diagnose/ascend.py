@@ -7,7 +7,6 @@ tests exactly as on a real host.
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -4,7 +4,6 @@ that fails or hangs, with the likely cause (via the log signatures)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import tempfile
 import time
@@ -16,6 +15,7 @@ from tabulate import tabulate
 
 from titan_doctor.diagnose import signatures
 from titan_doctor.diagnose.distributed_env import DEFAULT_PORT, check_master, port_free
+from titan_doctor.diagnose.logs import enrich
 from titan_doctor.findings import Finding, Status
 
 WORKER = Path(__file__).with_name("_comm_worker.py")
@@ -113,7 +113,7 @@ def findings(results: list[RankResult], rendezvous: Mapping[str, str], timeout: 
         for r in dead:
             m = signatures.classify(r.stderr + "\n" + r.state.get("traceback", ""))
             err = r.state.get("error") or (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
-            cause = signatures.fill(m.sig.cause, {**m.groups, "host": rendezvous["MASTER_ADDR"],
+            cause = signatures.fill(m.sig.cause, {**enrich(m), "host": rendezvous["MASTER_ADDR"],
                                                   "port": rendezvous["MASTER_PORT"]}) if m else \
                 f"failed during {PHASE_HINT.get(r.state.get('phase', 'start'), r.state.get('phase'))}"
             out.append(Finding("comm.collective", Status.FAIL,

@@ -164,7 +164,23 @@ def _hccl_code(groups: dict[str, str]) -> dict[str, Any]:
     return {"code_name": name}
 
 
-_PARSERS = {"oom": _oom, "state_dict_keys": _state_dict_keys, "hccl_code": _hccl_code}
+def _ping_answer(groups: dict[str, str]) -> dict[str, Any]:
+    """The store ping reads 4 bytes as an int; printable bytes name the real service."""
+    raw = int(groups.get("got", "0")).to_bytes(8, "little").rstrip(b"\0")
+    text = raw.decode("ascii", "replace") if raw and all(32 <= b < 127 for b in raw) else ""
+    return {"answer": text, "answer_note": f" (it answered {text!r})" if text else ""}
+
+
+_PARSERS = {"oom": _oom, "state_dict_keys": _state_dict_keys, "hccl_code": _hccl_code, "ping_answer": _ping_answer}
+
+
+def enrich(m: Match) -> dict[str, Any]:
+    """The match's groups plus what its parser derives (OOM figures, key prefixes, ...)."""
+    groups = dict(m.groups)
+    parser = _PARSERS.get(m.sig.parse)
+    if parser:
+        groups.update(parser({**groups, "_line": m.line}))
+    return groups
 
 
 def explain(paths: list[Path]) -> list[Finding]:
@@ -179,10 +195,7 @@ def explain(paths: list[Path]) -> list[Finding]:
     hits.sort(key=lambda h: (h.match.sig.rank, str(h.path), h.line))
     out = []
     for i, h in enumerate(hits):
-        sig, groups = h.match.sig, dict(h.match.groups)
-        parser = _PARSERS.get(sig.parse)
-        if parser:
-            groups.update(parser({**groups, "_line": h.text}))
+        sig, groups = h.match.sig, enrich(h.match)
         where = f"{h.path}:{h.line}" + (f" (rank {h.rank})" if h.rank is not None else "")
         seen = f"; seen {h.count}x" + (f" on ranks {sorted(h.ranks)}" if len(h.ranks) > 1 else "") \
             if h.count > 1 else ""

@@ -29,6 +29,7 @@ class Signature:
 class Match:
     sig: Signature
     groups: dict[str, str]
+    line: str = ""
 
 
 @functools.lru_cache(maxsize=None)
@@ -57,7 +58,7 @@ def match_line(line: str) -> list[Match]:
     for sig in load():
         m = sig.regex.search(line)
         if m:
-            out.append(Match(sig, {k: v for k, v in m.groupdict().items() if v is not None}))
+            out.append(Match(sig, {k: v for k, v in m.groupdict().items() if v is not None}, line.strip()))
     return out
 
 
