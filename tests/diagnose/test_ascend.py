@@ -1,4 +1,5 @@
 """CANN / driver discovery on directory trees shaped like real installs."""
+
 from titan_doctor.diagnose import ascend
 from titan_doctor.findings import Status
 

@@ -133,3 +133,10 @@ def test_fsdp2_needs_2_6():
     old = dict(TORCH, version="2.5.1", fsdp2_public=False)
     (f,) = versions.check_fsdp2(probe(old), PINS)
     assert f.status is Status.FAIL and "fully_shard" in f.message
+
+
+def test_missing_torch_npu_beside_cuda_torch_asks_for_the_cpu_build():
+    (f,) = versions.check_torch_npu(probe(dict(TORCH, version="2.6.0+cu124", cuda="12.4")), True, [])
+    assert f.status is Status.WARN and "'torch==2.6.0+cpu'" in f.fix and "torch-npu==2.6.0" in f.fix
+    (f,) = versions.check_torch_npu(probe(TORCH), False, [])
+    assert f.status is Status.INFO and f.fix == ""

@@ -115,8 +115,12 @@ def check_torch_npu(probe: Mapping[str, Any], want_npu: bool, set_env: list[str]
     if not n.get("installed"):
         status = Status.WARN if want_npu else Status.INFO
         why = "Ascend hardware/CANN found, but " if want_npu else ""
+        fix = f"pip install torch-npu=={base(tver) or '<torch version>'}" if want_npu else ""
+        if want_npu and (probe.get("torch") or {}).get("cuda"):   # torch_npu refuses a CUDA torch
+            fix = (f"pip install --force-reinstall 'torch=={base(tver)}+cpu' --index-url {CPU_WHEEL_INDEX} && "
+                   f"pip install torch-npu=={base(tver)}   (torch_npu needs the CPU build of torch)")
         return [Finding("versions.torch_npu", status, f"{why}torch_npu is not installed (no Ascend NPU support)",
-                        fix=f"pip install torch-npu=={base(tver) or '<torch version>'}" if want_npu else "")]
+                        fix=fix)]
     ver = n.get("version") or n.get("dist_version") or "?"
     data = {"version": ver, "location": n.get("location"), "imported": n.get("imported")}
     if n.get("imported") is False:
