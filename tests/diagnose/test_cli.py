@@ -102,3 +102,21 @@ def test_cli_never_imports_torch_or_libcst(tmp_path):
 
     p = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True, timeout=120)
     assert p.stdout.split() == ["0", "False", "False"], p.stderr
+
+
+def test_torch_whose_import_fails(tmp_path):
+    """A torch that dies at import (a CUDA build missing its runtime) is reported, not raised."""
+    site = tmp_path / "site"
+    (site / "torch" / "distributed" / "fsdp").mkdir(parents=True)
+    (site / "torch" / "version.py").write_text(
+        "from typing import Optional\n__version__ = '2.6.0+cu124'\ncuda: Optional[str] = '12.4'\n")
+    (site / "torch" / "__init__.py").write_text(
+        "raise ImportError('libcudart.so.12: cannot open shared object file: No such file or directory')\n")
+    (site / "torch" / "distributed" / "fsdp" / "__init__.py").write_text("__all__ = ['fully_shard']\n")
+    env = clean_env(PYTHONPATH=f"{site}:{clean_env()['PYTHONPATH']}")
+    rc, rows = run_json("--check", "versions", env=env)
+    assert rc == 1
+    t = rows["versions.torch"]
+    assert t["status"] == "fail" and t["title"].startswith("torch 2.6.0+cu124 fails to import: ImportError: libcudart")
+    assert t["data"]["build"] == "cuda 12.4"
+    assert rows["versions.fsdp2"]["status"] == "ok"       # read from the file, no import needed
