@@ -46,9 +46,14 @@ def free_port() -> int:
 
 
 def launch(nproc: int, python: str, env: Mapping[str, str], backend: str = "auto", timeout: float = 60.0,
-           sizes: tuple[int, ...] = SIZES, workdir: Path | None = None) -> tuple[list[RankResult], dict[str, str]]:
+           sizes: tuple[int, ...] = SIZES) -> tuple[list[RankResult], dict[str, str]]:
     """Run the ranks; kill all of them as soon as one fails or the timeout passes."""
-    workdir = Path(workdir or tempfile.mkdtemp(prefix="titan-doctor-comm-"))
+    with tempfile.TemporaryDirectory(prefix="titan-doctor-comm-") as tmp:
+        return _launch(nproc, python, env, backend, timeout, sizes, Path(tmp))
+
+
+def _launch(nproc: int, python: str, env: Mapping[str, str], backend: str, timeout: float,
+            sizes: tuple[int, ...], workdir: Path) -> tuple[list[RankResult], dict[str, str]]:
     base = dict(env)
     base.setdefault("MASTER_ADDR", "127.0.0.1")
     if "MASTER_PORT" not in base:
