@@ -33,6 +33,7 @@ def test_occupied_master_port_names_rank_0_live():
         port = s.getsockname()[1]
         results, rdv = comm.launch(2, sys.executable, clean_env(MASTER_PORT=str(port)), timeout=20)
     fs = comm.findings(results, rdv, 20)
+    assert {f.code for f in fs} == {"comm.rank"}
     r0 = next(f for f in fs if f.data["rank"] == 0)
     assert r0.status is Status.FAIL and r0.data["signature"] == "dist.address_in_use"
     assert "EADDRINUSE" in r0.data["error"] and r0.data["phase"] == "init"
@@ -48,13 +49,13 @@ def test_occupied_master_port_via_cli_is_caught_before_launch():
         port = s.getsockname()[1]
         rc, rows = run_json("--comm", "--check", "comm", env=clean_env(MASTER_PORT=str(port)))
     assert rc == 1
-    f = rows["comm.collective"]
+    f = rows["comm.preflight"]
     assert f["status"] == "fail" and f["title"].startswith(f"not started: MASTER_PORT={port} is already in use")
 
 
 def test_unresolvable_master_addr_via_cli():
     rc, rows = run_json("--comm", "--check", "comm", env=clean_env(MASTER_ADDR="no-such-host.invalid"))
     assert rc == 1
-    f = rows["comm.collective"]
+    f = rows["comm.preflight"]
     assert f["status"] == "fail" and "MASTER_ADDR=no-such-host.invalid does not resolve" in f["title"]
     assert "IP address" in f["fix"]

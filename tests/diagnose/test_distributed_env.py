@@ -24,7 +24,7 @@ def busy_port():
 
 def test_occupied_master_port(busy_port):
     fs = d.check_master({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(busy_port)})
-    (f,) = by_code(fs, "dist.master_port")
+    (f,) = by_code(fs, "dist.master.port")
     assert f.status is Status.FAIL and f"MASTER_PORT={busy_port} is already in use" in f.message
     assert f.data["error"] == "Address already in use" and f"grep :{busy_port}" in f.fix
 
@@ -33,21 +33,21 @@ def test_free_port_and_invalid_port():
     with socket.socket() as s:
         s.bind(("", 0))
         port = s.getsockname()[1]
-    (f,) = by_code(d.check_master({"MASTER_PORT": str(port)}), "dist.master_port")
+    (f,) = by_code(d.check_master({"MASTER_PORT": str(port)}), "dist.master.port")
     assert f.status is Status.OK
-    (f,) = by_code(d.check_master({"MASTER_PORT": "70000"}), "dist.master_port")
+    (f,) = by_code(d.check_master({"MASTER_PORT": "70000"}), "dist.master.port")
     assert f.status is Status.FAIL and "not a port number" in f.message
 
 
 def test_unresolvable_master_addr():
-    (f,) = by_code(d.check_master({"MASTER_ADDR": "no-such-host.invalid"}), "dist.master_addr")
+    (f,) = by_code(d.check_master({"MASTER_ADDR": "no-such-host.invalid"}), "dist.master.addr")
     assert f.status is Status.FAIL and "does not resolve" in f.message and f.data["host"] == "no-such-host.invalid"
 
 
 def test_loopback_master_with_several_nodes():
-    (f,) = by_code(d.check_master({"MASTER_ADDR": "127.0.0.1"}, nnodes=2), "dist.master_addr")
+    (f,) = by_code(d.check_master({"MASTER_ADDR": "127.0.0.1"}, nnodes=2), "dist.master.addr")
     assert f.status is Status.FAIL and "loopback" in f.message
-    (f,) = by_code(d.check_master({}, nnodes=2), "dist.master_addr")
+    (f,) = by_code(d.check_master({}, nnodes=2), "dist.master.addr")
     assert f.status is Status.FAIL and "unset" in f.message
 
 

@@ -121,7 +121,7 @@ def findings(results: list[RankResult], rendezvous: Mapping[str, str], timeout: 
             cause = signatures.fill(m.sig.cause, {**enrich(m), "host": rendezvous["MASTER_ADDR"],
                                                   "port": rendezvous["MASTER_PORT"]}) if m else \
                 f"failed during {PHASE_HINT.get(r.state.get('phase', 'start'), r.state.get('phase'))}"
-            out.append(Finding("comm.collective", Status.FAIL,
+            out.append(Finding("comm.rank", Status.FAIL,
                                f"rank {r.rank} failed in {r.state.get('phase', 'start')} ({backend}, {where}): {err[:160]}",
                                detail=cause, fix=m.sig.fix if m else "Run the default checks "
                                "(titan-doctor diagnose) and read the rank's error above",
@@ -130,7 +130,7 @@ def findings(results: list[RankResult], rendezvous: Mapping[str, str], timeout: 
         for r in hung:
             phase = r.state.get("phase", "start")
             first = "after another rank failed" if dead else f"for {timeout:.0f} s"
-            out.append(Finding("comm.collective", Status.FAIL if not dead else Status.WARN,
+            out.append(Finding("comm.rank", Status.FAIL if not dead else Status.WARN,
                                f"rank {r.rank} hung in {phase} {first} ({backend}, {where}); killed",
                                detail=PHASE_HINT.get(phase, phase),
                                fix="Check MASTER_ADDR/MASTER_PORT reach rank 0 and the firewall; on NPU raise "
@@ -160,9 +160,9 @@ def check_comm(nproc: int, python: str, env: Mapping[str, str], backend: str = "
                timeout: float = 60.0) -> list[Finding]:
     """Pre-flight the rendezvous (a dead MASTER_ADDR would only time out), then run."""
     if nproc < 2:
-        return [Finding("comm.collective", Status.SKIP, "collective test needs --nproc >= 2")]
+        return [Finding("comm", Status.SKIP, "collective test needs --nproc >= 2")]
     blocked = [f for f in check_master(env) if f.status is Status.FAIL]
     if blocked:
-        return [replace(f, code="comm.collective", message="not started: " + f.message) for f in blocked]
+        return [replace(f, code="comm.preflight", message="not started: " + f.message) for f in blocked]
     results, rdv = launch(nproc, python, env, backend=backend, timeout=timeout)
     return findings(results, rdv, timeout)

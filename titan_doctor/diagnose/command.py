@@ -63,7 +63,7 @@ def diagnose(list_checks, check_ids, python, ascend_roots, nproc, nnodes, comm, 
 
     if list_checks:
         for c in registry.CHECKS:
-            tag = " (slow, --comm)" if c.slow else (" (--log)" if c.logs else "")
+            tag = " (slow: --comm)" if c.slow else (" (--log PATH)" if c.logs else "")
             click.echo(f"{c.id:<20} {c.title}{tag}")
         return
     bad = registry.unknown(list(check_ids))
@@ -71,7 +71,7 @@ def diagnose(list_checks, check_ids, python, ascend_roots, nproc, nnodes, comm, 
         raise click.UsageError(f"unknown check id(s): {', '.join(bad)} (see --list-checks)")
     checks = registry.select(list(check_ids), comm=comm, logs=bool(log_files))
     if any(c.logs for c in checks) and not log_files:
-        raise click.UsageError("logs.explain needs --log FILE")
+        raise click.UsageError("the log check needs --log PATH")
     ctx = Context(ascend_roots=list(ascend_roots) or None, nproc=nproc, nnodes=nnodes, backend=backend,
                   comm_timeout=comm_timeout, logs=list(log_files), import_torch=import_torch)
     if python:

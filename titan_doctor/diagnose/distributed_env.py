@@ -75,7 +75,7 @@ def check_master(env: Mapping[str, str], nnodes: int = 1) -> list[Finding]:
 
 def _check_addr(addr: str | None, nnodes: int) -> tuple[Finding, list[str] | None]:
     """The finding, and the addresses MASTER_ADDR stands for (None: unknown / unset)."""
-    code = "dist.master_addr"
+    code = "dist.master.addr"
     if not addr:
         if nnodes > 1:
             return Finding(code, Status.FAIL, f"MASTER_ADDR unset with --nnodes {nnodes}",
@@ -94,7 +94,7 @@ def _check_addr(addr: str | None, nnodes: int) -> tuple[Finding, list[str] | Non
 
 def _check_port(port_raw: str | None, addresses: list[str] | None) -> list[Finding]:
     """Bind-test the port when rank 0 would listen on this host."""
-    code = "dist.master_port"
+    code = "dist.master.port"
     port = DEFAULT_PORT
     if port_raw is not None:
         if not port_raw.isdigit() or not 1 <= int(port_raw) <= 65535:

@@ -187,7 +187,7 @@ def explain(paths: list[Path]) -> list[Finding]:
     paths = expand(paths)
     hits, lines = scan(paths)
     if not hits:
-        return [Finding("logs.explain", Status.WARN,
+        return [Finding("log.none", Status.WARN,
                         f"no known signature in {len(paths)} file(s) ({lines} lines)",
                         detail="Nothing matched rules/log_signatures.toml; not guessing. Look for the first "
                                "'Error'/'Traceback' on the lowest rank.",

@@ -57,16 +57,18 @@ CHECKS: tuple[Check, ...] = (
           lambda c: dist.check_leftovers(c.env, c.ascend_present)),
     Check("dist.hccn", "NPU NIC link and net health (hccn_tool)", lambda c: dist.check_hccn(c.env, c.npu_ids)),
     Check("dist.shm", "/dev/shm size", lambda c: dist.check_shm(c.shm)),
-    Check("comm.collective", "live collective test: init, all_reduce, bandwidth (--comm)",
+    Check("comm", "live collective test: init, all_reduce correctness, bus bandwidth",
           lambda c: comm.check_comm(c.nproc or 2, c.python, c.env, c.backend, c.comm_timeout), slow=True),
-    Check("logs.explain", "crash-log explainer (--log FILE)", lambda c: logs.explain(c.logs), logs=True),
+    Check("log", "crash-log explainer: known signatures, root cause first", lambda c: logs.explain(c.logs),
+          logs=True),
 )
 
 BY_ID = {c.id: c for c in CHECKS}
 
 
 def select(ids: list[str], *, comm: bool, logs: bool) -> list[Check]:
-    """Checks to run: the named ones (id or family prefix), else the default set."""
+    """Checks to run: the named ones (id or family prefix), else the default set.
+    Every finding's code is its check's id or starts with it plus a dot."""
     if ids:
         return [c for c in CHECKS if any(c.id == i or c.id.startswith(i + ".") for i in ids)]
     if logs:

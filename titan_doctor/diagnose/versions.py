@@ -83,7 +83,7 @@ def _autoload(t: Mapping[str, Any]) -> list[Finding]:
     """The consequence, reported after its cause: torch >= 2.5 auto-loads torch_npu."""
     if not t.get("plain_import_error"):
         return []
-    return [Finding("versions.torch_autoload", Status.FAIL,
+    return [Finding("versions.torch_npu.autoload", Status.FAIL,
                     "so plain `import torch` fails too: it auto-loads the broken torch_npu",
                     detail=t["plain_import_error"],
                     fix="Fix torch_npu (above), or export TORCH_DEVICE_BACKEND_AUTOLOAD=0 meanwhile",
