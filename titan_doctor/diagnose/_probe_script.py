@@ -96,8 +96,10 @@ def main():
     if npu_dir:
         out["torch_npu"].update(installed=True, location=npu_dir, dist_version=_dist_version("torch_npu"),
                                 autoload_entry=_autoload_entry())
+    plain = _start_plain_import(out) if torch_dir else None
     if torch_dir and (npu_dir or out["torch"].get("cuda") or out["torch"].get("hip") or force_import):
         _import_and_count(out)
+    _finish_plain_import(out, plain)
     print(json.dumps(out))
 
 
@@ -124,23 +126,38 @@ def _import_and_count(out):
             out["torch_npu"].update(npu_count=0, count_error=str(e).splitlines()[0] if str(e) else type(e).__name__)
     except BaseException:  # noqa: BLE001
         out["torch_npu"].update(imported=False, **_error(traceback.format_exc()))
-        _check_plain_import(out)
 
 
-def _check_plain_import(out):
-    """torch_npu is broken: does a plain `import torch` (autoload on) die with it?"""
+def _start_plain_import(out):
+    """If `import torch` would auto-load torch_npu, try that import alongside ours: when
+    torch_npu turns out broken we already know whether plain `import torch` dies too."""
     if not out["torch_npu"].get("autoload_entry") or os.environ.get("TD_USER_AUTOLOAD") == "0":
-        return
+        return None
     env = dict(os.environ)
     env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
     try:
-        p = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True,
-                           text=True, timeout=60)
-    except Exception as e:
-        out["torch"]["plain_import_error"] = "could not run: %s" % e
+        return subprocess.Popen([sys.executable, "-c", "import torch"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+    except OSError:
+        return None
+
+
+def _finish_plain_import(out, proc):
+    if proc is None:
         return
-    if p.returncode != 0:
-        out["torch"]["plain_import_error"] = _error(p.stderr)["error"]
+    if out["torch_npu"].get("imported") is not False:  # torch_npu is fine: nothing to learn
+        proc.kill()
+        proc.communicate()
+        return
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        out["torch"]["plain_import_error"] = "plain `import torch` did not finish within 60 s"
+        return
+    if proc.returncode != 0:
+        out["torch"]["plain_import_error"] = _error(err)["error"]
 
 
 if __name__ == "__main__":
