@@ -7,7 +7,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from titan_doctor.diagnose import signatures
 from titan_doctor.diagnose.signatures import Match
@@ -45,16 +45,19 @@ def human(n: float) -> str:
     return f"{n:.0f} bytes"
 
 
-def read_lines(path: Path) -> list[str]:
-    """Lines of a log; a torchrun error.json is unfolded into its message and stack."""
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if path.suffix == ".json" or text.lstrip().startswith("{"):
+def read_lines(path: Path) -> Iterator[str]:
+    """Lines of a log, streamed (rank logs get large); a torchrun error.json is unfolded
+    into its message and stack."""
+    if path.suffix == ".json":
+        text = path.read_text(encoding="utf-8", errors="replace")
         try:
-            doc = json.loads(text)
+            yield from _json_strings(json.loads(text))
         except json.JSONDecodeError:
-            return text.splitlines()
-        return _json_strings(doc)
-    return text.splitlines()
+            yield from text.splitlines()
+        return
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            yield line.rstrip("\n")
 
 
 def _json_strings(doc: Any) -> list[str]:
@@ -102,9 +105,8 @@ def scan(paths: Iterable[Path]) -> tuple[list[Hit], int]:
     hits: dict[str, Hit] = {}
     total = 0
     for path in paths:
-        lines = read_lines(path)
-        total += len(lines)
-        for no, line in enumerate(lines, 1):
+        no = 0
+        for no, line in enumerate(read_lines(path), 1):
             for m in signatures.match_line(line):
                 rank = rank_of(line, str(path))
                 h = hits.get(m.sig.id)
@@ -114,6 +116,7 @@ def scan(paths: Iterable[Path]) -> tuple[list[Hit], int]:
                     h.count += 1
                 if rank is not None:
                     h.ranks.add(rank)
+        total += no
     return list(hits.values()), total
 
 
@@ -199,7 +202,7 @@ def explain(paths: list[Path]) -> list[Finding]:
         where = f"{h.path}:{h.line}" + (f" (rank {h.rank})" if h.rank is not None else "")
         seen = f"; seen {h.count}x" + (f" on ranks {sorted(h.ranks)}" if len(h.ranks) > 1 else "") \
             if h.count > 1 else ""
-        label = "root cause" if i == 0 else "then"
+        label = "root cause" if i == 0 else "also"
         out.append(Finding(f"log.{sig.id}", Status.FAIL, f"{label}: {sig.title} — first at {where}{seen}",
                            detail=signatures.fill(sig.cause, groups) + "\n> " + h.text[:300],
                            fix=signatures.fill(sig.fix, groups), path=h.path, line=h.line,
