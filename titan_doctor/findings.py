@@ -173,3 +173,31 @@ def to_sarif(findings: Sequence[Finding], *, tool: str, version: str,
         }],
     }
     return json.dumps(doc, indent=2)
+
+
+def summary_line(findings: Sequence[Finding]) -> str:
+    """One closing line for doctor output: '12 checks: 9 ok, 2 warnings, 1 problem'."""
+    counts = {s: 0 for s in Status}
+    for f in findings:
+        counts[f.status] += 1
+    problems = sum(counts[s] for s in PROBLEMS)
+    parts = [f"{counts[Status.OK]} ok"]
+    if counts[Status.INFO]:
+        parts.append(f"{counts[Status.INFO]} info")
+    parts.append(f"{counts[Status.WARN]} warning{'s' if counts[Status.WARN] != 1 else ''}")
+    parts.append(f"{problems} problem{'s' if problems != 1 else ''}")
+    if counts[Status.SKIP]:
+        parts.append(f"{counts[Status.SKIP]} skipped")
+    return f"{len(findings)} check{'s' if len(findings) != 1 else ''}: " + ", ".join(parts)
+
+
+def to_checks_json(findings: Sequence[Finding], **extra: Any) -> str:
+    """Doctor JSON: `{checks: [{id, status, title, detail, fix, data}]}` (+ location when set)."""
+    rows = []
+    for f in findings:
+        row: dict[str, Any] = {"id": f.code, "status": f.status.value, "title": f.message,
+                               "detail": f.detail, "fix": f.fix, "data": f.data}
+        if f.path is not None:
+            row["location"] = f.location
+        rows.append(row)
+    return json.dumps({"checks": rows, **extra}, indent=2, default=str)

@@ -1,8 +1,89 @@
-"""`titan-doctor diagnose` (placeholder until its issue lands)."""
+"""`titan-doctor diagnose`: the click command. Parses options, builds the Context, runs
+the checks, prints (text or JSON) and picks the exit code. Nothing here imports torch."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
 import click
 
+from titan_doctor import knowledge
+from titan_doctor.findings import (EXIT_USAGE, exit_code, render_checks, summary_line, to_checks_json,
+                                   use_unicode)
 
-@click.command()
-def diagnose():
-    """Not implemented yet."""
-    raise click.UsageError("titan-doctor diagnose is not implemented yet")
+HELP = """Check an Ascend (or CUDA/CPU) host for a titan-npu training run, and explain crash logs.
+
+\b
+Default checks (fast, ~1-2 s; torch is probed in a subprocess):
+  versions.*   Python, torch, torch_npu (import errors explained), the
+               torch/torch_npu/CANN/Python matrix, FSDP2
+  ascend.*     CANN version and install, set_env.sh sourced, NPU driver
+  devices.*    npu-smi, /dev/davinci*, ASCEND_RT_VISIBLE_DEVICES vs --nproc
+  dist.*       MASTER_ADDR/PORT, RANK/WORLD_SIZE, HCCL_* ranges, NCCL/CUDA
+               leftovers, hccn_tool link health, /dev/shm
+Slow / on request:
+  --comm       live collective test on --nproc local ranks (hccl/nccl/gloo):
+               init, all_reduce correctness, bus bandwidth table
+  --log PATH   explain crash logs: files or folders (all ranks, torchrun
+               error.json files too)
+
+\b
+Exit codes: 0 all good (warnings allowed), 1 problems found (warnings too
+with --strict), 2 usage error.
+"""
+
+
+@click.command(help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--list-checks", is_flag=True, help="List check ids and exit.")
+@click.option("--check", "check_ids", multiple=True, metavar="ID",
+              help="Run only this check (id or family, e.g. versions); repeatable.")
+@click.option("--python", "python", metavar="PATH", help="Interpreter to probe (default: this one).")
+@click.option("--ascend-root", "ascend_roots", multiple=True, type=click.Path(path_type=Path),
+              help="Ascend install root(s) instead of /usr/local/Ascend and ~/Ascend; repeatable.")
+@click.option("--nproc", type=click.IntRange(1, 4096), help="Ranks per node you plan to run.")
+@click.option("--nnodes", type=click.IntRange(1, 100000), default=1, show_default=True, help="Nodes you plan to run.")
+@click.option("--comm", is_flag=True, help="Also run the live collective test (--nproc ranks, default 2).")
+@click.option("--backend", type=click.Choice(["auto", "hccl", "nccl", "gloo"]), default="auto", show_default=True,
+              help="Backend for --comm.")
+@click.option("--comm-timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
+              help="Seconds before a rank of --comm counts as hung.")
+@click.option("--log", "log_files", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="Crash log, or a folder of logs / torchrun error.json files, to explain (repeatable); "
+                   "runs only the explainer.")
+@click.option("--import-torch", is_flag=True, help="Always import torch in the probe (slower, stricter).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-v", "--verbose", is_flag=True, help="Show details of passing checks too.")
+@click.option("--strict", is_flag=True, help="Warnings also make the exit code 1.")
+@click.option("--debug", is_flag=True, help="Let a crashing check raise (traceback).")
+def diagnose(list_checks, check_ids, python, ascend_roots, nproc, nnodes, comm, backend, comm_timeout,
+             log_files, import_torch, fmt, verbose, strict, debug):
+    from titan_doctor.diagnose import registry
+    from titan_doctor.diagnose.context import Context
+    from titan_doctor.diagnose.runner import run_checks
+
+    if list_checks:
+        for c in registry.CHECKS:
+            tag = " (slow: --comm)" if c.slow else (" (--log PATH)" if c.logs else "")
+            click.echo(f"{c.id:<20} {c.title}{tag}")
+        return
+    bad = registry.unknown(list(check_ids))
+    if bad:
+        raise click.UsageError(f"unknown check id(s): {', '.join(bad)} (see --list-checks)")
+    checks = registry.select(list(check_ids), comm=comm, logs=bool(log_files))
+    if any(c.logs for c in checks) and not log_files:
+        raise click.UsageError("the log check needs --log PATH")
+    ctx = Context(ascend_roots=list(ascend_roots) or None, nproc=nproc, nnodes=nnodes, backend=backend,
+                  comm_timeout=comm_timeout, logs=list(log_files), import_torch=import_torch)
+    if python:
+        ctx.python = python
+    try:
+        findings = run_checks(checks, ctx, debug=debug)
+    except knowledge.KnowledgeError as e:
+        click.echo(f"titan-doctor: {e}", err=True)
+        sys.exit(EXIT_USAGE)
+    if fmt == "json":
+        click.echo(to_checks_json(findings, summary=summary_line(findings)))
+    else:
+        click.echo(render_checks(findings, unicode=use_unicode(), verbose=verbose))
+        click.echo("\n" + summary_line(findings))
+    sys.exit(exit_code(findings, strict=strict))

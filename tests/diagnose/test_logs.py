@@ -1,0 +1,198 @@
+"""The crash-log explainer on logs made of real error lines (sources in
+rules/log_signatures.toml)."""
+import json
+
+import pytest
+
+from titan_doctor.diagnose import logs
+from titan_doctor.findings import Status
+
+from .conftest import run_cli
+
+EJ0001_LOG = """\
+[rank3]: Traceback (most recent call last):
+[rank3]:   File "/home/u/train.py", line 14, in <module>
+[rank3]:     dist.barrier()
+[rank3]: RuntimeError: [ERROR] HCCL error in: torch_npu/csrc/distributed/ProcessGroupHCCL.cpp:64
+[rank3]: [ERROR] 2024-05-21-11:57:54 (PID:927000, Device:3, RankID:3) ERR02200 DIST call hccl api failed.
+[rank3]: EJ0001: 2024-05-21-11:57:54.167.645 Failed to initialize the HCCP process. Reason: Maybe the last training process is running.
+[rank3]:         Solution: Wait for 10s after killing the last training process and try again.
+"""
+
+EI0006_LOG = """\
+[rank1]:     work = group.allreduce([tensor], opts)
+[rank1]: RuntimeError: InnerRunOpApi:torch_npu/csrc/framework/OpParamMaker.cpp:281 OPS function error: HcclAllreduce, error code is 6
+[rank1]: [ERROR] 2025-04-08-18:07:20 (PID:1292363, Device:1, RankID:1) ERR01100 OPS call acl api failed.
+[rank1]: EI0006: [PID: 1292363] 2025-04-08-18:07:20.444.436 Getting socket times out. Reason: Remote Rank did not send the data in time. Please check the reason for the rank being stuck
+"""
+
+EI0002_LOG = """\
+[ERROR] 2025-10-11-15:09:34 (PID:2969, Device:0, RankID:101) ERR00100 PTA call acl api failed.
+EI0002: [PID: 2969] 2025-10-11-15:09:34.713.335 The wait execution of the Notify register times out. Reason: The Notify register has not received the Notify record from remote rank: [24].
+RuntimeError: ACL stream synchronize failed.
+EI9999: Inner Error!
+EI9999: 2024-10-21-10:42:00.358.410  The error from device(chipId:3, dieId:0), serial number is 9, hccl fftsplus task timeout occurred during task execution
+"""
+
+NPU_OOM = ("RuntimeError: NPU out of memory. Tried to allocate 5.03 GiB (NPU 3; 60.96 GiB total capacity; "
+           "49.47 GiB already allocated; 49.47 GiB current active; 1.32 GiB free; 57.55 GiB reserved in total "
+           "by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.")
+CUDA_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.00 MiB. GPU 0 has a total capacity "
+            "of 23.65 GiB of which 11.06 MiB is free. Including non-PyTorch memory, this process has 23.60 GiB "
+            "memory in use. Of the allocated memory 22.90 GiB is allocated by PyTorch, and 194.87 MiB is reserved "
+            "by PyTorch but unallocated.")
+
+
+def explain(tmp_path, text, name="train.log"):
+    p = tmp_path / name
+    p.write_text(text)
+    return logs.explain([p])
+
+
+def test_ej0001_is_root_cause_before_its_wrappers(tmp_path):
+    fs = explain(tmp_path, EJ0001_LOG)
+    ids = [f.data["signature"] for f in fs]
+    assert ids[0] == "hccl.EJ0001"
+    assert set(ids) == {"hccl.EJ0001", "hccl.error_code", "torch_npu.ERR02200"}
+    root = fs[0]
+    assert root.message.startswith("root cause: HCCL EJ0001") and root.line == 6 and root.data["rank"] == 3
+    assert "train.log:6 (rank 3)" in root.message and "kill" in root.fix
+
+
+def test_ei0006_with_err01100(tmp_path):
+    fs = explain(tmp_path, EI0006_LOG)
+    assert fs[0].data["signature"] == "hccl.EI0006" and fs[0].data["rank"] == 1 and fs[0].line == 4
+    assert "HCCL_CONNECT_TIMEOUT" in fs[0].fix
+    assert "torch_npu.ERR01100" in [f.data["signature"] for f in fs]
+
+
+def test_hccl_error_code_is_named(tmp_path):
+    line = ("[rank1]: RuntimeError: create_config:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:102 HCCL function "
+            "error: hcclCommInitRootInfoConfig(numRanks, &rootInfo, rank, config, &(comm->hcclComm_)), error code is 15\n")
+    (f,) = explain(tmp_path, line)
+    assert f.data["code"] == "15" and "HCCL_E_RUNTIME" in f.detail
+
+
+def test_ei0002_ranks_above_ei9999_and_err00100(tmp_path):
+    fs = explain(tmp_path, EI0002_LOG)
+    assert [f.data["signature"] for f in fs] == ["hccl.EI0002", "ascend.EI9999", "torch_npu.ERR00100"]
+    assert fs[0].data["rank"] == 101 or fs[0].data["rank"] is None   # RankID on the ERR line only
+    ei9999 = fs[1]
+    assert ei9999.data["count"] == 2 and ei9999.line == 4
+
+
+def test_npu_oom_figures(tmp_path):
+    (f,) = explain(tmp_path, NPU_OOM + "\n")
+    d = f.data
+    assert d["dev"] == "3" and d["requested"] == pytest.approx(5.03 * 2**30)
+    assert d["short_by"] == pytest.approx((5.03 - 1.32) * 2**30)
+    assert "short by 3.71 GiB" in f.detail
+    assert "49.47 GiB of 60.96 GiB already allocated (81%)" in f.detail
+    assert "8.08 GiB reserved but unused" in f.detail
+
+
+def test_cuda_oom_figures(tmp_path):
+    (f,) = explain(tmp_path, CUDA_OOM + "\n")
+    assert f.data["signature"] == "oom.cuda"
+    assert "short by 10.94 MiB" in f.detail and f.data["reserved"] == pytest.approx((22.90 * 1024 + 194.87) * 2**20)
+
+
+@pytest.mark.parametrize("line,sig", [
+    ("ImportError: libhccl.so: cannot open shared object file: No such file or directory", "import.cann_missing"),
+    ("ImportError: /usr/local/python3.10.14/lib/python3.10/site-packages/torch_npu/lib/libtorch_npu.so: undefined "
+     "symbol: _ZN3atb15CreateOperationINS_5infer14GroupTopkParamEEEiRKT_PPNS_9OperationE", "import.undefined_symbol"),
+    ("RuntimeError: Two accelerators cannot be used at the same time in PyTorch: npu and cuda. You can install the "
+     "cpu version of PyTorch to use your npu device", "import.two_accelerators"),
+    ("RuntimeError: Failed to load the backend extension: torch_npu. You can disable extension auto-loading with "
+     "TORCH_DEVICE_BACKEND_AUTOLOAD=0.", "import.autoload"),
+    ("RuntimeError: Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False. If you "
+     "are running on a CPU-only machine, please use torch.load with map_location=torch.device('cpu') to map your "
+     "storages to the CPU.", "ckpt.cuda_deserialize"),
+    ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+     "port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
+     "dist.address_in_use"),
+    ("RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo", "dist.premul_sum_gloo"),
+    ("RuntimeError: Distributed package doesn't have NCCL built in", "dist.no_nccl"),
+])
+def test_single_line_signatures(tmp_path, line, sig):
+    fs = explain(tmp_path, "some preamble\n" + line + "\n")
+    assert fs[0].data["signature"] == sig and fs[0].line == 2 and fs[0].status is Status.FAIL
+
+
+@pytest.mark.parametrize("line,prefix,origin", [
+    ('RuntimeError: Error(s) in loading state_dict for Transformer:\n\tMissing key(s) in state_dict: '
+     '"layers.0.attention.wq.weight", "layers.0.attention.wk.weight". Unexpected key(s) in state_dict: '
+     '"_orig_mod.layers.0.attention.wq.weight", "_orig_mod.layers.0.attention.wk.weight".', "_orig_mod.", "torch.compile"),
+    ('\tUnexpected key(s) in state_dict: "module.layers.0.feed_forward.w1.weight".', "module.", "DistributedDataParallel"),
+    ("KeyError: '_fsdp_wrapped_module.layers.0.attention_norm.weight'", "_fsdp_wrapped_module.", "FSDP1"),
+])
+def test_state_dict_prefixes(tmp_path, line, prefix, origin):
+    fs = explain(tmp_path, line + "\n")
+    f = fs[0]
+    assert prefix in f.data["prefixes"] and origin in f.detail
+    assert "consume_prefix_in_state_dict_if_present" in f.fix and prefix in f.fix
+
+
+def test_missing_keys_without_prefix_blames_config(tmp_path):
+    (f,) = explain(tmp_path, '\tMissing key(s) in state_dict: "layers.31.attention.wq.weight".\n')
+    assert f.data["prefixes"] == [] and "different model/config" in f.detail
+
+
+def test_store_ping_answered_by_another_service(tmp_path):
+    (f,) = explain(tmp_path, "torch.distributed.DistNetworkError: Ping failed, invalid value returned from server. "
+                             "Expected: 9168, Got: 1347703880\n")
+    assert f.data["signature"] == "dist.not_a_store" and f.data["answer"] == "HTTP"
+    assert "it answered 'HTTP'" in f.detail
+
+
+def test_several_rank_files_first_occurrence_and_ranks(tmp_path):
+    a = tmp_path / "rank0.log"
+    b = tmp_path / "rank1.log"
+    a.write_text("step 10 loss 2.1\n" + EI0006_LOG.replace("rank1", "rank0"))
+    b.write_text(EI0006_LOG)
+    fs = logs.explain([a, b])
+    ei = next(f for f in fs if f.data["signature"] == "hccl.EI0006")
+    assert ei.path == str(a) and ei.line == 5 and ei.data["ranks"] == [0, 1] and ei.data["count"] == 2
+
+
+def test_torchrun_error_json(tmp_path):
+    d = tmp_path / "attempt_0" / "2"
+    d.mkdir(parents=True)
+    err = {"message": {"message": "RuntimeError: Distributed package doesn't have NCCL built in",
+                       "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"train.py\", line 3\n"
+                                                     "RuntimeError: Distributed package doesn't have NCCL built in",
+                                     "timestamp": "1700000000"}}}
+    (d / "error.json").write_text(json.dumps(err))
+    fs = logs.explain([d / "error.json"])
+    assert fs[0].data["signature"] == "dist.no_nccl" and fs[0].data["rank"] == 2 and fs[0].data["count"] == 2
+
+
+def test_a_log_folder_is_scanned_for_every_rank(tmp_path):
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "rank0.log").write_text("step 1\n" + NPU_OOM.replace("NPU 3", "NPU 0") + "\n")
+    (tmp_path / "job" / "rank1.log").write_text(EJ0001_LOG.replace("rank3", "rank1"))
+    (tmp_path / "job" / "model.bin").write_bytes(b"\x00EJ0001")          # not a log: ignored
+    fs = logs.explain([tmp_path / "job"])
+    assert [f.data["signature"] for f in fs][:2] == ["hccl.EJ0001", "oom.npu"]
+    assert fs[0].path.endswith("rank1.log") and fs[0].data["rank"] == 1
+
+
+def test_unknown_log_says_so(tmp_path):
+    (f,) = explain(tmp_path, "step 1 loss 3.2\nstep 2 loss 3.1\nKilled\n")
+    assert f.status is Status.WARN and f.message == "no known signature in 1 file(s) (3 lines)"
+
+
+def test_cli_log_exit_codes_and_json(tmp_path):
+    bad = tmp_path / "bad.log"
+    bad.write_text(EJ0001_LOG)
+    p = run_cli("--log", str(bad), "--format", "json")
+    assert p.returncode == 1, p.stderr
+    rows = json.loads(p.stdout)["checks"]
+    assert rows[0]["id"] == "log.hccl.EJ0001" and rows[0]["location"] == f"{bad}:6"
+    assert set(rows[0]) >= {"id", "status", "title", "detail", "fix", "data"}
+    good = tmp_path / "good.log"
+    good.write_text("all fine\n")
+    p = run_cli("--log", str(good))
+    assert p.returncode == 0 and "no known signature" in p.stdout
+    p = run_cli("--log", str(tmp_path / "missing.log"))
+    assert p.returncode == 2 and "does not exist" in p.stderr and "Traceback" not in p.stderr
