@@ -2,8 +2,8 @@
 
 Prints one JSON object describing python / torch / torch_npu. Never raises: an import
 that fails is captured with its traceback text so the doctor can classify it. torch is
-only imported when there is something to learn from importing it (torch_npu installed,
-a CUDA build, or --import-torch), which keeps the default doctor run fast.
+imported unless --no-import-torch asks for its files only (and even then when torch_npu
+is installed or torch is a CUDA build: those need the import to be judged).
 """
 import json
 import os
@@ -81,7 +81,7 @@ def _error(exc_text):
 
 
 def main():
-    force_import = "--import-torch" in sys.argv
+    files_only = "--no-import-torch" in sys.argv
     out = {
         "python": {"version": platform.python_version(), "executable": sys.executable,
                    "implementation": platform.python_implementation()},
@@ -97,7 +97,7 @@ def main():
         out["torch_npu"].update(installed=True, location=npu_dir, dist_version=_dist_version("torch_npu"),
                                 autoload_entry=_autoload_entry())
     plain = _start_plain_import(out) if torch_dir else None
-    if torch_dir and (npu_dir or out["torch"].get("cuda") or out["torch"].get("hip") or force_import):
+    if torch_dir and (npu_dir or out["torch"].get("cuda") or out["torch"].get("hip") or not files_only):
         _import_and_count(out)
     _finish_plain_import(out, plain)
     print(json.dumps(out))

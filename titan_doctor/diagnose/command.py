@@ -50,7 +50,9 @@ with --strict), 2 usage error.
 @click.option("--log", "log_files", multiple=True, type=click.Path(exists=True, path_type=Path),
               help="Crash log, or a folder of logs / torchrun error.json files, to explain (repeatable); "
                    "runs only the explainer.")
-@click.option("--import-torch", is_flag=True, help="Always import torch in the probe (slower, stricter).")
+@click.option("--import-torch/--no-import-torch", default=True, show_default=True,
+              help="Import torch in the probe, which sees a torch that fails to import. "
+                   "--no-import-torch reads its version files only: faster, blind to import failures.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Show details of passing checks too.")
 @click.option("--strict", is_flag=True, help="Warnings also make the exit code 1.")

@@ -23,7 +23,7 @@ class Context:
     backend: str = "auto"
     comm_timeout: float = 60.0
     logs: list[Path] = field(default_factory=list)
-    import_torch: bool = False
+    import_torch: bool = True
     _probe: probe.Probe | None = None
 
     def start_probe(self) -> None:

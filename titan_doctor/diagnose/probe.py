@@ -18,14 +18,14 @@ SCRIPT = Path(__file__).with_name("_probe_script.py")
 class Probe:
     """A running probe; `result()` waits for it (bounded) and never raises."""
 
-    def __init__(self, python: str, env: dict[str, str], *, import_torch: bool = False,
+    def __init__(self, python: str, env: dict[str, str], *, import_torch: bool = True,
                  timeout: float = 120.0):
         self.python = python
         self.timeout = timeout
         child_env = dict(env)
         child_env["TD_USER_AUTOLOAD"] = env.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "")
         child_env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-        args = [python, str(SCRIPT)] + (["--import-torch"] if import_torch else [])
+        args = [python, str(SCRIPT)] + ([] if import_torch else ["--no-import-torch"])
         self._result: dict[str, Any] | None = None
         try:
             self._proc: subprocess.Popen | None = subprocess.Popen(

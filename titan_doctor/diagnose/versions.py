@@ -74,7 +74,7 @@ def check_torch(probe: Mapping[str, Any], pins: Mapping[str, Any]) -> list[Findi
                            fix="pip install 'torch==2.13.0' --index-url " + CPU_WHEEL_INDEX, data=data))
     else:
         how = ("imported in a subprocess" if t.get("imported") else
-               "read from torch/version.py without importing: nothing NPU/CUDA to load; --import-torch imports it")
+               "read from torch/version.py without importing (--no-import-torch)")
         out.append(Finding("versions.torch", Status.OK, f"torch {ver} ({build} build)", detail=how, data=data))
     return out
 
