@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper
 
 from titan_doctor.findings import Finding, Status
 from titan_doctor.migrate.rules import RuleSet, may_match
 from titan_doctor.migrate.textfiles import is_text_file, migrate_text
-from titan_doctor.migrate.transform import Migrator, add_torch_npu_import, collect_bindings
+from titan_doctor.migrate.transform import Migrator, add_torch_npu_import
 
 SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".tox",
              ".mypy_cache", ".pytest_cache", "site-packages", "build", "dist", ".eggs"}
@@ -56,11 +55,10 @@ def discover(paths: Iterable[Path], rules: RuleSet) -> Iterator[Path]:
 def migrate_python(data: bytes, rules: RuleSet, path: str) -> tuple[bytes, list[Finding]]:
     """(new bytes, findings) for one Python source; raises cst.ParserSyntaxError."""
     module = cst.parse_module(data)
-    bindings = collect_bindings(module)
-    migrator = Migrator(rules, path, bindings)
-    out = MetadataWrapper(module, unsafe_skip_copy=True).visit(migrator)
-    findings = migrator.findings
-    if migrator.needs_npu and not bindings.has_torch_npu and rules.add_import is not None:
+    migrator = Migrator(rules, path, data.decode(module.encoding, errors="replace"))
+    out = module.visit(migrator)
+    findings = migrator.finish()
+    if migrator.needs_npu and not migrator.scopes.has_torch_npu and rules.add_import is not None:
         out, index = add_torch_npu_import(out)
         line = sum(_line_count(out, s) for s in out.body[:index]) + len(out.header) + 1
         rule = rules.add_import

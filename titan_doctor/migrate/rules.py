@@ -68,7 +68,8 @@ class RuleSet:
     add_import: dict | None = None
     npu_names: frozenset = frozenset()
     npu_version: str = ""
-    markers: tuple[tuple[bytes, ...], ...] = ()
+    markers: tuple[tuple[str, ...], ...] = ()
+    marker_re: re.Pattern | None = None
     help: dict[str, str] = field(default_factory=dict)          # code -> one line
 
     def env_rule(self, name: str) -> dict | None:
@@ -146,18 +147,27 @@ def _marker(rule: dict) -> tuple[str, ...]:
     return ()
 
 
-def _minimal(markers: set[tuple[str, ...]]) -> tuple[tuple[bytes, ...], ...]:
+def _minimal(markers: set[tuple[str, ...]]) -> tuple[tuple[str, ...], ...]:
     """Drop conjunctions implied by a weaker one: (torch, cuda) is implied by (cuda,)."""
-    def implied(a, b):  # every word of b occurs inside some word of a
-        return all(any(w in x for x in a) for w in b)
+    def implied(a, b):  # every word of b is in a (a prefix word covers what it starts)
+        return all(any(x == w or (w.endswith("_") and x.startswith(w)) for x in a) for w in b)
     markers = {m for m in markers if m}
     keep = [a for a in markers if not any(b != a and implied(a, b) for b in markers)]
-    return tuple(sorted(tuple(w.encode() for w in a) for a in keep))
+    return tuple(sorted(keep))
+
+
+def _marker_regex(markers: tuple[tuple[str, ...], ...]) -> re.Pattern:
+    """One pass over a file finds which marker words occur as whole words (a name or
+    string token); a word ending in `_` is a prefix (NCCL_*)."""
+    words = sorted({w for conj in markers for w in conj}, key=len, reverse=True)
+    alts = [re.escape(w) + ("" if w.endswith("_") else r"(?![\w])") for w in words]
+    return re.compile(rb"(?<![\w])(?:" + "|".join(alts).encode() + rb")")
 
 
 def may_match(rs: "RuleSet", data: bytes) -> bool:
     """True when some rule could match this file's text; False means nothing to do."""
-    return any(all(w in data for w in conj) for conj in rs.markers)
+    found = {m.decode() for m in rs.marker_re.findall(data)}
+    return any(all(w in found for w in conj) for conj in rs.markers)
 
 
 def load_rules(extra: Iterable[Path | str] = (), select: Iterable[str] = (),
@@ -178,6 +188,7 @@ def load_rules(extra: Iterable[Path | str] = (), select: Iterable[str] = (),
             _index(rs, rule)
             markers.add(_marker(rule))
     rs.markers = _minimal(markers)
+    rs.marker_re = _marker_regex(rs.markers)
     return rs
 
 

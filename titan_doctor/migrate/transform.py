@@ -7,14 +7,14 @@ binding keeps its alias, and only the part of the chain that names CUDA changes.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
-from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import PositionProvider, QualifiedNameProvider, QualifiedNameSource
 
 from titan_doctor.findings import Finding, Status
 from titan_doctor.migrate.rules import RuleSet
+from titan_doctor.migrate.scopes import Scopes, full_name
 
 DEVICE_RE = re.compile(r"^cuda(:\d+)?$")
 FSTRING_DEVICE_RE = re.compile(r"^cuda(:|$)")
@@ -64,99 +64,179 @@ def import_module_path(parts: list[str]) -> list[str]:
     return parts
 
 
-@dataclass
-class Bindings:
-    """Import bindings of a module: local name -> (imported qualified name, aliased)."""
-
-    names: dict[str, tuple[str, bool]] = field(default_factory=dict)
-    torch_alias: str | None = None
-    has_torch_npu: bool = False
-
-
-class _BindingCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.b = Bindings()
-        self.depth = 0
-
-    def visit_FunctionDef(self, node) -> None:
-        self.depth += 1
-
-    def leave_FunctionDef(self, node) -> None:
-        self.depth -= 1
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        for a in node.names:
-            full = cst.helpers.get_full_name_for_node(a.name) or ""
-            if full.split(".")[0] == "torch_npu" and self.depth == 0:
-                self.b.has_torch_npu = True
-            if a.asname is not None:
-                local = cst.helpers.get_full_name_for_node(a.asname.name)
-                self.b.names[local] = (full, True)
-                if full == "torch":
-                    self.b.torch_alias = self.b.torch_alias or local
-            else:
-                root = full.split(".")[0]
-                self.b.names[root] = (root, False)
-                if root == "torch":
-                    self.b.torch_alias = self.b.torch_alias or "torch"
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        if node.relative or node.module is None:
-            return False
-        module = cst.helpers.get_full_name_for_node(node.module) or ""
-        if module.split(".")[0] == "torch_npu" and self.depth == 0:
-            self.b.has_torch_npu = True
-        if isinstance(node.names, cst.ImportStar):
-            return False
-        for a in node.names:
-            name = cst.helpers.get_full_name_for_node(a.name)
-            local = cst.helpers.get_full_name_for_node(a.asname.name) if a.asname else name
-            self.b.names[local] = (f"{module}.{name}", a.asname is not None)
-        return False
-
-
-def collect_bindings(module: cst.Module) -> Bindings:
-    c = _BindingCollector()
-    module.visit(c)
-    return c.b
-
-
 class Migrator(cst.CSTTransformer):
-    """Applies a RuleSet to one module; `findings` and `needs_npu` are read afterwards."""
+    """Applies a RuleSet to one module; `findings` and `needs_npu` are read afterwards.
 
-    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
+    One pass, no libcst metadata (see scopes.py for why): bindings come from `Scopes`,
+    lines from counting Newline tokens as the walk passes them, columns from finding the
+    node's text on that line of the source.
+    """
 
-    def __init__(self, rules: RuleSet, path: str, bindings: Bindings) -> None:
+    def __init__(self, rules: RuleSet, path: str, source: str) -> None:
         super().__init__()
-        self.rules, self.path, self.b = rules, path, bindings
+        self.rules, self.path = rules, path
+        self.scopes = Scopes()
         self.findings: list[Finding] = []
         self.needs_npu = False
+        self._source_lines = source.splitlines()
+        self._line = 1
+        self._lines: dict[int, int] = {}   # id(node) -> line where it starts
+        self._cols: dict[int, int] = {}    # line -> where the last column search ended
+        self._in_import = 0
         self._inner: set[int] = set()      # nodes inside a longer chain: the chain decides
         self._called: set[int] = set()     # attribute nodes that are the func of a call
         self._lits: dict[int, dict] = {}   # string nodes in a device/backend position
         self._reported: set[tuple] = set()
+        self._report_uses: dict[str, list[int]] = {}  # report rule -> [finding index, more]
 
-    # -- helpers ---------------------------------------------------------------------------
+    # -- positions --------------------------------------------------------------------------
+    def visit_Newline(self, node: cst.Newline) -> None:
+        self._line += 1
+
+    def visit_SimpleWhitespace(self, node: cst.SimpleWhitespace) -> None:
+        self._line += node.value.count("\n")  # backslash continuations
+
+    def visit_FormattedStringText(self, node: cst.FormattedStringText) -> None:
+        self._line += node.value.count("\n")
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.Name, cst.Attribute, cst.SimpleString, cst.FormattedString,
+                             cst.ImportAlias)):
+            self._lines[id(node)] = self._line
+            if isinstance(node, cst.SimpleString):
+                self._line += node.value.count("\n")  # triple-quoted strings
+        return super().on_visit(node)
+
+    def _position(self, node: cst.CSTNode) -> tuple[int, int]:
+        line = self._lines.get(id(node), self._line)
+        text = _anchor(node)
+        src = self._source_lines[line - 1] if 0 < line <= len(self._source_lines) else ""
+        start = self._cols.get(line, 0)
+        col = src.find(text, start) if text else -1
+        if col < 0 and text:
+            col = src.find(text)
+        if col >= 0:
+            self._cols[line] = col + 1
+            col += text.startswith(".")
+        return line, max(col, 0) + 1
+
+    # -- scopes -----------------------------------------------------------------------------
+    def visit_Import(self, node: cst.Import) -> None:
+        self.scopes.bind_import(node)
+        self._in_import += 1
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.scopes.bind_import(node)
+        self._in_import += 1
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.bind(node.name.value)
+        self.scopes.push("function")
+        self.scopes.bind_params(node.params)
+
+    def leave_FunctionDef(self, original, updated):
+        self.scopes.pop()
+        return updated
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        self.scopes.push("function")
+        self.scopes.bind_params(node.params)
+
+    def leave_Lambda(self, original, updated):
+        self.scopes.pop()
+        return updated
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.scopes.bind(node.name.value)
+        self.scopes.push("class")
+
+    def leave_ClassDef(self, original, updated):
+        self.scopes.pop()
+        return updated
+
+    def _push_comp(self, node) -> None:
+        self.scopes.push("comprehension")
+
+    def _pop_comp(self, original, updated):
+        self.scopes.pop()
+        return updated
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _push_comp
+    leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _pop_comp
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self.scopes.bind_target(node.target)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            self.scopes.bind_target(t.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self.scopes.bind_target(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.scopes.bind_target(node.target)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self.scopes.bind_target(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self.scopes.bind_target(node.target)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self.scopes.bind_target(node.asname.name)
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        if node.name is not None:
+            self.scopes.bind_target(node.name.name)
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.scopes.declare_global(node.names)
+
+    # -- helpers ----------------------------------------------------------------------------
     def _qname(self, node: cst.CSTNode) -> str | None:
-        names = self.get_metadata(QualifiedNameProvider, node, set())
-        found = sorted(q.name for q in names
-                       if q.source is QualifiedNameSource.IMPORT and not q.name.startswith("."))
-        return found[0] if found else None
+        """The qualified name a Name-rooted chain stands for, through its import binding."""
+        spelled = dotted(node)
+        if spelled is None:
+            return None
+        binding = self.scopes.lookup(spelled[0])
+        if binding is None:
+            return None
+        return ".".join([binding[0], *spelled[1:]])
 
     def _add(self, rule: dict, status: Status, node: cst.CSTNode, message: str,
              fix: str | None = None, code: str | None = None) -> None:
-        pos = self.get_metadata(PositionProvider, node).start
+        line, col = self._position(node)
         code = code or rule["code"]
         if status is Status.MANUAL:
-            key = (code, pos.line, message)
+            key = (code, line, message)
             if key in self._reported:
                 return
             self._reported.add(key)
         self.findings.append(Finding(
             code=code, status=status, message=message,
             fix=rule.get("fix", "") if fix is None else fix,
-            path=self.path, line=pos.line, col=pos.column + 1))
+            path=self.path, line=line, col=col))
+
+    def _report_once(self, rule: dict, node: cst.CSTNode, qname: str) -> None:
+        """A report rule speaks once per file (at its first use), counting the rest:
+        a Triton kernel file is one job for a person, not four hundred."""
+        key = rule.get("match") or rule.get("old")
+        if key in self._report_uses:
+            self._report_uses[key][1] += 1
+            return
+        self._add(rule, Status.MANUAL, node, self._msg(rule, qname))
+        self._report_uses[key] = [len(self.findings) - 1, 0]
+
+    def finish(self) -> list[Finding]:
+        """The findings, with "(+N more uses)" on report rules that fired repeatedly."""
+        out = list(self.findings)
+        for index, more in self._report_uses.values():
+            if more:
+                f = out[index]
+                out[index] = dataclasses.replace(f, message=f"{f.message} (+{more} more in this file)")
+        return out
 
     def _msg(self, rule: dict, old: str, new: str = "", key: str = "message") -> str:
         return rule[key].format(old=old, new=new, version=self.rules.npu_version)
@@ -171,12 +251,6 @@ class Migrator(cst.CSTTransformer):
                   fix=rule.get("gate_fix", ""), code=rule["gate_code"])
 
     # -- marking pass (pre-order) -----------------------------------------------------------
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
-
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if isinstance(node.value, (cst.Attribute, cst.Name)):
             self._inner.add(id(node.value))
@@ -282,12 +356,12 @@ class Migrator(cst.CSTTransformer):
 
     # -- names ------------------------------------------------------------------------------
     def leave_Name(self, original: cst.Name, updated: cst.Name):
-        if id(original) in self._inner:
+        if id(original) in self._inner or self._in_import:
             return updated
         return self._chain(original, updated)
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute):
-        if id(original) in self._inner:
+        if id(original) in self._inner or self._in_import:
             return updated
         out = self._chain(original, updated)
         if out is updated:
@@ -318,7 +392,7 @@ class Migrator(cst.CSTTransformer):
         if len(spelled) > len(qparts):
             return updated
         if rule["kind"] == "report":
-            self._add(rule, Status.MANUAL, original, self._msg(rule, q))
+            self._report_once(rule, original, q)
             return updated
         if self._gate_miss(rule, qparts, k):
             self._report_gate(rule, original, qparts, k)
@@ -330,7 +404,7 @@ class Migrator(cst.CSTTransformer):
         if k <= p_len:
             # the CUDA part is inside the import binding: the import is rewritten; the use
             # changes only when an unaliased binding's own name changes (cuda -> npu)
-            local, aliased = self.b.names.get(spelled[0], (None, True))
+            aliased = (self.scopes.lookup(spelled[0]) or ("", True))[1]
             new_root = (rule["new"].split(".") + qparts[k:p_len])[-1]
             if aliased or new_root == qparts[p_len - 1]:
                 return updated
@@ -342,10 +416,10 @@ class Migrator(cst.CSTTransformer):
         elif new_full[0] == "torch_npu":
             new_spelled = new_full
         elif new_full[:2] == ["torch", "npu"]:
-            new_spelled = ([self.b.torch_alias] + new_full[1:] if self.b.torch_alias
+            new_spelled = ([self.scopes.torch_alias] + new_full[1:] if self.scopes.torch_alias
                            else ["torch_npu"] + new_full[1:])
-        elif new_full[0] == "torch" and self.b.torch_alias:
-            new_spelled = [self.b.torch_alias] + new_full[1:]
+        elif new_full[0] == "torch" and self.scopes.torch_alias:
+            new_spelled = [self.scopes.torch_alias] + new_full[1:]
         else:
             self._add(rule, Status.MANUAL, original, msg + " (no torch binding here: change by hand)")
             return updated
@@ -355,24 +429,26 @@ class Migrator(cst.CSTTransformer):
 
     # -- imports ----------------------------------------------------------------------------
     def leave_Import(self, original: cst.Import, updated: cst.Import):
-        names = []
-        for alias in updated.names:
-            full = cst.helpers.get_full_name_for_node(alias.name) or ""
-            new = self._import_target(full, alias, original)
+        self._in_import -= 1
+        names, changed = [], False
+        for orig, alias in zip(original.names, updated.names):
+            new = self._import_target(full_name(alias.name), orig, original)
             if new is not None and alias.asname is not None:
                 alias = alias.with_changes(name=build_dotted(import_module_path(new)))
+                changed = True
             names.append(alias)
-        return updated.with_changes(names=names)
+        return updated.with_changes(names=names) if changed else updated
 
     def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom):
+        self._in_import -= 1
         if updated.relative or updated.module is None or isinstance(updated.names, cst.ImportStar):
             return updated
-        module = cst.helpers.get_full_name_for_node(updated.module) or ""
+        module = full_name(updated.module)
         groups: dict[str, list[cst.ImportAlias]] = {}
         changed = False
-        for alias in updated.names:
-            name = cst.helpers.get_full_name_for_node(alias.name)
-            new = self._import_target(f"{module}.{name}", alias, original)
+        for orig, alias in zip(original.names, updated.names):
+            name = full_name(alias.name)
+            new = self._import_target(f"{module}.{name}", orig, original)
             if new is None:
                 groups.setdefault(module, []).append(alias)
                 continue
@@ -395,7 +471,7 @@ class Migrator(cst.CSTTransformer):
         rule, k = hit
         parts = full.split(".")
         if rule["kind"] == "report":
-            self._add(rule, Status.MANUAL, alias, self._msg(rule, full))
+            self._report_once(rule, alias, full)
             return None
         if self._gate_miss(rule, parts, k):
             self._report_gate(rule, alias, parts, k)
@@ -407,6 +483,20 @@ class Migrator(cst.CSTTransformer):
         self._add(rule, status, alias, self._msg(rule, full, ".".join(new)))
         self.needs_npu = True
         return new
+
+
+def _anchor(node: cst.CSTNode) -> str:
+    """Text to look for on the node's line to find its column."""
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        parts = dotted(node)
+        return ".".join(parts) if parts else ("." + node.attr.value if isinstance(node, cst.Attribute) else "")
+    if isinstance(node, cst.SimpleString):
+        return node.value.split("\n")[0]
+    if isinstance(node, cst.FormattedString):
+        return node.start
+    if isinstance(node, cst.ImportAlias):
+        return full_name(node.name)
+    return ""
 
 
 def _operand_name(node: cst.BaseExpression) -> str | None:
@@ -445,20 +535,20 @@ def add_torch_npu_import(module: cst.Module) -> tuple[cst.Module, int]:
 def _imports_npu(stmt) -> bool:
     """An import that needs torch_npu loaded first (torch.npu / `from torch import npu`)."""
     if isinstance(stmt, cst.Import):
-        return any((cst.helpers.get_full_name_for_node(a.name) or "").startswith("torch.npu")
+        return any((full_name(a.name)).startswith("torch.npu")
                    for a in stmt.names)
     if stmt.relative or stmt.module is None:
         return False
-    module = cst.helpers.get_full_name_for_node(stmt.module) or ""
+    module = full_name(stmt.module)
     names = [] if isinstance(stmt.names, cst.ImportStar) else [
-        cst.helpers.get_full_name_for_node(a.name) for a in stmt.names]
+        full_name(a.name) for a in stmt.names]
     return module.startswith("torch.npu") or (module == "torch" and "npu" in names)
 
 
 def _imports_torch(stmt) -> bool:
     if isinstance(stmt, cst.Import):
-        return any((cst.helpers.get_full_name_for_node(a.name) or "").split(".")[0] == "torch"
+        return any((full_name(a.name)).split(".")[0] == "torch"
                    for a in stmt.names)
     if stmt.relative or stmt.module is None:
         return False
-    return (cst.helpers.get_full_name_for_node(stmt.module) or "").split(".")[0] == "torch"
+    return (full_name(stmt.module)).split(".")[0] == "torch"
