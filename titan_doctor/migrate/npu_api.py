@@ -45,19 +45,42 @@ def _literal_all(tree: ast.Module) -> list[str]:
     return []
 
 
+def _bindings(tree: ast.Module) -> set[str]:
+    """Top-level names a module defines or imports by name (not `import x` modules)."""
+    out: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.ImportFrom):
+            out.update(a.asname or a.name for a in node.names if a.name != "*")
+    return out
+
+
 def provided_names(sources: dict[str, str], module: str = "torch_npu.npu") -> list[str]:
-    """Public names of `module` (torch.npu is torch_npu.npu): __all__ plus submodules."""
+    """Names of `module` (torch.npu is torch_npu.npu): __all__, top-level definitions
+    (private ones too: people call torch.cuda.memory._record_memory_history) and
+    submodules."""
     path = _module_file(sources, module)
     if path is None:
         raise ValueError(f"{module} not found in the wheel")
-    names = set(_literal_all(ast.parse(sources[path])))
+    tree = ast.parse(sources[path])
+    names = set(_literal_all(tree)) | _bindings(tree)
+    names.update(submodules(sources, module))
+    return sorted(n for n in names if not n.startswith("__"))
+
+
+def submodules(sources: dict[str, str], module: str = "torch_npu.npu") -> list[str]:
     prefix = module.replace(".", "/") + "/"
+    subs = set()
     for p in sources:
         if p.startswith(prefix):
             child = p[len(prefix):].split("/")[0].removesuffix(".py")
-            if child and not child.startswith("_"):
-                names.add(child)
-    return sorted(names)
+            if child and child != "__init__" and not child.startswith("_"):
+                subs.add(child)
+    return sorted(subs)
 
 
 def _absolute(module: str, level: int, target: str | None, is_pkg: bool) -> str:
@@ -139,17 +162,26 @@ def _resolve_in(sources: dict[str, str], module: str, rest: list[str], depth: in
 
 
 def render_toml(sources: dict[str, str], version: str) -> str:
-    names = provided_names(sources)
-    body = ",\n".join(f'    "{n}"' for n in names)
-    return (
-        "# Names torch.npu provides (torch.npu is torch_npu.npu), read statically from the\n"
-        f"# torch_npu {version} wheel. Regenerate: python -m titan_doctor.migrate.npu_api WHEEL\n"
-        "[torch_npu]\n"
-        f'version = "{version}"\n'
-        f'source = "torch_npu {version} wheel (PyPI): torch_npu/npu/__init__.py __all__ + '
-        'public submodules of torch_npu/npu/"\n'
-        f"npu = [\n{body},\n]\n"
-    )
+    def listing(names):
+        return "[\n" + "".join(f'    "{n}",\n' for n in names) + "]"
+
+    lines = [
+        "# Names torch.npu provides (torch.npu is torch_npu.npu), read statically from the",
+        f"# torch_npu {version} wheel. Regenerate: python -m titan_doctor.migrate.npu_api WHEEL",
+        "[torch_npu]",
+        f'version = "{version}"',
+        f'source = "torch_npu {version} wheel (PyPI): torch_npu/npu/__init__.py (__all__, '
+        'top-level definitions) and its public submodules"',
+        f"npu = {listing(provided_names(sources))}",
+        "",
+        "# torch.npu.<submodule>.<name>",
+        "[torch_npu.submodules]",
+    ]
+    for sub in submodules(sources):
+        module = f"torch_npu.npu.{sub}"
+        if _module_file(sources, module):
+            lines.append(f"{sub} = {listing(provided_names(sources, module))}")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str]) -> int:

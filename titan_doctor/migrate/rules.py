@@ -67,6 +67,7 @@ class RuleSet:
     files: dict[str, dict] = field(default_factory=dict)        # suffix -> rule
     add_import: dict | None = None
     npu_names: frozenset = frozenset()
+    npu_submodules: dict[str, frozenset] = field(default_factory=dict)
     npu_version: str = ""
     markers: tuple[tuple[str, ...], ...] = ()
     marker_re: re.Pattern | None = None
@@ -174,7 +175,8 @@ def load_rules(extra: Iterable[Path | str] = (), select: Iterable[str] = (),
                ignore: Iterable[str] = ()) -> RuleSet:
     """Built-in rules, then each `--rules FILE` (later entries win on the same name)."""
     api = load_toml(rules_dir() / "migrate" / NPU_API_FILE).get("torch_npu", {})
-    rs = RuleSet(npu_names=frozenset(api.get("npu", [])), npu_version=api.get("version", "?"))
+    rs = RuleSet(npu_names=frozenset(api.get("npu", [])), npu_version=api.get("version", "?"),
+                 npu_submodules={k: frozenset(v) for k, v in api.get("submodules", {}).items()})
     markers: set[tuple[str, ...]] = set()
     for path in [*builtin_files(), *map(Path, extra)]:
         data = load_toml(Path(path))

@@ -241,12 +241,21 @@ class Migrator(cst.CSTTransformer):
     def _msg(self, rule: dict, old: str, new: str = "", key: str = "message") -> str:
         return rule[key].format(old=old, new=new, version=self.rules.npu_version)
 
-    def _gate_miss(self, rule: dict, qparts: list[str], k: int) -> bool:
-        return (rule.get("gate") == "npu" and len(qparts) > k
-                and qparts[k] not in self.rules.npu_names)
+    def _gate_miss(self, rule: dict, qparts: list[str], k: int) -> int:
+        """How many names past the rule's `old` torch_npu lacks a counterpart for
+        (0: provided). torch.cuda.memory.x is checked against torch.npu.memory too."""
+        if rule.get("gate") != "npu" or len(qparts) <= k:
+            return 0
+        if qparts[k] not in self.rules.npu_names:
+            return 1
+        sub = self.rules.npu_submodules.get(qparts[k])
+        if sub is not None and len(qparts) > k + 1 and qparts[k + 1] not in sub:
+            return 2
+        return 0
 
-    def _report_gate(self, rule: dict, node: cst.CSTNode, qparts: list[str], k: int) -> None:
-        old = ".".join(qparts[:k + 1])
+    def _report_gate(self, rule: dict, node: cst.CSTNode, qparts: list[str], k: int,
+                     depth: int) -> None:
+        old = ".".join(qparts[:k + depth])
         self._add(rule, Status.MANUAL, node, self._msg(rule, old, key="gate_message"),
                   fix=rule.get("gate_fix", ""), code=rule["gate_code"])
 
@@ -394,8 +403,9 @@ class Migrator(cst.CSTTransformer):
         if rule["kind"] == "report":
             self._report_once(rule, original, q)
             return updated
-        if self._gate_miss(rule, qparts, k):
-            self._report_gate(rule, original, qparts, k)
+        miss = self._gate_miss(rule, qparts, k)
+        if miss:
+            self._report_gate(rule, original, qparts, k, miss)
             return updated
         p_len = len(qparts) - len(spelled) + 1  # components the root name stands for
         new_full = rule["new"].split(".") + qparts[k:]
@@ -428,6 +438,20 @@ class Migrator(cst.CSTTransformer):
         return build_dotted(new_spelled)
 
     # -- imports ----------------------------------------------------------------------------
+    def leave_SimpleStatementLine(self, original, updated):
+        """An import split by module (`from torch.cuda import a, b` where only `a` has an
+        NPU counterpart) goes on separate lines, not `;`-joined."""
+        if len(original.body) != 1 or len(updated.body) == 1:
+            return updated
+        stmts = updated.body
+        return cst.FlattenSentinel([
+            cst.SimpleStatementLine(
+                body=[stmt.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)],
+                leading_lines=updated.leading_lines if i == 0 else (),
+                trailing_whitespace=(updated.trailing_whitespace if i == len(stmts) - 1
+                                     else cst.TrailingWhitespace()))
+            for i, stmt in enumerate(stmts)])
+
     def leave_Import(self, original: cst.Import, updated: cst.Import):
         self._in_import -= 1
         names, changed = [], False
@@ -471,10 +495,14 @@ class Migrator(cst.CSTTransformer):
         rule, k = hit
         parts = full.split(".")
         if rule["kind"] == "report":
-            self._report_once(rule, alias, full)
+            # a third-party import fails on an NPU host by itself; torch's own names are
+            # harmless to import and are reported where they are used
+            if parts[0] != "torch":
+                self._report_once(rule, alias, full)
             return None
-        if self._gate_miss(rule, parts, k):
-            self._report_gate(rule, alias, parts, k)
+        miss = self._gate_miss(rule, parts, k)
+        if miss:
+            self._report_gate(rule, alias, parts, k, miss)
             return None
         if isinstance(stmt, cst.Import) and alias.asname is None:
             return None  # `import torch.cuda` binds `torch`: the uses are rewritten instead
