@@ -25,7 +25,7 @@ def _codes(values: tuple[str, ...]) -> list[str]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff; write nothing.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if any file would change.")
 @click.option("--output", "-o", type=click.Path(path_type=Path),
@@ -97,6 +97,8 @@ def _run(paths, show_diff, check, output, allow_dirty, jobs, fmt, select, ignore
         for c, msg in sorted(rules.help.items()):
             click.echo(f"{c}  {msg}")
         return EXIT_OK
+    if not paths:
+        raise MigrateError("give at least one PATH (file or folder) to migrate")
     if output is not None and (show_diff or check):
         raise MigrateError("--output cannot be combined with --diff or --check")
     if output is not None and any(output.resolve() == p.resolve() or
@@ -123,7 +125,7 @@ def _run(paths, show_diff, check, output, allow_dirty, jobs, fmt, select, ignore
     findings = sorted((f for r in results for f in r.findings),
                       key=lambda f: (f.path or "", f.line or 0, f.col or 0, f.code))
     diffs = [_diff(r) for r in changed] if show_diff else []
-    _report(fmt, findings, results, engine, diffs, writes, output)
+    _report(fmt, findings, results, engine, diffs, writes, output, rules.help)
     status = exit_code(findings)
     if (check or show_diff) and changed:
         status = EXIT_FINDINGS
@@ -179,7 +181,7 @@ def _file_counts(engine, results) -> dict[str, int]:
     return {s: sum(r.state == s for r in results) for s in states}
 
 
-def _report(fmt, findings: list[Finding], results, engine, diffs, writes, output) -> None:
+def _report(fmt, findings: list[Finding], results, engine, diffs, writes, output, helps) -> None:
     counts = _file_counts(engine, results)
     if fmt == "json":
         click.echo(to_json(findings, files=counts,
@@ -187,8 +189,6 @@ def _report(fmt, findings: list[Finding], results, engine, diffs, writes, output
                            diff="".join(diffs) if diffs else None))
         return
     if fmt == "sarif":
-        from titan_doctor.migrate.rules import load_rules  # noqa: F401 (help texts below)
-        helps = {f.code: f.message for f in findings}
         click.echo(to_sarif(findings, tool="titan-doctor migrate", version=__version__,
                             rule_help=helps))
         return

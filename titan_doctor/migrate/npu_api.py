@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -24,6 +25,18 @@ def wheel_sources(wheel: Path) -> dict[str, str]:
     with zipfile.ZipFile(wheel) as zf:
         return {n: zf.read(n).decode("utf-8", "replace") for n in zf.namelist()
                 if n.startswith(PACKAGE + "/") and n.endswith(".py")}
+
+
+def _parse(text: str) -> ast.Module:
+    with warnings.catch_warnings():  # the wheel's own invalid escapes are not our concern
+        warnings.simplefilter("ignore")
+        return ast.parse(text)
+
+
+def declared_all(sources: dict[str, str], module: str = "torch_npu.npu") -> list[str]:
+    """The module's literal __all__ (names it promises, some created by its C extension)."""
+    path = _module_file(sources, module)
+    return _literal_all(_parse(sources[path])) if path else []
 
 
 def _module_file(sources: dict[str, str], module: str) -> str | None:
@@ -66,7 +79,7 @@ def provided_names(sources: dict[str, str], module: str = "torch_npu.npu") -> li
     path = _module_file(sources, module)
     if path is None:
         raise ValueError(f"{module} not found in the wheel")
-    tree = ast.parse(sources[path])
+    tree = _parse(sources[path])
     names = set(_literal_all(tree)) | _bindings(tree)
     names.update(submodules(sources, module))
     return sorted(n for n in names if not n.startswith("__"))
@@ -120,7 +133,7 @@ def _resolve_in(sources: dict[str, str], module: str, rest: list[str], depth: in
         return False
     path = _module_file(sources, module)
     is_pkg = path.endswith("__init__.py")
-    tree = ast.parse(sources[path])
+    tree = _parse(sources[path])
     name, tail = rest[0], rest[1:]
     stars = []
     for node in tree.body:

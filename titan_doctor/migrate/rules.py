@@ -194,9 +194,23 @@ def load_rules(extra: Iterable[Path | str] = (), select: Iterable[str] = (),
     return rs
 
 
+def describe(rule: dict) -> str:
+    """One line for --list-rules and SARIF rule help."""
+    kind = rule["kind"]
+    if kind == "rename":
+        return f"{rule['old']} -> {rule['new']}"
+    literal = rule.get("literal")
+    old = rule.get("match") or rule.get("old") or repr(LITERAL_MARKERS.get(literal, ""))
+    new = rule.get("new") or repr({"device": "npu", "backend": "hccl"}.get(literal, ""))
+    return rule["message"].format(old=old, new=new, version="").strip()
+
+
 def _index(rs: RuleSet, rule: dict) -> None:
     kind = rule["kind"]
-    rs.help.setdefault(rule["code"], rule["message"].replace("{old}", "X").replace("{new}", "Y"))
+    rs.help.setdefault(rule["code"], describe(rule))
+    if rule.get("gate_code"):
+        rs.help.setdefault(rule["gate_code"], rule["gate_message"].format(
+            old=rule["old"] + ".<name>", version=rs.npu_version))
     if kind in ("rename", "report"):
         rs.names[rule.get("old") or rule["match"]] = rule
     elif kind == "literal_arg":
