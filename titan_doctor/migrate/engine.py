@@ -18,6 +18,7 @@ import libcst as cst
 
 from titan_doctor.findings import Finding, Status
 from titan_doctor.migrate.rules import RuleSet, may_match
+from titan_doctor.migrate.skipping import statement_map
 from titan_doctor.migrate.textfiles import is_text_file, migrate_text
 from titan_doctor.migrate.transform import Migrator, add_torch_npu_import
 
@@ -55,9 +56,12 @@ def discover(paths: Iterable[Path], rules: RuleSet) -> Iterator[Path]:
 def migrate_python(data: bytes, rules: RuleSet, path: str) -> tuple[bytes, list[Finding]]:
     """(new bytes, findings) for one Python source; raises cst.ParserSyntaxError."""
     module = cst.parse_module(data)
-    migrator = Migrator(rules, path, data.decode(module.encoding, errors="replace"))
+    migrator = Migrator(rules, path, data.decode(module.encoding, errors="replace"),
+                        statement_map(data, rules))
     out = module.visit(migrator)
     findings = migrator.finish()
+    if not migrator.changed:
+        return data, findings
     if migrator.needs_npu and not migrator.scopes.has_torch_npu and rules.add_import is not None:
         out, index = add_torch_npu_import(out)
         line = sum(_line_count(out, s) for s in out.body[:index]) + len(out.header) + 1

@@ -71,6 +71,8 @@ class RuleSet:
     npu_version: str = ""
     markers: tuple[tuple[str, ...], ...] = ()
     marker_re: re.Pattern | None = None
+    line_re: re.Pattern | None = None       # last word of each marker: per-statement check
+    name_prefixes: frozenset = frozenset()  # every dotted prefix of a name rule's key
     help: dict[str, str] = field(default_factory=dict)          # code -> one line
 
     def env_rule(self, name: str) -> dict | None:
@@ -191,6 +193,9 @@ def load_rules(extra: Iterable[Path | str] = (), select: Iterable[str] = (),
             markers.add(_marker(rule))
     rs.markers = _minimal(markers)
     rs.marker_re = _marker_regex(rs.markers)
+    rs.line_re = _marker_regex(tuple((conj[-1],) for conj in markers if conj))
+    rs.name_prefixes = frozenset(".".join(k.split(".")[:i]) for k in rs.names
+                                 for i in range(1, k.count(".") + 2))
     return rs
 
 

@@ -79,29 +79,34 @@ class Scopes:
     def declare_global(self, names) -> None:
         self.stack[-1].globals.update(n.name.value for n in names)
 
-    def bind_import(self, node: cst.Import | cst.ImportFrom) -> None:
+    def bind_import(self, node: cst.Import | cst.ImportFrom) -> list[tuple[str, Binding]]:
+        """Bind the names an import statement defines; returns the import bindings made."""
+        made: list[tuple[str, Binding]] = []
         if isinstance(node, cst.Import):
             for a in node.names:
                 full = full_name(a.name)
                 self._note_module(full, a.asname)
                 if a.asname is not None:
-                    self.bind(full_name(a.asname.name), (full, True))
+                    made.append((full_name(a.asname.name), (full, True)))
                 else:
                     root = full.split(".")[0]
-                    self.bind(root, (root, False))
-            return
-        module = full_name(node.module) if node.module is not None else ""
-        if self.at_module and not node.relative and module.split(".")[0] == "torch_npu":
-            self.has_torch_npu = True
-        if isinstance(node.names, cst.ImportStar):
-            return
-        for a in node.names:
-            name = full_name(a.name)
-            local = full_name(a.asname.name) if a.asname else name
-            if node.relative:
-                self.bind(local)
-            else:
-                self.bind(local, (f"{module}.{name}", a.asname is not None))
+                    made.append((root, (root, False)))
+        else:
+            module = full_name(node.module) if node.module is not None else ""
+            if self.at_module and not node.relative and module.split(".")[0] == "torch_npu":
+                self.has_torch_npu = True
+            if isinstance(node.names, cst.ImportStar):
+                return []
+            for a in node.names:
+                name = full_name(a.name)
+                local = full_name(a.asname.name) if a.asname else name
+                if node.relative:
+                    self.bind(local)
+                else:
+                    made.append((local, (f"{module}.{name}", a.asname is not None)))
+        for local, binding in made:
+            self.bind(local, binding)
+        return made
 
     def _note_module(self, full: str, asname) -> None:
         if not self.at_module:

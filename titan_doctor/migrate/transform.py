@@ -15,6 +15,9 @@ import libcst as cst
 from titan_doctor.findings import Finding, Status
 from titan_doctor.migrate.rules import RuleSet
 from titan_doctor.migrate.scopes import Scopes, full_name
+from titan_doctor.migrate.skipping import Span, StatementMap
+
+_STATEMENTS = (cst.BaseSmallStatement, cst.BaseCompoundStatement)
 
 DEVICE_RE = re.compile(r"^cuda(:\d+)?$")
 FSTRING_DEVICE_RE = re.compile(r"^cuda(:|$)")
@@ -72,12 +75,16 @@ class Migrator(cst.CSTTransformer):
     node's text on that line of the source.
     """
 
-    def __init__(self, rules: RuleSet, path: str, source: str) -> None:
+    def __init__(self, rules: RuleSet, path: str, source: str,
+                 statements: StatementMap | None = None) -> None:
         super().__init__()
+        self._map = statements
+        self._skipped: dict[int, tuple[Span, bool]] = {}
         self.rules, self.path = rules, path
         self.scopes = Scopes()
         self.findings: list[Finding] = []
         self.needs_npu = False
+        self.changed = False  # set by every rewrite: an untouched module skips codegen
         self._source_lines = source.splitlines()
         self._line = 1
         self._lines: dict[int, int] = {}   # id(node) -> line where it starts
@@ -105,7 +112,26 @@ class Migrator(cst.CSTTransformer):
             self._lines[id(node)] = self._line
             if isinstance(node, cst.SimpleString):
                 self._line += node.value.count("\n")  # triple-quoted strings
+        elif self._map is not None and isinstance(node, _STATEMENTS):
+            span = self._map.take()
+            if span is not None:
+                small = isinstance(node, cst.BaseSmallStatement)
+                if small:
+                    self._line = span.start
+                if self._map.skippable(node, span):
+                    super().on_visit(node)  # binding hooks still run (defs, assignments)
+                    self._map.step_over(span)
+                    self._skipped[id(node)] = (span, small)
+                    return False
         return super().on_visit(node)
+
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):
+        skipped = self._skipped.pop(id(original), None)
+        result = super().on_leave(original, updated)
+        if skipped is not None:
+            span, small = skipped
+            self._line = span.end if small else span.end + 1
+        return result
 
     def _position(self, node: cst.CSTNode) -> tuple[int, int]:
         line = self._lines.get(id(node), self._line)
@@ -122,11 +148,15 @@ class Migrator(cst.CSTTransformer):
 
     # -- scopes -----------------------------------------------------------------------------
     def visit_Import(self, node: cst.Import) -> None:
-        self.scopes.bind_import(node)
-        self._in_import += 1
+        self._bind_import(node)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self.scopes.bind_import(node)
+        self._bind_import(node)
+
+    def _bind_import(self, node) -> None:
+        for local, binding in self.scopes.bind_import(node):
+            if self._map is not None:
+                self._map.note_binding(local, binding[0])
         self._in_import += 1
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -337,6 +367,7 @@ class Migrator(cst.CSTTransformer):
             return updated
         self._add(rule, Status.FIXED, original, self._msg(rule, repr(value), repr(new)))
         self.needs_npu |= npu
+        self.changed = True
         return updated.with_changes(value=original.value[:head] + new + original.value[-len(original.quote):])
 
     def leave_FormattedString(self, original: cst.FormattedString, updated: cst.FormattedString):
@@ -360,7 +391,7 @@ class Migrator(cst.CSTTransformer):
             return updated
         self._add(rule, Status.FIXED, original,
                   self._msg(rule, shown, cst.Module([]).code_for_node(new_node)))
-        self.needs_npu = True
+        self.needs_npu = self.changed = True
         return new_node
 
     # -- names ------------------------------------------------------------------------------
@@ -386,6 +417,7 @@ class Migrator(cst.CSTTransformer):
             return updated  # torch.cuda itself, not a tensor/module method
         self._add(rule, Status.FIXED, original.attr, self._msg(rule, rule["old"], rule["new"]))
         self.needs_npu = True
+        self.changed = True
         return updated.with_changes(attr=cst.Name(rule["new"]))
 
     def _chain(self, original, updated):
@@ -420,6 +452,7 @@ class Migrator(cst.CSTTransformer):
                 return updated
             self._add(rule, status, original, msg)
             self.needs_npu = True
+            self.changed = True
             return replace_root(updated, new_root)
         if new_full[:p_len] == qparts[:p_len]:
             new_spelled = [spelled[0]] + new_full[p_len:]
@@ -435,6 +468,7 @@ class Migrator(cst.CSTTransformer):
             return updated
         self._add(rule, status, original, msg)
         self.needs_npu = True
+        self.changed = True
         return build_dotted(new_spelled)
 
     # -- imports ----------------------------------------------------------------------------
@@ -461,6 +495,7 @@ class Migrator(cst.CSTTransformer):
                 alias = alias.with_changes(name=build_dotted(import_module_path(new)))
                 changed = True
             names.append(alias)
+        self.changed |= changed
         return updated.with_changes(names=names) if changed else updated
 
     def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom):
@@ -485,6 +520,7 @@ class Migrator(cst.CSTTransformer):
         for mod, aliases in groups.items():
             aliases = [*aliases[:-1], aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
             stmts.append(updated.with_changes(module=build_dotted(mod.split(".")), names=aliases))
+        self.changed = True
         return stmts[0] if len(stmts) == 1 else cst.FlattenSentinel(stmts)
 
     def _import_target(self, full: str, alias: cst.ImportAlias, stmt) -> list[str] | None:
