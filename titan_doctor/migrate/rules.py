@@ -167,6 +167,28 @@ def _marker_regex(markers: tuple[tuple[str, ...], ...]) -> re.Pattern:
     return re.compile(rb"(?<![\w])(?:" + "|".join(alts).encode() + rb")")
 
 
+def _line_regex(rs: "RuleSet") -> re.Pattern:
+    """What a statement's lines must contain for a rule to match inside it.
+
+    A use of a.b.c.d spells at least `c.d` (the binding names a prefix, the use the rest;
+    bindings at or below a rule's name are added per file, see skipping.note_binding), so
+    names give `c.d` pairs; literals, methods, env vars and text rules give words.
+    """
+    alts = set()
+    for key in rs.names:
+        parts = key.split(".")
+        if len(parts) == 1:
+            alts.add(re.escape(parts[0]) + r"(?![\w])")
+        else:
+            alts.add(re.escape(parts[-2]) + r"\s*\.\s*" + re.escape(parts[-1]) + r"(?![\w])")
+    words = {LITERAL_MARKERS[r["literal"]] for r in (*rs.literal_args, *rs.compares)}
+    words |= {LITERAL_MARKERS[k] for k in rs.ambiguous} | set(rs.methods)
+    words |= set(rs.env) | {p for p, _ in rs.env_families}
+    words |= {r["marker"] for _, r in rs.text}
+    alts |= {re.escape(w) + ("" if w.endswith("_") else r"(?![\w])") for w in words}
+    return re.compile(rb"(?<![\w])(?:" + "|".join(sorted(alts, key=len, reverse=True)).encode() + rb")")
+
+
 def may_match(rs: "RuleSet", data: bytes) -> bool:
     """True when some rule could match this file's text; False means nothing to do."""
     found = {m.decode() for m in rs.marker_re.findall(data)}
@@ -193,7 +215,7 @@ def load_rules(extra: Iterable[Path | str] = (), select: Iterable[str] = (),
             markers.add(_marker(rule))
     rs.markers = _minimal(markers)
     rs.marker_re = _marker_regex(rs.markers)
-    rs.line_re = _marker_regex(tuple((conj[-1],) for conj in markers if conj))
+    rs.line_re = _line_regex(rs)
     rs.name_prefixes = frozenset(".".join(k.split(".")[:i]) for k in rs.names
                                  for i in range(1, k.count(".") + 2))
     return rs

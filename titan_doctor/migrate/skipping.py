@@ -56,7 +56,9 @@ class StatementMap:
     def note_binding(self, local: str, qname: str) -> None:
         """`from torch import cuda as tc`: lines using `tc` can match although they
         spell no marker word (so can `Float8LinearConfig` from torchao.float8)."""
-        if self._rules.name_rule(qname) is not None or qname in self._rules.name_prefixes:
+        at_or_below = self._rules.name_rule(qname) is not None
+        aliased = local != qname.split(".")[-1]
+        if at_or_below or (aliased and qname in self._rules.name_prefixes):
             self._aliases.append(local.encode())
 
     def skippable(self, node: cst.CSTNode, span: Span) -> bool:
