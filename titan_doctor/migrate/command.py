@@ -122,7 +122,9 @@ def _run(paths, show_diff, check, output, allow_dirty, jobs, fmt, select, ignore
         for r in changed:
             engine.write_atomic(r.path, r.new)
 
-    findings = sorted((f for r in results for f in r.findings),
+    # positions refer to the files as they are after this run
+    per_file = [engine.as_written(r) if writes else r.findings for r in results]
+    findings = sorted((f for fs in per_file for f in fs),
                       key=lambda f: (f.path or "", f.line or 0, f.col or 0, f.code))
     diffs = [_diff(r) for r in changed] if show_diff else []
     _report(fmt, findings, results, engine, diffs, writes, output, rules.help)

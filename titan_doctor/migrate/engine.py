@@ -6,6 +6,8 @@ or not UTF-8 text) or failed (does not parse, or our output would not parse: lef
 """
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import os
 import subprocess
 import tempfile
@@ -108,6 +110,21 @@ def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileRe
             return FileResult(path, FAILED, data, data, [_fail(
                 OUTPUT_INVALID, f"migrated code would not parse ({e.message}); file left untouched", shown)])
     return FileResult(path, CHANGED, data, new, findings)
+
+
+def as_written(result: FileResult) -> list[Finding]:
+    """Findings with lines moved to where they are in the rewritten file (an inserted
+    `import torch_npu` or a split import shifts what follows)."""
+    if result.state != CHANGED:
+        return result.findings
+    a = result.original.splitlines()
+    b = result.new.splitlines()
+    where: dict[int, int] = {}
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        for k in range(i2 - i1):
+            where[i1 + k + 1] = j1 + min(k, max(j2 - j1 - 1, 0)) + 1
+    return [f if f.line is None or f.code == "NPU100" else
+            dataclasses.replace(f, line=where.get(f.line, f.line)) for f in result.findings]
 
 
 def _fail(code: str, message: str, shown: str, line: int | None = 1, col: int | None = 1) -> Finding:
