@@ -11,6 +11,8 @@ the rule *kinds*. One `[[rule]]` table per entry:
     kind = "literal_arg" literal = "device"|"backend" strings given at callee/method
                          position `pos` or `keywords` are rewritten (report_only: reported)
     kind = "compare"     literal compared (==, !=, in) with an operand named in `operands`
+    kind = "assign"      literal assigned to a variable, attribute or parameter default
+                         named in `targets` (device = "cuda", def f(device="cuda"))
     kind = "method"      .old() / .old -> .new on any object (call = true: only when called)
     kind = "ambiguous"   literal of that kind anywhere else: reported, not touched
     kind = "env"         environment variable `old` (trailing * = family) -> `new` or report
@@ -41,6 +43,7 @@ _REQUIRED = {
     "report": ("match",),
     "literal_arg": ("literal",),
     "compare": ("literal", "operands"),
+    "assign": ("literal", "targets"),
     "method": ("old", "new"),
     "ambiguous": ("literal",),
     "env": ("old",),
@@ -59,6 +62,7 @@ class RuleSet:
     names: dict[str, dict] = field(default_factory=dict)        # rename + report, by old/match
     literal_args: list[dict] = field(default_factory=list)
     compares: list[dict] = field(default_factory=list)
+    assigns: dict[str, dict] = field(default_factory=dict)     # variable/parameter name -> rule
     methods: dict[str, dict] = field(default_factory=dict)
     ambiguous: dict[str, dict] = field(default_factory=dict)    # by literal kind
     env: dict[str, dict] = field(default_factory=dict)          # exact names
@@ -117,7 +121,7 @@ def _check(rule: dict[str, Any], where: str) -> None:
     for key in ("message", "source") + _REQUIRED[kind]:
         if key not in rule or rule[key] in ("", None):
             raise KnowledgeError(f"{where} ({code}): missing '{key}'")
-    if kind in ("literal_arg", "compare", "ambiguous") and rule["literal"] not in LITERALS:
+    if kind in ("literal_arg", "compare", "assign", "ambiguous") and rule["literal"] not in LITERALS:
         raise KnowledgeError(f"{where} ({code}): literal must be one of {LITERALS}")
     if kind == "literal_arg" and not (rule.get("callee") or rule.get("method")):
         raise KnowledgeError(f"{where} ({code}): literal_arg needs 'callee' or 'method'")
@@ -139,7 +143,7 @@ def _marker(rule: dict) -> tuple[str, ...]:
     kind = rule["kind"]
     if kind in ("rename", "report"):
         return tuple((rule.get("old") or rule["match"]).split("."))
-    if kind in ("literal_arg", "compare", "ambiguous"):
+    if kind in ("literal_arg", "compare", "assign", "ambiguous"):
         return (LITERAL_MARKERS[rule["literal"]],)
     if kind == "method":
         return (rule["old"],)
@@ -181,7 +185,8 @@ def _line_regex(rs: "RuleSet") -> re.Pattern:
             alts.add(re.escape(parts[0]) + r"(?![\w])")
         else:
             alts.add(re.escape(parts[-2]) + r"\s*\.\s*" + re.escape(parts[-1]) + r"(?![\w])")
-    words = {LITERAL_MARKERS[r["literal"]] for r in (*rs.literal_args, *rs.compares)}
+    words = {LITERAL_MARKERS[r["literal"]] for r in (*rs.literal_args, *rs.compares,
+                                                     *rs.assigns.values())}
     words |= {LITERAL_MARKERS[k] for k in rs.ambiguous} | set(rs.methods)
     words |= set(rs.env) | {p for p, _ in rs.env_families}
     words |= {r["marker"] for _, r in rs.text}
@@ -244,6 +249,9 @@ def _index(rs: RuleSet, rule: dict) -> None:
         rs.literal_args.append(rule)
     elif kind == "compare":
         rs.compares.append(rule)
+    elif kind == "assign":
+        for name in rule["targets"]:
+            rs.assigns[name] = rule
     elif kind == "method":
         rs.methods[rule["old"]] = rule
     elif kind == "ambiguous":

@@ -206,9 +206,22 @@ class Migrator(cst.CSTTransformer):
     def visit_Assign(self, node: cst.Assign) -> None:
         for t in node.targets:
             self.scopes.bind_target(t.target)
+            self._mark_assigned(t.target, node.value)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         self.scopes.bind_target(node.target)
+        if node.value is not None:
+            self._mark_assigned(node.target, node.value)
+
+    def visit_Param(self, node: cst.Param) -> None:
+        if node.default is not None:
+            self._mark_assigned(node.name, node.default)
+
+    def _mark_assigned(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        """`device = "cuda"`, `self.backend = "nccl"`, `def f(device="cuda")`."""
+        rule = self.rules.assigns.get(_operand_name(target) or "")
+        if rule is not None:
+            self._mark(value, rule)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         self.scopes.bind_target(node.target)
@@ -338,6 +351,9 @@ class Migrator(cst.CSTTransformer):
         if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
             for el in node.elements:
                 self._mark(el.value, rule)
+        elif isinstance(node, cst.IfExp):  # "cuda" if torch.cuda.is_available() else "cpu"
+            self._mark(node.body, rule)
+            self._mark(node.orelse, rule)
         elif isinstance(node, (cst.SimpleString, cst.FormattedString)):
             self._lits.setdefault(id(node), rule)
 
