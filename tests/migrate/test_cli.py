@@ -83,10 +83,14 @@ def _git(cwd, *args):
                         "HOME": str(cwd)})
 
 
-def test_dirty_git_files_refused_unless_allowed(tree):
+def _commit_all(tree):
     _git(tree, "init", "-q")
     _git(tree, "add", ".")
     _git(tree, "commit", "-qm", "init")
+
+
+def test_dirty_git_files_refused_unless_allowed(tree):
+    _commit_all(tree)
     (tree / "train.py").write_text(CUDA_SRC + "# local edit\n")
     res = run(tree)
     assert res.exit_code == 2
@@ -98,9 +102,7 @@ def test_dirty_git_files_refused_unless_allowed(tree):
 
 
 def test_committed_git_tree_is_rewritten(tree):
-    _git(tree, "init", "-q")
-    _git(tree, "add", ".")
-    _git(tree, "commit", "-qm", "init")
+    _commit_all(tree)
     assert run(tree).exit_code == 0
     assert "torch.npu" in (tree / "train.py").read_text()
 
@@ -196,3 +198,31 @@ def test_written_files_report_positions_as_written(tree):
     assert (tree / "flags.py").read_text().splitlines()[4].startswith("torch.backends.cudnn.benchmark")
     res = run("--check", tree)  # nothing written: positions in the file as it is
     assert "flags.py:5:1 NPU603" in res.output
+
+
+def test_unwritable_output_is_one_line_exit_2(tree, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder\n")
+    res = run("--output", blocker / "out", tree)
+    assert res.exit_code == 2
+    assert res.output.startswith("titan-doctor migrate: error: cannot write")
+    assert "Traceback" not in res.output
+
+
+def test_progress_bar_on_a_terminal(tree, monkeypatch):
+    from titan_doctor.migrate import command, engine
+    from titan_doctor.migrate.rules import load_rules
+    files = [(p, p.name) for p in sorted(tree.iterdir())]
+    monkeypatch.setattr(command, "PROGRESS_MIN_FILES", 1)
+    monkeypatch.setattr(command.sys.stderr, "isatty", lambda: True, raising=False)
+    results = command._with_progress(engine, files, load_rules(), 1, "text")
+    assert [r.state for r in results] == [engine.UNCHANGED, engine.CHANGED]
+
+
+def test_pre_commit_hook_runs_check():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    text = (root / ".pre-commit-hooks.yaml").read_text()
+    assert "id: titan-doctor-migrate-check" in text
+    assert "entry: titan-doctor migrate --check" in text
+    assert 'titan-doctor = "titan_doctor.cli:main"' in (root / "pyproject.toml").read_text()

@@ -116,11 +116,14 @@ def _run(paths, show_diff, check, output, allow_dirty, jobs, fmt, select, ignore
             names = ", ".join(_shown(p) for p in dirty[:5]) + (" ..." if len(dirty) > 5 else "")
             raise MigrateError(f"refusing to rewrite {len(dirty)} file(s) with uncommitted changes "
                                f"({names}); commit or stash them, or pass --allow-dirty")
-    if output is not None:
-        _write_copy(engine, paths, results, output)
-    elif writes:
-        for r in changed:
-            engine.write_atomic(r.path, r.new)
+    try:
+        if output is not None:
+            _write_copy(engine, paths, results, output)
+        elif writes:
+            for r in changed:
+                engine.write_atomic(r.path, r.new)
+    except OSError as e:
+        raise MigrateError(f"cannot write {e.filename or output}: {e.strerror}") from e
 
     # positions refer to the files as they are after this run
     per_file = [engine.as_written(r) if writes else r.findings for r in results]

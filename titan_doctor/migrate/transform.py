@@ -167,38 +167,26 @@ class Migrator(cst.CSTTransformer):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.scopes.bind(node.name.value)
+        self.visit_Lambda(node)
+
+    def visit_Lambda(self, node: cst.Lambda | cst.FunctionDef) -> None:
         self.scopes.push("function")
         self.scopes.bind_params(node.params)
-
-    def leave_FunctionDef(self, original, updated):
-        self.scopes.pop()
-        return updated
-
-    def visit_Lambda(self, node: cst.Lambda) -> None:
-        self.scopes.push("function")
-        self.scopes.bind_params(node.params)
-
-    def leave_Lambda(self, original, updated):
-        self.scopes.pop()
-        return updated
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.scopes.bind(node.name.value)
         self.scopes.push("class")
 
-    def leave_ClassDef(self, original, updated):
-        self.scopes.pop()
-        return updated
-
     def _push_comp(self, node) -> None:
         self.scopes.push("comprehension")
 
-    def _pop_comp(self, original, updated):
+    def _pop_scope(self, original, updated):
         self.scopes.pop()
         return updated
 
     visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _push_comp
-    leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _pop_comp
+    leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _pop_scope
+    leave_FunctionDef = leave_Lambda = leave_ClassDef = _pop_scope
 
     def visit_CompFor(self, node: cst.CompFor) -> None:
         self.scopes.bind_target(node.target)
