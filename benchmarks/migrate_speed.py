@@ -4,7 +4,8 @@ parse + codegen of the same Python files, single process. Figures, not pass/fail
     python benchmarks/migrate_speed.py TREE [-j N]
 
 Nothing is written: migrate runs in memory (like --check). Reference measured on the
-2-core dev machine: TorchFix 0.7.0 over torchtitan (476 files) took 112 s wall with -j 2.
+2-core dev machine: TorchFix 0.7.0 over torchtitan (476 files) took 112 s wall with -j 2;
+"TorchFix/this" scales that reference to this tree's Python file count.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def main() -> int:
         print(f"migrate_speed: {args.tree}: no such file or directory", file=sys.stderr)
         return 2
 
+    tf_files, tf_wall = TORCHFIX_REFERENCE
     files = list(engine.discover([args.tree], load_rules()))
     py = [p for p in files if p.suffix == ".py"]
     floor = parse_floor(py)
@@ -60,11 +62,11 @@ def main() -> int:
         tj, _ = migrate(files, args.jobs)
         rows.append((f"titan-doctor migrate -j {args.jobs}", len(files), tj))
 
-    tf_files, tf_wall = TORCHFIX_REFERENCE
     print(f"tree: {args.tree}  ({len(py)} Python files, {len(files)} files in all)")
-    print(f"{'run':34} {'files':>6} {'wall s':>8} {'files/s':>8} {'vs floor':>9}")
+    print(f"{'run':34} {'files':>6} {'wall s':>8} {'files/s':>8} {'vs floor':>9} {'TorchFix/this':>14}")
     for name, n, wall in rows:
-        print(f"{name:34} {n:6d} {wall:8.2f} {n / wall:8.1f} {wall / floor:8.2f}x")
+        print(f"{name:34} {n:6d} {wall:8.2f} {n / wall:8.1f} {wall / floor:8.2f}x "
+              f"{tf_wall * len(py) / tf_files / wall:13.1f}x")
     print(f"{'TorchFix 0.7.0 -j 2 (reference)':34} {tf_files:6d} {tf_wall:8.2f} "
           f"{tf_files / tf_wall:8.1f}   (measured separately on the dev machine)")
     states = {s: sum(r.state == s for r in results) for s in
