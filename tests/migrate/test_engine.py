@@ -74,10 +74,11 @@ def test_non_utf8_text_file_skipped(tmp_path):
 
 def test_discover_skips_tool_folders_and_unknown_files(tmp_path):
     for rel in ["a.py", "run.sh", "notes.txt", ".git/x.py", "venv/lib/y.py", "pkg/b.py",
-                "k/kernel.cu", "build/c.py", ".env"]:
+                "k/kernel.cu", "build/c.py", ".env", ".github/ci.yml", "third_party/v/z.py"]:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("x = 1\n")
-    found = sorted(str(p.relative_to(tmp_path)) for p in engine.discover([tmp_path], rules()))
+    found = sorted(str(p.relative_to(tmp_path))
+                   for p in engine.discover([tmp_path], rules(), exclude=["third_party"]))
     assert found == [".env", "a.py", "k/kernel.cu", "pkg/b.py", "run.sh"]
 
 

@@ -36,13 +36,15 @@ def _codes(values: tuple[str, ...]) -> list[str]:
               help="Files processed in parallel.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif"]), default="text",
               show_default=True, help="Report format.")
+@click.option("--exclude", multiple=True, metavar="GLOB",
+              help="Skip paths (relative to each PATH) matching GLOB; repeatable.")
 @click.option("--select", multiple=True, help="Only these rule codes or prefixes (NPU1,NPU301).")
 @click.option("--ignore", multiple=True, help="Skip these rule codes or prefixes.")
 @click.option("--rules", "rule_files", multiple=True, type=click.Path(path_type=Path),
               help="Extra rules TOML (same schema as rules/migrate/*.toml); repeatable.")
 @click.option("--list-rules", is_flag=True, help="Print the rule codes and exit.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for tool errors.")
-def migrate(paths, show_diff, check, output, allow_dirty, jobs, fmt, select, ignore,
+def migrate(paths, show_diff, check, output, allow_dirty, jobs, fmt, exclude, select, ignore,
             rule_files, list_rules, debug):
     """Rewrite CUDA PyTorch code in PATH... (files or folders) for Ascend NPU.
 
@@ -66,8 +68,8 @@ def migrate(paths, show_diff, check, output, allow_dirty, jobs, fmt, select, ign
       2  usage or tool error (bad path, bad rules file, dirty files refused)
     """
     try:
-        code = _run(paths, show_diff, check, output, allow_dirty, jobs, fmt, select, ignore,
-                    rule_files, list_rules)
+        code = _run(paths, show_diff, check, output, allow_dirty, jobs, fmt, exclude, select,
+                    ignore, rule_files, list_rules)
     except MigrateError as e:
         click.echo(f"titan-doctor migrate: error: {e}", err=True)
         code = EXIT_USAGE
@@ -84,7 +86,7 @@ def migrate(paths, show_diff, check, output, allow_dirty, jobs, fmt, select, ign
     sys.exit(code)
 
 
-def _run(paths, show_diff, check, output, allow_dirty, jobs, fmt, select, ignore,
+def _run(paths, show_diff, check, output, allow_dirty, jobs, fmt, exclude, select, ignore,
          rule_files, list_rules) -> int:
     from titan_doctor.migrate import engine
     from titan_doctor.migrate.rules import load_rules
@@ -105,7 +107,7 @@ def _run(paths, show_diff, check, output, allow_dirty, jobs, fmt, select, ignore
                                   p.resolve() in output.resolve().parents for p in paths):
         raise MigrateError(f"--output {output} must be outside the input paths")
 
-    files = [(p, _shown(p)) for p in engine.discover(paths, rules)]
+    files = [(p, _shown(p)) for p in engine.discover(paths, rules, exclude)]
     results = _with_progress(engine, files, rules, jobs, fmt)
     changed = [r for r in results if r.state == engine.CHANGED]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import fnmatch
 import os
 import subprocess
 import tempfile
@@ -41,16 +42,27 @@ class FileResult:
     findings: list[Finding] = field(default_factory=list)
 
 
-def discover(paths: Iterable[Path], rules: RuleSet) -> Iterator[Path]:
-    """Python, text and CUDA source files under `paths`, sorted, skipping tool folders."""
+def discover(paths: Iterable[Path], rules: RuleSet, exclude: Iterable[str] = ()) -> Iterator[Path]:
+    """Python, text and CUDA source files under `paths`, sorted. Skips tool and hidden
+    folders (.git, .github, venv, build, ...) and paths matching an `exclude` glob."""
+    exclude = list(exclude)
+
+    def excluded(rel: str) -> bool:
+        return any(fnmatch.fnmatch(rel, pat) or fnmatch.fnmatch(rel, pat.rstrip("/") + "/*")
+                   for pat in exclude)
+
     for root in paths:
         if root.is_file():
-            yield root
+            if not excluded(root.as_posix()):
+                yield root
             continue
         for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info"))
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS
+                                 and not d.startswith(".") and not d.endswith(".egg-info"))
             for name in sorted(filenames):
                 p = Path(dirpath, name)
+                if excluded(p.relative_to(root).as_posix()):
+                    continue
                 if p.suffix == ".py" or is_text_file(p) or p.suffix in rules.files:
                     yield p
 
