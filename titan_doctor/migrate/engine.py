@@ -23,7 +23,8 @@ from titan_doctor.findings import Finding, Status
 from titan_doctor.migrate.rules import RuleSet, may_match
 from titan_doctor.migrate.skipping import statement_map
 from titan_doctor.migrate.textfiles import is_text_file, migrate_text
-from titan_doctor.migrate.transform import Migrator, add_torch_npu_import
+from titan_doctor.migrate.imports import add_torch_npu_import
+from titan_doctor.migrate.transform import Migrator
 
 SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".tox",
              ".mypy_cache", ".pytest_cache", "site-packages", "build", "dist", ".eggs"}
