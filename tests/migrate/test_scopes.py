@@ -30,6 +30,10 @@ def migrate(src: str) -> str:
      "torch.npu.synchronize()\n"),
     # a local module-level name that is not an import: untouched
     ("class cuda:\n    pass\ncuda.synchronize()\n", None),
+    # names in non-reference positions keep their spelling; the references change
+    ("from torch import cuda\nf(cuda=1)\ndef g(cuda=None):\n    return cuda\ncuda.synchronize()\n",
+     "import torch_npu\nfrom torch import npu\nf(cuda=1)\ndef g(cuda=None):\n    return cuda\n"
+     "npu.synchronize()\n"),
 ])
 def test_scoping(src, expected):
     assert migrate(src) == (src if expected is None else expected)

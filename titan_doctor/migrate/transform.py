@@ -168,6 +168,7 @@ class Migrator(cst.CSTTransformer):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.scopes.bind(node.name.value)
+        self._inner.add(id(node.name))
         self.visit_Lambda(node)
 
     def visit_Lambda(self, node: cst.Lambda | cst.FunctionDef) -> None:
@@ -176,7 +177,15 @@ class Migrator(cst.CSTTransformer):
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.scopes.bind(node.name.value)
+        self._inner.add(id(node.name))
         self.scopes.push("class")
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:  # f(cuda=1): a keyword, not a reference
+            self._inner.add(id(node.keyword))
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._inner.add(id(node.name))
 
     def _push_comp(self, node) -> None:
         self.scopes.push("comprehension")
@@ -203,6 +212,7 @@ class Migrator(cst.CSTTransformer):
             self._mark_assigned(node.target, node.value)
 
     def visit_Param(self, node: cst.Param) -> None:
+        self._inner.add(id(node.name))
         if node.default is not None:
             self._mark_assigned(node.name, node.default)
 
@@ -231,6 +241,7 @@ class Migrator(cst.CSTTransformer):
 
     def visit_Global(self, node: cst.Global) -> None:
         self.scopes.declare_global(node.names)
+        self._inner.update(id(n.name) for n in node.names)
 
     # -- helpers ----------------------------------------------------------------------------
     def _qname(self, node: cst.CSTNode) -> str | None:
