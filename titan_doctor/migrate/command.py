@@ -28,7 +28,7 @@ def _codes(values: tuple[str, ...]) -> list[str]:
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff; write nothing.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if any file would change.")
-@click.option("--output", "-o", type=click.Path(path_type=Path),
+@click.option("--output", "-o", type=click.Path(path_type=Path), metavar="DIR",
               help="Write a migrated copy of the tree to DIR instead of rewriting in place.")
 @click.option("--allow-dirty", is_flag=True,
               help="Rewrite files that have uncommitted git changes.")
@@ -40,7 +40,7 @@ def _codes(values: tuple[str, ...]) -> list[str]:
               help="Skip paths (relative to each PATH) matching GLOB; repeatable.")
 @click.option("--select", multiple=True, help="Only these rule codes or prefixes (NPU1,NPU301).")
 @click.option("--ignore", multiple=True, help="Skip these rule codes or prefixes.")
-@click.option("--rules", "rule_files", multiple=True, type=click.Path(path_type=Path),
+@click.option("--rules", "rule_files", multiple=True, type=click.Path(path_type=Path), metavar="FILE",
               help="Extra rules TOML (same schema as rules/migrate/*.toml); repeatable.")
 @click.option("--list-rules", is_flag=True, help="Print the rule codes and exit.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for tool errors.")
