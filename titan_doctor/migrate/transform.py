@@ -287,6 +287,25 @@ class Migrator(cst.CSTTransformer):
                 out[index] = dataclasses.replace(f, message=f"{f.message} (+{more} more in this file)")
         return out
 
+    def _rename_for(self, qname: str, node: cst.CSTNode, report: bool):
+        """(rule, k, parts, new name parts, status) when a rename applies to `qname`;
+        None otherwise, after reporting a report rule (if `report`) or a missing name."""
+        hit = self.rules.name_rule(qname)
+        if hit is None:
+            return None
+        rule, k = hit
+        parts = qname.split(".")
+        if rule["kind"] == "report":
+            if report:
+                self._report_once(rule, node, qname)
+            return None
+        miss = self._gate_miss(rule, parts, k)
+        if miss:
+            self._report_gate(rule, node, parts, k, miss)
+            return None
+        status = Status.MANUAL if rule.get("status") == "manual" else Status.FIXED
+        return rule, k, parts, rule["new"].split(".") + parts[k:], status
+
     def _msg(self, rule: dict, old: str, new: str = "", key: str = "message") -> str:
         return rule[key].format(old=old, new=new, version=self.rules.npu_version)
 
@@ -446,24 +465,14 @@ class Migrator(cst.CSTTransformer):
         q = self._qname(original)
         if q is None:
             return updated
-        hit = self.rules.name_rule(q)
         spelled = dotted(original)
-        if hit is None or spelled is None:
+        if spelled is None or len(spelled) > q.count(".") + 1:
             return updated
-        rule, k = hit
-        qparts = q.split(".")
-        if len(spelled) > len(qparts):
+        found = self._rename_for(q, original, report=True)
+        if found is None:
             return updated
-        if rule["kind"] == "report":
-            self._report_once(rule, original, q)
-            return updated
-        miss = self._gate_miss(rule, qparts, k)
-        if miss:
-            self._report_gate(rule, original, qparts, k, miss)
-            return updated
+        rule, k, qparts, new_full, status = found
         p_len = len(qparts) - len(spelled) + 1  # components the root name stands for
-        new_full = rule["new"].split(".") + qparts[k:]
-        status = Status.MANUAL if rule.get("status") == "manual" else Status.FIXED
         msg = self._msg(rule, q, ".".join(new_full))
         if k <= p_len:
             # the CUDA part is inside the import binding: the import is rewritten; the use
@@ -547,25 +556,14 @@ class Migrator(cst.CSTTransformer):
 
     def _import_target(self, full: str, alias: cst.ImportAlias, stmt) -> list[str] | None:
         """New qualified name for an imported name (None: keep), reporting as it goes."""
-        hit = self.rules.name_rule(full)
-        if hit is None:
+        # a third-party import fails on an NPU host by itself; torch's own names are
+        # harmless to import and are reported where they are used
+        found = self._rename_for(full, alias, report=not full.startswith("torch."))
+        if found is None:
             return None
-        rule, k = hit
-        parts = full.split(".")
-        if rule["kind"] == "report":
-            # a third-party import fails on an NPU host by itself; torch's own names are
-            # harmless to import and are reported where they are used
-            if parts[0] != "torch":
-                self._report_once(rule, alias, full)
-            return None
-        miss = self._gate_miss(rule, parts, k)
-        if miss:
-            self._report_gate(rule, alias, parts, k, miss)
-            return None
+        rule, _, _, new, status = found
         if isinstance(stmt, cst.Import) and alias.asname is None:
             return None  # `import torch.cuda` binds `torch`: the uses are rewritten instead
-        new = rule["new"].split(".") + parts[k:]
-        status = Status.MANUAL if rule.get("status") == "manual" else Status.FIXED
         self._add(rule, status, alias, self._msg(rule, full, ".".join(new)))
         self.needs_npu = True
         return new
