@@ -166,7 +166,7 @@ def run(files: list[tuple[Path, str]], rules: RuleSet, jobs: int = 1,
             if progress:
                 progress(1)
         return results
-    chunk = max(1, min(32, len(files) // (jobs * 4)))
+    chunk = max(1, min(8, len(files) // (jobs * 8)))  # small: matching files cluster
     with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker, initargs=(rules,)) as pool:
         for res in pool.map(_work, files, chunksize=chunk):
             results.append(res)
