@@ -111,3 +111,19 @@ def test_every_changed_output_parses(tmp_path):
     cst.parse_module(res.new)
     assert res.new.startswith(b"import torch_npu\nfrom torch.npu import synchronize\n"
                               b"from torch.cuda import jiterator\n")
+
+
+def test_bom_and_missing_final_newline_kept(tmp_path):
+    res = _process(tmp_path, "bom.py", b"\xef\xbb\xbfimport torch\ntorch.cuda.synchronize()")
+    assert res.new == b"\xef\xbb\xbfimport torch\nimport torch_npu\ntorch.npu.synchronize()"
+
+
+def test_a_crash_on_one_file_is_a_failed_file_not_a_crash(tmp_path, monkeypatch):
+    def boom(data, rules, path):
+        raise RecursionError("maximum recursion depth exceeded")
+    monkeypatch.setattr(engine, "migrate_python", boom)
+    data = b"import torch\ntorch.cuda.synchronize()\n"
+    res = _process(tmp_path, "deep.py", data)
+    assert res.state == engine.FAILED and res.new == data
+    assert res.findings[0].code == "NPU003"
+    assert "RecursionError" in res.findings[0].message

@@ -30,6 +30,7 @@ SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_module
              ".mypy_cache", ".pytest_cache", "site-packages", "build", "dist", ".eggs"}
 PARSE_FAILED = "NPU001"
 OUTPUT_INVALID = "NPU002"
+TOOL_ERROR = "NPU003"
 
 CHANGED, UNCHANGED, SKIPPED, FAILED = "changed", "unchanged", "skipped", "failed"
 
@@ -114,6 +115,10 @@ def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileRe
             PARSE_FAILED, f"does not parse, left untouched: {e.message}", shown, e.raw_line, e.raw_column + 1)])
     except UnicodeDecodeError:
         return FileResult(path, SKIPPED, data, data)
+    except (Exception, RecursionError) as e:  # noqa: BLE001 - one odd file must not stop a run
+        return FileResult(path, FAILED, data, data, [_fail(
+            TOOL_ERROR, f"left untouched: migrate failed on this file ({type(e).__name__}: {e}); "
+            "please report it", shown)])
     if new == data:
         return FileResult(path, UNCHANGED, data, data, findings)
     if is_py:
