@@ -35,7 +35,8 @@ def sources():
             pytest.skip("package registry unreachable (pip download timed out)")
         wheels = sorted(CACHE.glob(f"torch_npu-{VERSION}-*.whl"))
         if proc.returncode != 0 or not wheels:
-            pytest.skip(f"package registry unreachable: {proc.stderr.strip().splitlines()[-1:]}")
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            pytest.skip(f"could not fetch torch-npu=={VERSION} from the package registry: {last}")
     return npu_api.wheel_sources(wheels[0])
 
 
