@@ -549,7 +549,8 @@ class Migrator(cst.CSTTransformer):
             return updated
         stmts = []
         for mod, aliases in groups.items():
-            aliases = [*aliases[:-1], aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+            if updated.lpar is None:  # a trailing comma is only legal inside parentheses
+                aliases = [*aliases[:-1], aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
             stmts.append(updated.with_changes(module=build_dotted(mod.split(".")), names=aliases))
         self.changed = True
         return stmts[0] if len(stmts) == 1 else cst.FlattenSentinel(stmts)
