@@ -54,10 +54,12 @@ def build_dotted(parts: list[str]) -> cst.BaseExpression:
     return node
 
 
-def replace_root(node: cst.BaseExpression, name: str) -> cst.BaseExpression:
+def respell(node: cst.BaseExpression, parts: list[str]) -> cst.BaseExpression:
+    """The chain with each name set to `parts` (same length), whitespace and comments kept."""
     if isinstance(node, cst.Attribute):
-        return node.with_changes(value=replace_root(node.value, name))
-    return node.with_changes(value=name)
+        attr = node.attr if node.attr.value == parts[-1] else node.attr.with_changes(value=parts[-1])
+        return node.with_changes(value=respell(node.value, parts[:-1]), attr=attr)
+    return node if node.value == parts[0] else node.with_changes(value=parts[0])
 
 
 def import_module_path(parts: list[str]) -> list[str]:
@@ -484,7 +486,7 @@ class Migrator(cst.CSTTransformer):
             self._add(rule, status, original, msg)
             self.needs_npu = True
             self.changed = True
-            return replace_root(updated, new_root)
+            return respell(updated, [new_root, *spelled[1:]])
         if new_full[:p_len] == qparts[:p_len]:
             new_spelled = [spelled[0]] + new_full[p_len:]
         elif new_full[0] == "torch_npu":
@@ -500,7 +502,9 @@ class Migrator(cst.CSTTransformer):
         self._add(rule, status, original, msg)
         self.needs_npu = True
         self.changed = True
-        return build_dotted(new_spelled)
+        if len(new_spelled) == len(spelled):  # same shape: rename in place, keep layout
+            return respell(updated, new_spelled)
+        return build_dotted(new_spelled).with_changes(lpar=updated.lpar, rpar=updated.rpar)
 
     # -- imports ----------------------------------------------------------------------------
     def leave_SimpleStatementLine(self, original, updated):
