@@ -187,4 +187,3 @@ def to_sarif(findings: Sequence[Finding], *, tool: str, version: str,
         }],
     }
     return json.dumps(doc, indent=2)
-
