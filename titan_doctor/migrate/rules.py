@@ -10,7 +10,8 @@ the rule *kinds*. One `[[rule]]` table per entry:
     kind = "report"      match: a qualified-name prefix reported with `fix`, never rewritten
     kind = "literal_arg" literal = "device"|"backend" strings given at callee/method
                          position `pos` or `keywords` are rewritten (report_only: reported)
-    kind = "compare"     literal compared (==, !=, in) with an operand named in `operands`
+    kind = "compare"     literal compared (==, !=, in) with an operand whose name matches a
+                         glob in `operands` (`x.device.type` is "type", `f()` is "f()")
     kind = "assign"      literal assigned to a variable, attribute or parameter default
                          named in `targets` (device = "cuda", def f(device="cuda"))
     kind = "method"      .old() / .old -> .new on any object (call = true: only when called)

@@ -9,6 +9,7 @@ Literals are rewritten only where the call, comparison or variable says what the
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import re
 
 import libcst as cst
@@ -363,8 +364,8 @@ class Migrator(cst.CSTTransformer):
             if isinstance(target.operator, COMPARE_OPS):
                 for lit, other in ((left, target.comparator), (target.comparator, left)):
                     for rule in self.rules.compares:
-                        ops = rule["operands"]
-                        if not ops or _operand_name(other) in ops:
+                        name = _operand_name(other) or ""
+                        if any(fnmatch.fnmatchcase(name, pat) for pat in rule["operands"]):
                             self._mark(lit, rule)
             left = target.comparator
 
@@ -589,8 +590,12 @@ def _anchor(node: cst.CSTNode) -> str:
 
 
 def _operand_name(node: cst.BaseExpression) -> str | None:
+    """`x.device.type` -> "type", `device` -> "device", `dist.get_backend()` -> "get_backend()"."""
     if isinstance(node, cst.Attribute):
         return node.attr.value
     if isinstance(node, cst.Name):
         return node.value
+    if isinstance(node, cst.Call):
+        inner = _operand_name(node.func)
+        return inner + "()" if inner else None
     return None
