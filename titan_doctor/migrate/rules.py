@@ -5,7 +5,8 @@ the rule *kinds*. One `[[rule]]` table per entry:
 
     kind = "rename"      old/new qualified names (simple renames; longest `old` wins);
                          optional gate = "npu" (next name must be one torch.npu provides,
-                         else gate_code/gate_message is reported), status = "manual" (rewritten
+                         else gate_code/gate_message is reported) or gate = "members" (next
+                         name must be in `members`), status = "manual" (rewritten
                          but needs review)
     kind = "report"      match: a qualified-name prefix reported with `fix`, never rewritten
     kind = "literal_arg" literal = "device"|"backend" strings given at callee/method
@@ -126,6 +127,9 @@ def _check(rule: dict[str, Any], where: str) -> None:
         raise KnowledgeError(f"{where} ({code}): literal must be one of {LITERALS}")
     if kind == "literal_arg" and not (rule.get("callee") or rule.get("method")):
         raise KnowledgeError(f"{where} ({code}): literal_arg needs 'callee' or 'method'")
+    if rule.get("gate") not in (None, "npu", "members") or (
+            rule.get("gate") and not rule.get("gate_code")):
+        raise KnowledgeError(f"{where} ({code}): gate must be \"npu\" or \"members\", with gate_code")
     if kind == "rename" and not rule["new"].split(".")[0] in ("torch", "torch_npu"):
         raise KnowledgeError(f"{where} ({code}): 'new' must start with torch. or torch_npu.")
     if kind == "text":

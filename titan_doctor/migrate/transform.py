@@ -309,14 +309,23 @@ class Migrator(cst.CSTTransformer):
         status = Status.MANUAL if rule.get("status") == "manual" else Status.FIXED
         return rule, k, parts, rule["new"].split(".") + parts[k:], status
 
+    def _rebound(self, parts: list[str]) -> list[str] | None:
+        """What an imported name stands for after its import is rewritten, if it is."""
+        hit = self.rules.name_rule(".".join(parts))
+        if hit is None or hit[0]["kind"] != "rename" or self._gate_miss(hit[0], parts, hit[1]):
+            return None
+        return hit[0]["new"].split(".") + parts[hit[1]:]
+
     def _msg(self, rule: dict, old: str, new: str = "", key: str = "message") -> str:
         return rule[key].format(old=old, new=new, version=self.rules.npu_version)
 
     def _gate_miss(self, rule: dict, qparts: list[str], k: int) -> int:
         """How many names past the rule's `old` torch_npu lacks a counterpart for
         (0: provided). torch.cuda.memory.x is checked against torch.npu.memory too."""
-        if rule.get("gate") != "npu" or len(qparts) <= k:
+        if rule.get("gate") is None or len(qparts) <= k:
             return 0
+        if rule["gate"] == "members":
+            return 0 if qparts[k] in rule["members"] else 1
         if qparts[k] not in self.rules.npu_names:
             return 1
         sub = self.rules.npu_submodules.get(qparts[k])
@@ -488,8 +497,12 @@ class Migrator(cst.CSTTransformer):
             self.needs_npu = True
             self.changed = True
             return respell(updated, [new_root, *spelled[1:]])
+        rebound = self._rebound(qparts[:p_len])
         if new_full[:p_len] == qparts[:p_len]:
             new_spelled = [spelled[0]] + new_full[p_len:]
+        elif rebound and new_full[:len(rebound)] == rebound:
+            # the import itself was rewritten (ProfilerActivity now from torch_npu.profiler)
+            new_spelled = [spelled[0]] + new_full[len(rebound):]
         elif new_full[0] == "torch_npu":
             new_spelled = new_full
         elif new_full[:2] == ["torch", "npu"]:

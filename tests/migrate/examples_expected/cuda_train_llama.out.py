@@ -18,8 +18,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                parallelize_module)
-from torch.profiler import ProfilerActivity
-from torch_npu.profiler import profile, schedule
+from torch_npu.profiler import ProfilerActivity, profile, schedule
 
 
 class RMSNorm(nn.Module):
@@ -107,7 +106,7 @@ def main() -> None:
         model.load_state_dict(torch.load(args.resume, map_location=f"npu:{local_rank}"))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
 
-    prof = profile(activities=[torch_npu.profiler.ProfilerActivity.CPU, torch_npu.profiler.ProfilerActivity.NPU],
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.NPU],
                    schedule=schedule(wait=5, warmup=2, active=3))
     prof.start()
     for step in range(args.steps):
