@@ -114,6 +114,20 @@ def render_lines(findings: Sequence[Finding]) -> str:
     return "\n".join(out)
 
 
+def count_table(findings: Sequence[Finding]) -> str:
+    """Findings per code and status as a table (the closing summary of a run)."""
+    from tabulate import tabulate  # only the summaries need it
+
+    statuses = [s for s in Status if any(f.status is s for f in findings)]
+    counts: dict[str, dict[Status, int]] = {}
+    for f in findings:
+        counts.setdefault(f.code, {}).setdefault(f.status, 0)
+        counts[f.code][f.status] += 1
+    rows = [[code] + [counts[code].get(s, 0) for s in statuses] + [sum(counts[code].values())]
+            for code in sorted(counts)]
+    return tabulate(rows, headers=["code"] + [s.value for s in statuses] + ["total"])
+
+
 def render_checks(findings: Sequence[Finding], *, unicode: bool, verbose: bool = False) -> str:
     """Doctor style: one line per check with a mark, indented detail and fix."""
     out = []

@@ -1,0 +1,79 @@
+"""Speed of `titan-doctor migrate` over a tree, side by side with the floor: a plain libcst
+parse + codegen of the same Python files, single process. Figures, not pass/fail.
+
+    python benchmarks/migrate_speed.py TREE [-j N]
+
+Nothing is written: migrate runs in memory (like --check). Reference measured on the
+2-core dev machine: TorchFix 0.7.0 over torchtitan (476 files) took 112 s wall with -j 2;
+"TorchFix/this" scales that reference to this tree's Python file count.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import libcst as cst
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from titan_doctor.migrate import engine  # noqa: E402
+from titan_doctor.migrate.rules import load_rules  # noqa: E402
+
+TORCHFIX_REFERENCE = (476, 112.0)  # files, seconds (-j 2), measured separately
+
+
+def parse_floor(files: list[Path]) -> float:
+    start = time.perf_counter()
+    for p in files:
+        data = p.read_bytes()
+        try:
+            cst.parse_module(data).bytes
+        except cst.ParserSyntaxError:
+            pass
+    return time.perf_counter() - start
+
+
+def migrate(files: list[Path], jobs: int) -> tuple[float, list]:
+    rules = load_rules()
+    start = time.perf_counter()
+    results = engine.run([(p, str(p)) for p in files], rules, jobs)
+    return time.perf_counter() - start, results
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("tree", type=Path)
+    ap.add_argument("-j", "--jobs", type=int, default=2, help="also time migrate with N workers")
+    args = ap.parse_args()
+    if not args.tree.exists():
+        print(f"migrate_speed: {args.tree}: no such file or directory", file=sys.stderr)
+        return 2
+
+    tf_files, tf_wall = TORCHFIX_REFERENCE
+    files = list(engine.discover([args.tree], load_rules()))
+    py = [p for p in files if p.suffix == ".py"]
+    floor = parse_floor(py)
+    rows = [("libcst parse+codegen (floor)", len(py), floor)]
+    t1, results = migrate(files, 1)
+    rows.append(("titan-doctor migrate -j 1", len(files), t1))
+    if args.jobs > 1:
+        tj, _ = migrate(files, args.jobs)
+        rows.append((f"titan-doctor migrate -j {args.jobs}", len(files), tj))
+
+    print(f"tree: {args.tree}  ({len(py)} Python files, {len(files)} files in all)")
+    print(f"{'run':34} {'files':>6} {'wall s':>8} {'files/s':>8} {'vs floor':>9} {'TorchFix/this':>14}")
+    for name, n, wall in rows:
+        print(f"{name:34} {n:6d} {wall:8.2f} {n / wall:8.1f} {wall / floor:8.2f}x "
+              f"{tf_wall * len(py) / tf_files / wall:13.1f}x")
+    print(f"{'TorchFix 0.7.0 -j 2 (reference)':34} {tf_files:6d} {tf_wall:8.2f} "
+          f"{tf_files / tf_wall:8.1f}   (measured separately on the dev machine)")
+    states = {s: sum(r.state == s for r in results) for s in
+              (engine.CHANGED, engine.UNCHANGED, engine.SKIPPED, engine.FAILED)}
+    print("migrate outcome: " + ", ".join(f"{k} {v}" for k, v in states.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,228 @@
+"""`titan-doctor migrate` end to end through click: modes, exit codes, formats, errors."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from titan_doctor.cli import main
+
+CUDA_SRC = "import torch\n\ntorch.cuda.synchronize()\n"
+MANUAL_SRC = "import torch\n\ntorch.backends.cudnn.benchmark = True\n"
+
+
+def run(*args):
+    return CliRunner().invoke(main, ["migrate", *map(str, args)])
+
+
+@pytest.fixture
+def tree(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text(CUDA_SRC)
+    (src / "clean.py").write_text("x = 1\n")
+    return src
+
+
+def test_in_place_rewrite_exit_0_and_report(tree):
+    res = run(tree)
+    assert res.exit_code == 0, res.output
+    assert (tree / "train.py").read_text() == \
+        "import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n"
+    assert "src/train.py:4:1 NPU101 [fixed] torch.cuda.synchronize -> torch.npu.synchronize" \
+        in res.output.replace(str(tree.parent) + "/", "")
+    assert "changed (rewritten)" in res.output and "NPU101" in res.output
+
+
+def test_check_writes_nothing_and_exits_1_then_0_when_clean(tree):
+    res = run("--check", tree)
+    assert res.exit_code == 1
+    assert (tree / "train.py").read_text() == CUDA_SRC
+    assert run(tree).exit_code == 0
+    assert run("--check", tree).exit_code == 0
+
+
+def test_diff_prints_unified_diff_and_writes_nothing(tree):
+    res = run("--diff", tree)
+    assert res.exit_code == 1
+    assert "-torch.cuda.synchronize()\n+torch.npu.synchronize()" in res.output
+    assert "+import torch_npu" in res.output
+    assert (tree / "train.py").read_text() == CUDA_SRC
+
+
+def test_manual_findings_exit_1(tree):
+    (tree / "flags.py").write_text(MANUAL_SRC)
+    res = run(tree)
+    assert res.exit_code == 1
+    assert "NPU603 [manual]" in res.output
+
+
+def test_output_dir_gets_migrated_copy(tree, tmp_path):
+    (tree / "README.md").write_text("docs\n")
+    out = tmp_path / "out"
+    res = run("--output", out, tree)
+    assert res.exit_code == 0, res.output
+    assert (tree / "train.py").read_text() == CUDA_SRC
+    assert "torch.npu.synchronize()" in (out / "train.py").read_text()
+    assert (out / "clean.py").read_text() == "x = 1\n"
+    assert (out / "README.md").read_text() == "docs\n"
+
+
+def test_output_inside_input_refused(tree):
+    res = run("--output", tree / "sub", tree)
+    assert res.exit_code == 2
+    assert "must be outside" in res.output
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin:/usr/local/bin",
+                        "HOME": str(cwd)})
+
+
+def _commit_all(tree):
+    _git(tree, "init", "-q")
+    _git(tree, "add", ".")
+    _git(tree, "commit", "-qm", "init")
+
+
+def test_dirty_git_files_refused_unless_allowed(tree):
+    _commit_all(tree)
+    (tree / "train.py").write_text(CUDA_SRC + "# local edit\n")
+    res = run(tree)
+    assert res.exit_code == 2
+    assert "refusing to rewrite 1 file(s) with uncommitted changes" in res.output
+    assert "torch.cuda" in (tree / "train.py").read_text()
+    res = run("--allow-dirty", tree)
+    assert res.exit_code == 0
+    assert "torch.npu" in (tree / "train.py").read_text()
+
+
+def test_committed_git_tree_is_rewritten(tree):
+    _commit_all(tree)
+    assert run(tree).exit_code == 0
+    assert "torch.npu" in (tree / "train.py").read_text()
+
+
+def test_json_format(tree):
+    res = run("--format", "json", "--check", tree)
+    data = json.loads(res.output)
+    assert res.exit_code == 1
+    assert data["files"] == {"changed": 1, "unchanged": 1, "skipped": 0, "failed": 0}
+    assert {f["code"] for f in data["findings"]} == {"NPU100", "NPU101"}
+    assert data["findings"][0]["status"] == "fixed"
+
+
+def test_sarif_format(tree):
+    (tree / "flags.py").write_text(MANUAL_SRC)
+    res = run("--format", "sarif", "--check", tree)
+    doc = json.loads(res.output)
+    assert doc["version"] == "2.1.0"
+    results = doc["runs"][0]["results"]
+    manual = [r for r in results if r["ruleId"] == "NPU603"]
+    assert manual[0]["level"] == "warning"
+    assert manual[0]["locations"][0]["physicalLocation"]["region"] == {"startLine": 3, "startColumn": 1}
+
+
+def test_select_and_ignore(tree):
+    (tree / "flags.py").write_text(MANUAL_SRC)
+    res = run("--check", "--select", "NPU6", tree)
+    assert "NPU603" in res.output and "NPU101" not in res.output
+    res = run("--check", "--ignore", "NPU1,NPU6", tree)
+    assert res.exit_code == 0
+    assert (tree / "train.py").read_text() == CUDA_SRC
+
+
+def test_user_rules_file(tree, tmp_path):
+    extra = tmp_path / "mine.toml"
+    extra.write_text('[[rule]]\ncode = "ACME001"\nkind = "report"\nmatch = "acme.gpu"\n'
+                     'message = "{old} is our CUDA helper"\nfix = "use acme.npu"\n'
+                     'source = "team wiki"\n')
+    (tree / "acme_use.py").write_text("import acme.gpu\nacme.gpu.run()\n")
+    res = run("--check", "--rules", extra, tree)
+    assert "ACME001 [manual] acme.gpu is our CUDA helper" in res.output
+
+
+@pytest.mark.parametrize("content, needle", [
+    ('[[rule]]\ncode = "NPU999"\nkind = "rename"\nold = "a"\nmessage = "m"\nsource = "s"\n',
+     "missing 'new'"),
+    ('[[rule]]\ncode = "bad"\nkind = "report"\nmatch = "a"\nmessage = "m"\nsource = "s"\n',
+     "must look like NPU101"),
+    ('[[rule]]\ncode = "NPU999"\nkind = "report"\nmatch = "a"\nmessage = "m"\n', "missing 'source'"),
+    ("not toml [", "invalid TOML"),
+])
+def test_bad_rules_file_is_one_line_exit_2(tree, tmp_path, content, needle):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(content)
+    res = run("--rules", bad, tree)
+    assert res.exit_code == 2
+    assert needle in res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_missing_path_is_one_line_exit_2(tmp_path):
+    res = run(tmp_path / "nope")
+    assert res.exit_code == 2
+    assert res.output.strip() == f"titan-doctor migrate: error: {tmp_path / 'nope'}: no such file or directory"
+
+
+def test_help_documents_modes_and_exit_codes():
+    res = CliRunner().invoke(main, ["migrate", "--help"])
+    for text in ("--diff", "--check", "--output", "--allow-dirty", "Exit codes", "usage or tool error"):
+        assert text in res.output
+
+
+def test_list_rules():
+    res = run("--list-rules")
+    assert res.exit_code == 0
+    assert "NPU101" in res.output and "NPU301" in res.output
+
+
+def test_parse_failure_exit_1_and_file_untouched(tree):
+    (tree / "broken.py").write_text("import torch\ntorch.cuda.x(\n")
+    res = run(tree)
+    assert res.exit_code == 1
+    assert "NPU001 [fail]" in res.output
+    assert (tree / "broken.py").read_text() == "import torch\ntorch.cuda.x(\n"
+
+
+def test_written_files_report_positions_as_written(tree):
+    (tree / "flags.py").write_text("import torch\nfrom torch.cuda import synchronize, jiterator\n"
+                                   "torch.backends.cudnn.benchmark = True\n")
+    res = run(tree)
+    line = [ln for ln in res.output.splitlines() if "NPU603" in ln][0]
+    assert "flags.py:5:1 NPU603" in line  # +1 import torch_npu, +1 split import
+    assert (tree / "flags.py").read_text().splitlines()[4].startswith("torch.backends.cudnn.benchmark")
+    res = run("--check", tree)  # nothing written: positions in the file as it is
+    assert "flags.py:5:1 NPU603" in res.output
+
+
+def test_unwritable_output_is_one_line_exit_2(tree, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder\n")
+    res = run("--output", blocker / "out", tree)
+    assert res.exit_code == 2
+    assert res.output.startswith("titan-doctor migrate: error: cannot write")
+    assert "Traceback" not in res.output
+
+
+def test_progress_bar_on_a_terminal(tree, monkeypatch):
+    from titan_doctor.migrate import command, engine
+    from titan_doctor.migrate.rules import load_rules
+    files = [(p, p.name) for p in sorted(tree.iterdir())]
+    monkeypatch.setattr(command, "PROGRESS_MIN_FILES", 1)
+    monkeypatch.setattr(command.sys.stderr, "isatty", lambda: True, raising=False)
+    results = command._with_progress(engine, files, load_rules(), 1, "text")
+    assert [r.state for r in results] == [engine.UNCHANGED, engine.CHANGED]
+
+
+def test_pre_commit_hook_runs_check():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    text = (root / ".pre-commit-hooks.yaml").read_text()
+    assert "id: titan-doctor-migrate-check" in text
+    assert "entry: titan-doctor migrate --check" in text
+    assert 'titan-doctor = "titan_doctor.cli:main"' in (root / "pyproject.toml").read_text()

@@ -1,0 +1,54 @@
+"""Where `import torch_npu` goes in a module that now needs it: once, after the first
+top-level torch import, and before any import that needs torch.npu to exist already."""
+from __future__ import annotations
+
+import libcst as cst
+
+from titan_doctor.migrate.scopes import full_name
+
+
+def add_torch_npu_import(module: cst.Module) -> tuple[cst.Module, int]:
+    """Insert `import torch_npu` after the first top-level torch import (else after the
+    leading imports / docstring). Returns the module and the 0-based body index used."""
+    body = list(module.body)
+    at = None
+    lead = 0
+    for i, stmt in enumerate(body):
+        small = stmt.body if isinstance(stmt, cst.SimpleStatementLine) else []
+        imports = [s for s in small if isinstance(s, (cst.Import, cst.ImportFrom))]
+        docstring = (i == 0 and len(small) == 1 and isinstance(small[0], cst.Expr)
+                     and isinstance(small[0].value, (cst.SimpleString, cst.ConcatenatedString)))
+        if not imports and not docstring:
+            break
+        lead = i + 1
+        if any(_imports_npu(s) for s in imports):  # torch_npu must come before these
+            at = i if at is None else min(at, i)
+            break
+        if at is None and any(_imports_torch(s) for s in imports):
+            at = i + 1
+    at = lead if at is None else at
+    line = cst.SimpleStatementLine([cst.Import([cst.ImportAlias(cst.Name("torch_npu"))])])
+    body.insert(at, line)
+    return module.with_changes(body=body), at
+
+
+def _imports_npu(stmt) -> bool:
+    """An import that needs torch_npu loaded first (torch.npu / `from torch import npu`)."""
+    if isinstance(stmt, cst.Import):
+        return any(full_name(a.name).startswith("torch.npu")
+                   for a in stmt.names)
+    if stmt.relative or stmt.module is None:
+        return False
+    module = full_name(stmt.module)
+    names = [] if isinstance(stmt.names, cst.ImportStar) else [
+        full_name(a.name) for a in stmt.names]
+    return module.startswith("torch.npu") or (module == "torch" and "npu" in names)
+
+
+def _imports_torch(stmt) -> bool:
+    if isinstance(stmt, cst.Import):
+        return any(full_name(a.name).split(".")[0] == "torch"
+                   for a in stmt.names)
+    if stmt.relative or stmt.module is None:
+        return False
+    return full_name(stmt.module).split(".")[0] == "torch"

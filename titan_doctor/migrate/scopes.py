@@ -1,0 +1,132 @@
+"""Import bindings per Python scope, tracked in the transformer's own single pass.
+
+libcst's QualifiedNameProvider resolves every node of a module up front; measured on
+torchtitan it costs ~10x a parse (ScopeProvider alone ~5x), which would make migrate
+slower than the whole parse+codegen floor it is measured against. We need one question
+answered, "which import does this root name come from, here?", so we track bindings as
+the transformer walks: imports bind qualified names, everything else (parameters,
+assignments, loop/with/except targets, defs, classes) binds a plain local that shadows
+them. Class bodies do not leak into nested functions; `global` goes to the module.
+
+Known limit (documented in tests): a use that precedes a local rebinding of the same name
+in the same function resolves to the outer import. Python would raise
+UnboundLocalError there, so the rewrite cannot make working code wrong.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+# An import binding: (qualified name it stands for, bound under an alias?).
+Binding = tuple[str, bool]
+
+
+@dataclass
+class _Scope:
+    kind: str  # module | function | class | comprehension
+    names: dict[str, Binding | None] = field(default_factory=dict)
+    globals: set[str] = field(default_factory=set)
+
+
+def full_name(node: cst.CSTNode) -> str:
+    return cst.helpers.get_full_name_for_node(node) or ""
+
+
+class Scopes:
+    """A stack of scopes with `lookup(name)` -> the import binding visible there, or None."""
+
+    def __init__(self) -> None:
+        self.stack = [_Scope("module")]
+        self.torch_alias: str | None = None   # module-level name bound to `torch`
+        self.has_torch_npu = False           # a module-level import of torch_npu exists
+
+    @property
+    def at_module(self) -> bool:
+        return len(self.stack) == 1
+
+    def push(self, kind: str) -> None:
+        self.stack.append(_Scope(kind))
+
+    def pop(self) -> None:
+        self.stack.pop()
+
+    def bind(self, name: str, binding: Binding | None = None) -> None:
+        scope = self.stack[-1]
+        if name in scope.globals:
+            scope = self.stack[0]
+        # a name that *may* come from an import keeps that meaning (try/except fallbacks)
+        if binding is not None or scope.names.get(name) is None:
+            scope.names[name] = binding
+
+    def bind_target(self, target: cst.CSTNode) -> None:
+        """Names bound by an assignment/for/with target."""
+        if isinstance(target, cst.Name):
+            self.bind(target.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for el in target.elements:
+                self.bind_target(el.value)
+        elif isinstance(target, cst.StarredElement):
+            self.bind_target(target.value)
+
+    def bind_params(self, params: cst.Parameters) -> None:
+        for p in (*params.posonly_params, *params.params, *params.kwonly_params):
+            self.bind(p.name.value)
+        for star in (params.star_arg, params.star_kwarg):
+            if isinstance(star, cst.Param):
+                self.bind(star.name.value)
+
+    def declare_global(self, names) -> None:
+        self.stack[-1].globals.update(n.name.value for n in names)
+
+    def bind_import(self, node: cst.Import | cst.ImportFrom) -> list[tuple[str, Binding]]:
+        """Bind the names an import statement defines; returns the import bindings made."""
+        made: list[tuple[str, Binding]] = []
+        if isinstance(node, cst.Import):
+            for a in node.names:
+                full = full_name(a.name)
+                self._note_module(full, a.asname)
+                if a.asname is not None:
+                    made.append((full_name(a.asname.name), (full, True)))
+                else:
+                    root = full.split(".")[0]
+                    made.append((root, (root, False)))
+        else:
+            module = full_name(node.module) if node.module is not None else ""
+            if self.at_module and not node.relative and module.split(".")[0] == "torch_npu":
+                self.has_torch_npu = True
+            if isinstance(node.names, cst.ImportStar):
+                return []
+            for a in node.names:
+                name = full_name(a.name)
+                local = full_name(a.asname.name) if a.asname else name
+                if node.relative:
+                    self.bind(local)
+                else:
+                    made.append((local, (f"{module}.{name}", a.asname is not None)))
+        for local, binding in made:
+            self.bind(local, binding)
+        return made
+
+    def _note_module(self, full: str, asname) -> None:
+        if not self.at_module:
+            return
+        root = full.split(".")[0]
+        if root == "torch_npu":
+            self.has_torch_npu = True
+        if full == "torch" and self.torch_alias is None:
+            self.torch_alias = full_name(asname.name) if asname is not None else "torch"
+        elif root == "torch" and asname is None and self.torch_alias is None:
+            self.torch_alias = "torch"
+
+    def lookup(self, name: str) -> Binding | None:
+        innermost = len(self.stack) - 1
+        for i in range(innermost, -1, -1):
+            scope = self.stack[i]
+            if scope.kind == "class" and i != innermost:
+                continue  # class bodies are not visible from nested scopes
+            if name in scope.globals:
+                return self.stack[0].names.get(name)
+            if name in scope.names:
+                return scope.names[name]
+        return None

@@ -1,0 +1,111 @@
+"""Which statements of a file the transformer can skip without looking inside.
+
+Walking every libcst node costs about as much as parsing the file, and in a CUDA file
+most statements mention nothing a rule matches. The stdlib parser (C, ~5x faster than
+libcst) gives each statement's line span; a statement whose lines contain no marker word
+(the last name of a rule, a literal, an env var) and no local alias of a rule's name
+cannot match and is skipped. Imports are never skipped (they bind names), nor are
+compound statements that contain imports (try: import x). The same spans resync the
+transformer's line counter at every simple statement.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from titan_doctor.migrate.rules import RuleSet
+
+_NEVER_SKIP = (cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal)
+_SCOPES = (cst.FunctionDef, cst.ClassDef)
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int        # first line, decorators included
+    end: int          # last line
+    inner: int        # statements nested inside (to step over when skipped)
+    imports: bool     # an import is nested inside
+
+
+class StatementMap:
+    """ast statements in source order, consumed one per libcst statement visited."""
+
+    def __init__(self, tree: ast.Module, data: bytes, rules: RuleSet) -> None:
+        self._spans: list[Span] = []
+        _collect(tree.body, self._spans)
+        self._next = 0
+        self._rules = rules
+        self._hot_lines = {i for i, line in enumerate(data.split(b"\n"), 1)
+                           if rules.line_re.search(line)}
+        self._lines = data.split(b"\n")
+        self._aliases: list[bytes] = []
+
+    def take(self) -> Span | None:
+        if self._next >= len(self._spans):
+            return None
+        span = self._spans[self._next]
+        self._next += 1
+        return span
+
+    def step_over(self, span: Span) -> None:
+        self._next += span.inner
+
+    def note_binding(self, local: str, qname: str) -> None:
+        """`from torch import cuda as tc`: lines using `tc` can match although they
+        spell no marker word (so can `Float8LinearConfig` from torchao.float8)."""
+        at_or_below = self._rules.name_rule(qname) is not None
+        aliased = local != qname.split(".")[-1]
+        if at_or_below or (aliased and qname in self._rules.name_prefixes):
+            self._aliases.append(local.encode())
+
+    def skippable(self, node: cst.CSTNode, span: Span) -> bool:
+        if isinstance(node, _NEVER_SKIP):
+            return False
+        if span.imports and not isinstance(node, _SCOPES):
+            return False
+        if any(i in self._hot_lines for i in range(span.start, span.end + 1)):
+            return False
+        if self._aliases:
+            text = b"\n".join(self._lines[span.start - 1:span.end])
+            if any(re.search(rb"(?<![\w.])" + re.escape(a) + rb"\b", text) for a in self._aliases):
+                return False
+        return True
+
+
+def _children(node: ast.stmt):
+    """Nested statement lists in source order (bodies, else, handlers, finally, cases)."""
+    for name in ("body", "handlers", "orelse", "finalbody", "cases"):
+        for child in getattr(node, name, ()):
+            if isinstance(child, ast.stmt):
+                yield [child]
+            else:  # ExceptHandler / match_case hold statements
+                yield child.body
+
+
+def _collect(stmts: list[ast.stmt], out: list[Span]) -> tuple[int, bool]:
+    """Append a Span per statement in pre-order; return (count, any import) for the list."""
+    total, imports = 0, False
+    for node in stmts:
+        index = len(out)
+        out.append(None)  # placeholder until the nested statements are known
+        inner, nested_imports = 0, False
+        for group in _children(node):
+            n, imp = _collect(group, out)
+            inner += n
+            nested_imports = nested_imports or imp
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        out[index] = Span(start, node.end_lineno or node.lineno, inner, nested_imports)
+        total += 1 + inner
+        imports = imports or nested_imports or isinstance(node, (ast.Import, ast.ImportFrom))
+    return total, imports
+
+
+def statement_map(data: bytes, rules: RuleSet) -> StatementMap | None:
+    """None when the stdlib parser disagrees with libcst (newer syntax): walk everything."""
+    try:
+        return StatementMap(ast.parse(data), data, rules)
+    except (SyntaxError, ValueError):
+        return None
