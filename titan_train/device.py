@@ -74,6 +74,15 @@ def select(requested: str, p: Probe) -> Device:
         "set distributed.backend = \"auto\" (or \"gloo\" for CPU)")
 
 
+def check_options(dev: Device, *, cpu_offload: bool, mixed_precision: str) -> None:
+    """Settings that only make sense on some devices; a DeviceError says which and why."""
+    if cpu_offload and dev.type == "cpu":
+        raise DeviceError("distributed.cpu_offload = true needs an accelerator (npu or cuda); on cpu the "
+                          "parameters already live in host memory: set it to false")
+    if mixed_precision == "bf16" and not supports_bf16(dev):
+        raise DeviceError("training.mixed_precision = 'bf16' is not supported on this device; use 'fp16'")
+
+
 def probe() -> Probe:
     """Look at this machine. Never raises: a broken torch_npu is reported, not fatal."""
     import torch

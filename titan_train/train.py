@@ -92,6 +92,7 @@ def train(cfg: JobConfig, stop_after: int = 0) -> list[dict]:
     rank, world, local_rank = _rank_env()
     validate(cfg, world)
     dev = device.select(cfg.distributed.backend, device.probe())
+    device.check_options(dev, cpu_offload=cfg.distributed.cpu_offload, mixed_precision=cfg.training.mixed_precision)
     say = print if rank == 0 else (lambda *a, **k: None)
     if dev.note:
         say(f"[titan-train] backend auto: {dev.note}")
@@ -114,8 +115,6 @@ def _quiet_known_warnings() -> None:
 def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> list[dict]:
     _quiet_known_warnings()
     t, mp_name = cfg.training, cfg.training.mixed_precision
-    if mp_name == "bf16" and not device.supports_bf16(dev):
-        raise device.DeviceError("training.mixed_precision = 'bf16' is not supported on this device; use 'fp16'")
     dims = ParallelDims.for_world(world, cfg.distributed.tp_size)
     mesh = build_mesh(dev.type, dims)
     dp_rank = mesh["dp"].get_local_rank()

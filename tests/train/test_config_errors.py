@@ -34,6 +34,7 @@ BAD = [
     (["data.dataset=\"/no/such/corpus.txt\""], 1, "data.dataset: /no/such/corpus.txt not found"),
     (["model.vocab_size=100"], 1, "model.vocab_size = 100 is smaller than the tokenizer's 257 ids"),
     (["training"], 1, "expected section.key=value"),
+    (["distributed.cpu_offload=true"], 2, "distributed.cpu_offload = true needs an accelerator"),
 ]
 
 

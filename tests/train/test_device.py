@@ -45,6 +45,14 @@ def test_nccl_without_gpu_and_unknown_backend():
         select("mpi", Probe())
 
 
+def test_options_that_need_an_accelerator():
+    from titan_train.device import check_options
+
+    check_options(Device("npu", "hccl", 8), cpu_offload=True, mixed_precision="bf16")
+    with pytest.raises(DeviceError, match="cpu_offload = true needs an accelerator"):
+        check_options(Device("cpu", "gloo", 1), cpu_offload=True, mixed_precision="fp32")
+
+
 def test_real_probe_on_this_machine_reports_no_npu():
     from titan_train.device import probe
 
