@@ -140,7 +140,7 @@ def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> list[dict
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps,
                                   weight_decay=o.weight_decay, foreach=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
-    progress = {"step": 0, "samples": 0}
+    progress = {"step": 0, "samples": 0, "loss_scale": LossScaler.scale}  # all of it is checkpointed
     state = checkpoint.TrainState(model, optimizer, scheduler, progress)
     ckpt = cfg.checkpoint
     if rank == 0:
@@ -169,7 +169,7 @@ def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> list[dict
     if log_file:
         log_file.write({"event": "start", "config": to_dict(cfg), "world_size": world,
                         "device": dev.type, "backend": dev.backend, "resumed_from": progress["step"]})
-    scaler = LossScaler() if mp_name == "fp16" else None
+    scaler = LossScaler(scale=progress["loss_scale"]) if mp_name == "fp16" else None
     records: list[dict] = []
     device.reset_peak_memory(dev)
     window_start, window_tokens = time.perf_counter(), 0
@@ -190,6 +190,7 @@ def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> list[dict
             finite = math.isfinite(grad_norm)
             if scaler:
                 scaler.update(finite)
+                progress["loss_scale"] = scaler.scale
             if finite or not scaler:
                 optimizer.step()
             lr = scheduler.get_last_lr()[0]  # the rate this step used
