@@ -163,10 +163,3 @@ def peak_memory_bytes(dev: Device) -> int:
         return int(mod.max_memory_allocated())
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)
-
-
-def total_memory_bytes(dev: Device) -> int | None:
-    mod = _module(dev.type)
-    if mod is not None:
-        return int(mod.get_device_properties(0).total_memory)
-    return None

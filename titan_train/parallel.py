@@ -18,10 +18,6 @@ class ParallelDims:
     dp: int
     tp: int
 
-    @property
-    def world_size(self) -> int:
-        return self.dp * self.tp
-
     @classmethod
     def for_world(cls, world_size: int, tp: int) -> "ParallelDims":
         if tp < 1 or world_size % tp:
