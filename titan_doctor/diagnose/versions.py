@@ -18,10 +18,7 @@ CPU_WHEEL_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 def table() -> dict[str, Any]:
-    data = knowledge.load("versions")
-    knowledge.require_sources(data.get("compat", []), "versions.toml [[compat]]")
-    knowledge.require_sources(data.get("python", []), "versions.toml [[python]]")
-    return data
+    return knowledge.load("versions")
 
 
 def base(v: str | None) -> str:
