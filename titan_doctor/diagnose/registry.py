@@ -63,8 +63,6 @@ CHECKS: tuple[Check, ...] = (
           logs=True),
 )
 
-BY_ID = {c.id: c for c in CHECKS}
-
 
 def _named(check: Check, i: str) -> bool:
     """`i` names the check: its id, or its family (`versions` for versions.torch)."""
