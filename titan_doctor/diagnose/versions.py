@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from titan_doctor import knowledge
 from titan_doctor.diagnose import signatures
+from titan_doctor.diagnose.ascend import version_key
 from titan_doctor.findings import Finding, Status
 
 CPU_WHEEL_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -153,8 +154,6 @@ def matrix_verdicts(torch: str | None, torch_npu: str | None, cann: str | None, 
                     data: Mapping[str, Any]) -> list[Finding]:
     """Verdicts for one (torch, torch_npu, CANN, Python) combination against the pins and
     the published torch_npu compatibility table. Pure: versions in, findings out."""
-    from titan_doctor.diagnose.ascend import version_key
-
     pins = data["pins"]
     code = "versions.matrix"
     out: list[Finding] = []
