@@ -34,8 +34,13 @@ def load_toml(path: Path) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=None)
 def load(name: str) -> dict[str, Any]:
-    """rules/<name>.toml as a dict (cached: every check shares one parse)."""
-    return load_toml(rules_dir() / f"{name}.toml")
+    """rules/<name>.toml as a dict, every [[table]] entry checked for a `source` (cached:
+    every check shares one parse and one check)."""
+    data = load_toml(rules_dir() / f"{name}.toml")
+    for key, entries in data.items():
+        if isinstance(entries, list) and all(isinstance(e, dict) for e in entries):
+            require_sources(entries, f"{name}.toml [[{key}]]")
+    return data
 
 
 def require_sources(entries: list[dict[str, Any]], file: str) -> None:

@@ -11,8 +11,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from tabulate import tabulate
-
 from titan_doctor.diagnose import signatures
 from titan_doctor.diagnose.distributed_env import DEFAULT_PORT, check_master, port_free
 from titan_doctor.diagnose.logs import enrich
@@ -94,6 +92,8 @@ def _read_state(path: Path) -> dict[str, Any]:
 
 
 def bandwidth_table(rows: list[dict[str, Any]]) -> str:
+    from tabulate import tabulate  # only --comm prints it; importing costs a third of start-up
+
     return tabulate([[_size(r["bytes"]), f"{r['time_us']:.0f}", f"{r['algbw_gbs']:.3f}", f"{r['busbw_gbs']:.3f}"]
                      for r in rows], headers=["size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"],
                     colalign=("right",) * 4)

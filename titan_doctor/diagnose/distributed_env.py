@@ -12,19 +12,13 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from titan_doctor import knowledge
 from titan_doctor.findings import Finding, Status
 
 DEFAULT_PORT = 29500
 SHM_MIN = 1 << 30
-
-
-def _rules() -> dict[str, Any]:
-    data = knowledge.load("hccl_env")
-    knowledge.require_sources(data.get("range", []) + data.get("leftover", []), "hccl_env.toml")
-    return data
 
 
 def resolve(host: str, timeout: float = 3.0) -> list[str] | str:
@@ -165,7 +159,7 @@ def _ifname_matches(spec: str, names: list[str]) -> list[str]:
 def check_hccl_env(env: Mapping[str, str], if_names: list[str] | None = None) -> list[Finding]:
     """HCCL_* within documented ranges; HCCL_IF_IP ours; HCCL_SOCKET_IFNAME matches a NIC."""
     out: list[Finding] = []
-    for r in _rules().get("range", []):
+    for r in knowledge.load("hccl_env").get("range", []):
         raw = env.get(r["name"])
         if raw is None:
             continue
@@ -210,7 +204,7 @@ def check_hccl_env(env: Mapping[str, str], if_names: list[str] | None = None) ->
 
 def check_leftovers(env: Mapping[str, str], on_npu: bool) -> list[Finding]:
     """NCCL_* / CUDA_* settings do nothing on Ascend; name the variable that does."""
-    table = {e["name"]: e for e in _rules().get("leftover", [])}
+    table = {e["name"]: e for e in knowledge.load("hccl_env").get("leftover", [])}
     found = sorted(k for k in env if k.startswith(("NCCL_", "CUDA_")) or k in table)
     if not found:
         return [Finding("dist.leftovers", Status.OK, "no NCCL_*/CUDA_* leftovers in the environment")]

@@ -63,18 +63,21 @@ CHECKS: tuple[Check, ...] = (
           logs=True),
 )
 
-BY_ID = {c.id: c for c in CHECKS}
+
+def _named(check: Check, i: str) -> bool:
+    """`i` names the check: its id, or its family (`versions` for versions.torch)."""
+    return check.id == i or check.id.startswith(i + ".")
 
 
 def select(ids: list[str], *, comm: bool, logs: bool) -> list[Check]:
     """Checks to run: the named ones (id or family prefix), else the default set.
     Every finding's code is its check's id or starts with it plus a dot."""
     if ids:
-        return [c for c in CHECKS if any(c.id == i or c.id.startswith(i + ".") for i in ids)]
+        return [c for c in CHECKS if any(_named(c, i) for i in ids)]
     if logs:
         return [c for c in CHECKS if c.logs]
     return [c for c in CHECKS if not c.logs and (comm or not c.slow)]
 
 
 def unknown(ids: list[str]) -> list[str]:
-    return [i for i in ids if not any(c.id == i or c.id.startswith(i + ".") for c in CHECKS)]
+    return [i for i in ids if not any(_named(c, i) for c in CHECKS)]

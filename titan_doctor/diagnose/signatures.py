@@ -34,11 +34,8 @@ class Match:
 
 @functools.lru_cache(maxsize=None)
 def load() -> tuple[Signature, ...]:
-    data = knowledge.load("log_signatures")
-    entries = data.get("signature", [])
-    knowledge.require_sources(entries, "log_signatures.toml")
     sigs = []
-    for e in entries:
+    for e in knowledge.load("log_signatures").get("signature", []):
         try:
             rx = re.compile(e["pattern"])
         except (re.error, KeyError) as err:

@@ -12,16 +12,14 @@ from typing import Any, Mapping
 
 from titan_doctor import knowledge
 from titan_doctor.diagnose import signatures
+from titan_doctor.diagnose.ascend import version_key
 from titan_doctor.findings import Finding, Status
 
 CPU_WHEEL_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 def table() -> dict[str, Any]:
-    data = knowledge.load("versions")
-    knowledge.require_sources(data.get("compat", []), "versions.toml [[compat]]")
-    knowledge.require_sources(data.get("python", []), "versions.toml [[python]]")
-    return data
+    return knowledge.load("versions")
 
 
 def base(v: str | None) -> str:
@@ -156,8 +154,6 @@ def matrix_verdicts(torch: str | None, torch_npu: str | None, cann: str | None, 
                     data: Mapping[str, Any]) -> list[Finding]:
     """Verdicts for one (torch, torch_npu, CANN, Python) combination against the pins and
     the published torch_npu compatibility table. Pure: versions in, findings out."""
-    from titan_doctor.diagnose.ascend import version_key
-
     pins = data["pins"]
     code = "versions.matrix"
     out: list[Finding] = []

@@ -38,10 +38,9 @@ class StatementMap:
         _collect(tree.body, self._spans)
         self._next = 0
         self._rules = rules
-        self._hot_lines = {i for i, line in enumerate(data.split(b"\n"), 1)
-                           if rules.line_re.search(line)}
         self._lines = data.split(b"\n")
-        self._aliases: list[bytes] = []
+        self._hot_lines = {i for i, line in enumerate(self._lines, 1) if rules.line_re.search(line)}
+        self._aliases: list[re.Pattern] = []
 
     def take(self) -> Span | None:
         if self._next >= len(self._spans):
@@ -59,7 +58,7 @@ class StatementMap:
         at_or_below = self._rules.name_rule(qname) is not None
         aliased = local != qname.split(".")[-1]
         if at_or_below or (aliased and qname in self._rules.name_prefixes):
-            self._aliases.append(local.encode())
+            self._aliases.append(re.compile(rb"(?<![\w.])" + re.escape(local.encode()) + rb"\b"))
 
     def skippable(self, node: cst.CSTNode, span: Span) -> bool:
         if isinstance(node, _NEVER_SKIP):
@@ -70,7 +69,7 @@ class StatementMap:
             return False
         if self._aliases:
             text = b"\n".join(self._lines[span.start - 1:span.end])
-            if any(re.search(rb"(?<![\w.])" + re.escape(a) + rb"\b", text) for a in self._aliases):
+            if any(a.search(text) for a in self._aliases):
                 return False
         return True
 
