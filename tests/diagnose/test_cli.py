@@ -131,3 +131,20 @@ def test_every_finding_code_belongs_to_its_check(tmp_path):
     _, more = run_json("--log", str(log))
     for code in list(rows) + list(more):
         assert any(code == i or code.startswith(i + ".") for i in ids), code
+
+
+def test_broken_rules_file_is_a_tool_error_exit_2(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from titan_doctor import knowledge
+    from titan_doctor.diagnose.command import diagnose
+
+    (tmp_path / "hccl_env.toml").write_text("[[range]\nname = 1\n")
+    monkeypatch.setattr(knowledge, "rules_dir", lambda: tmp_path)
+    knowledge.load.cache_clear()
+    try:
+        result = CliRunner().invoke(diagnose, ["--check", "dist.hccl_env"])
+    finally:
+        knowledge.load.cache_clear()
+    assert result.exit_code == 2, result.output
+    assert "hccl_env.toml: invalid TOML" in result.output and "check crashed" not in result.output

@@ -1,8 +1,9 @@
 """Run selected checks: the torch probe starts first, checks that need it run last,
 results come back in display order. A check that raises becomes a finding, never a
-traceback (unless --debug)."""
+traceback (unless --debug); broken knowledge files are a tool error (exit 2) instead."""
 from __future__ import annotations
 
+from titan_doctor.knowledge import KnowledgeError
 from titan_doctor.diagnose.context import Context
 from titan_doctor.diagnose.registry import Check
 from titan_doctor.findings import Finding, Status
@@ -24,6 +25,8 @@ def _one(check: Check, ctx: Context, debug: bool) -> list[Finding]:
             return [Finding(check.id, Status.FAIL, f"{check.title}: probe failed: {ctx.probe['probe_error'][-300:]}",
                             fix=f"Run {ctx.python} -c 'import torch' to see the error")]
         return check.run(ctx)
+    except KnowledgeError:
+        raise  # our data is broken, not the host: the command reports it and exits 2
     except Exception as e:  # noqa: BLE001 - one broken check must not hide the others
         if debug:
             raise
