@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from titan_train.device import BACKEND_CHOICES  # torch-free at import
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -109,7 +111,7 @@ SECTIONS = [f.name for f in dataclasses.fields(JobConfig) if f.name != "name"]
 CHOICES = {
     ("model", "name"): ("llama",),
     ("optimizer", "name"): ("AdamW",),
-    ("distributed", "backend"): ("auto", "hccl", "nccl", "gloo"),
+    ("distributed", "backend"): BACKEND_CHOICES,
     ("training", "lr_schedule"): ("cosine", "linear", "constant"),
     ("training", "mixed_precision"): ("fp32", "bf16", "fp16"),
 }
@@ -118,10 +120,7 @@ CHOICES = {
 def _coerce(section: str, key: str, value: Any) -> Any:
     """Check a TOML value against the field's type; ints are accepted where floats are."""
     where = f"{section}.{key}"
-    kinds = _TYPES[(section, key)]
-    optional = type(None) in kinds
-    if value is None and optional:
-        return None
+    kinds = _TYPES[(section, key)]  # TOML has no null, so None never arrives here
     if float in kinds and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if list in kinds:
@@ -146,7 +145,7 @@ def _field_types() -> dict[tuple[str, str], tuple[type, ...]]:
             if origin is list:
                 out[(section, name)] = (list,)
             elif args:  # X | None
-                out[(section, name)] = tuple(a for a in args)
+                out[(section, name)] = args
             else:
                 out[(section, name)] = (hint,)
     return out
