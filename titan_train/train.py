@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -22,10 +23,8 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def model_args(cfg: JobConfig) -> ModelArgs:
-    m = cfg.model
-    return ModelArgs(vocab_size=m.vocab_size, d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads,
-                     n_kv_heads=m.n_kv_heads, multiple_of=m.multiple_of, ffn_dim_multiplier=m.ffn_dim_multiplier,
-                     norm_eps=m.norm_eps, rope_theta=m.rope_theta, max_seq_len=m.max_seq_len)
+    """The [model] section is ModelArgs plus `name`: copy the shared fields."""
+    return ModelArgs(**{f.name: getattr(cfg.model, f.name) for f in dataclasses.fields(ModelArgs)})
 
 
 def lr_lambda(cfg: JobConfig):
