@@ -85,9 +85,9 @@ def _rank_env() -> tuple[int, int, int]:
     return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
 
 
-def train(cfg: JobConfig, stop_after: int = 0) -> list[dict]:
+def train(cfg: JobConfig, stop_after: int = 0) -> None:
     """Train to cfg.training.steps (resuming if a checkpoint exists), or for at most
-    `stop_after` steps in this run. Returns rank 0's log records."""
+    `stop_after` steps in this run. Metrics go to cfg.metrics.output (rank 0)."""
     rank, world, local_rank = _rank_env()
     validate(cfg, world)
     dev = device.select(cfg.distributed.backend, device.probe())
@@ -98,7 +98,7 @@ def train(cfg: JobConfig, stop_after: int = 0) -> list[dict]:
     device.set_current(dev, local_rank)
     dist.init_process_group(dev.backend)
     try:
-        return _train(cfg, dev, rank, world, local_rank, say, stop_after)
+        _train(cfg, dev, rank, world, local_rank, say, stop_after)
     finally:
         dist.destroy_process_group()
 
@@ -111,7 +111,7 @@ def _quiet_known_warnings() -> None:
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
 
 
-def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> list[dict]:
+def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> None:
     _quiet_known_warnings()
     t, mp_name = cfg.training, cfg.training.mixed_precision
     dims = ParallelDims.for_world(world, cfg.distributed.tp_size)
@@ -161,7 +161,7 @@ def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> list[dict
         say("[titan-train] metrics.tensorboard is not implemented yet; metrics go to " + cfg.metrics.output)
     if progress["step"] >= t.steps:
         say(f"[titan-train] already at step {progress['step']} >= training.steps = {t.steps}; nothing to do")
-        return []
+        return
 
     last_step = min(t.steps, progress["step"] + stop_after) if stop_after > 0 else t.steps
     log_file = metrics.MetricsFile(cfg.metrics.output) if rank == 0 else None
@@ -169,7 +169,6 @@ def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> list[dict
         log_file.write({"event": "start", "config": to_dict(cfg), "world_size": world,
                         "device": dev.type, "backend": dev.backend, "resumed_from": progress["step"]})
     scaler = LossScaler(scale=progress["loss_scale"]) if mp_name == "fp16" else None
-    records: list[dict] = []
     device.reset_peak_memory(dev)
     window_start, window_tokens = time.perf_counter(), 0
     try:
@@ -211,7 +210,6 @@ def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> list[dict
                           "peak_mem_gib": device.peak_memory_bytes(dev) / 2 ** 30, "elapsed_s": elapsed}
                 if scaler:
                     record["loss_scale"] = scaler.scale
-                records.append(record)
                 say(metrics.format_line(record), flush=True)
                 if log_file:
                     log_file.write(record)
@@ -227,4 +225,3 @@ def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> list[dict
     finally:
         if log_file:
             log_file.close()
-    return records
