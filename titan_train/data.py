@@ -72,9 +72,14 @@ def checked_tokenizer(tokenizer: str, dataset: str, vocab_size: int) -> Tokenize
     if tok.vocab_size > vocab_size:
         raise DataError(f"model.vocab_size = {vocab_size} is smaller than the tokenizer's "
                         f"{tok.vocab_size} ids; set model.vocab_size >= {tok.vocab_size}")
-    if dataset != "builtin" and not Path(dataset).is_file():
-        raise DataError(f"data.dataset: {dataset} not found (give a .txt or .jsonl file, or \"builtin\")")
+    if dataset != "builtin":
+        _require_dataset(Path(dataset))
     return tok
+
+
+def _require_dataset(path: Path) -> None:
+    if not path.is_file():
+        raise DataError(f"data.dataset: {path} not found (give a .txt or .jsonl file, or \"builtin\")")
 
 
 # ---------------------------------------------------------------- text sources
@@ -106,8 +111,7 @@ def builtin_documents(n_docs: int = 6000, seed: int = 1234) -> Iterable[str]:
 def file_documents(path: str | Path, text_field: str = "text") -> Iterable[str]:
     """Plain text (blank-line separated documents) or JSONL (one object per line)."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"data.dataset: {path} not found (give a .txt or .jsonl file, or \"builtin\")")
+    _require_dataset(path)
     if path.suffix in (".jsonl", ".json"):
         with open(path, encoding="utf-8") as fh:
             for lineno, line in enumerate(fh, 1):
