@@ -69,6 +69,10 @@ def discover(paths: Iterable[Path], rules: RuleSet, exclude: Iterable[str] = ())
                     yield p
 
 
+# A finding whose line already counts in the rewritten file (the inserted import).
+LINE_IN_OUTPUT = "line_in_output"
+
+
 def migrate_python(data: bytes, rules: RuleSet, path: str) -> tuple[bytes, list[Finding]]:
     """(new bytes, findings) for one Python source; raises cst.ParserSyntaxError."""
     module = cst.parse_module(data)
@@ -83,7 +87,7 @@ def migrate_python(data: bytes, rules: RuleSet, path: str) -> tuple[bytes, list[
         line = sum(_line_count(out, s) for s in out.body[:index]) + len(out.header) + 1
         rule = rules.add_import
         findings.append(Finding(code=rule["code"], status=Status.FIXED, message=rule["message"],
-                                path=path, line=line, col=1))
+                                path=path, line=line, col=1, data={LINE_IN_OUTPUT: True}))
     return out.bytes, findings
 
 
@@ -141,7 +145,7 @@ def as_written(result: FileResult) -> list[Finding]:
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         for k in range(i2 - i1):
             where[i1 + k + 1] = j1 + min(k, max(j2 - j1 - 1, 0)) + 1
-    return [f if f.line is None or f.code == "NPU100" else
+    return [f if f.line is None or f.data.get(LINE_IN_OUTPUT) else
             dataclasses.replace(f, line=where.get(f.line, f.line)) for f in result.findings]
 
 
