@@ -15,6 +15,7 @@ from titan_doctor.diagnose import signatures
 from titan_doctor.diagnose.distributed_env import DEFAULT_PORT, check_master, port_free
 from titan_doctor.diagnose.logs import enrich
 from titan_doctor.findings import Finding, Status
+from titan_train.launch import free_port
 
 WORKER = Path(__file__).with_name("_comm_worker.py")
 SIZES = (1 << 12, 1 << 18, 1 << 22, 1 << 25)   # 4 KiB .. 32 MiB
@@ -33,14 +34,6 @@ class RankResult:
     returncode: int | None        # None: killed after the timeout
     state: dict[str, Any]
     stderr: str
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def launch(nproc: int, python: str, env: Mapping[str, str], backend: str = "auto", timeout: float = 60.0,
