@@ -1,5 +1,6 @@
 """The boundaries ARCHITECTURE.md draws: titan_train imports nothing from titan_doctor,
-and only titan_train/device.py talks to torch.npu / torch.cuda / torch_npu."""
+titan_knowledge (the rules/ loader both tools share) imports neither tool nor torch, and
+only titan_train/device.py talks to torch.npu / torch.cuda / torch_npu."""
 from __future__ import annotations
 
 import ast
@@ -31,6 +32,11 @@ def test_trainer_never_imports_the_doctor():
     offenders = [str(p.relative_to(REPO)) for p in (REPO / "titan_train").rglob("*.py")
                  if any(m.split(".")[0] == "titan_doctor" for m in _imported_modules(p))]
     assert offenders == []
+
+
+def test_the_knowledge_loader_stands_alone():
+    imported = {m.split(".")[0] for p in (REPO / "titan_knowledge").rglob("*.py") for m in _imported_modules(p)}
+    assert imported & {"titan_train", "titan_doctor", "torch", "numpy"} == set()
 
 
 def test_only_the_device_module_touches_npu_or_cuda_apis():

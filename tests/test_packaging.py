@@ -37,10 +37,10 @@ def wheel(tmp_path_factory) -> Path:
 
 def test_wheel_carries_every_rules_and_configs_file(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for folder, target in (("rules", "titan_train/_data/rules"), ("configs", "titan_train/_data/configs")):
+    for folder, target in (("rules", "titan_knowledge/rules"), ("configs", "titan_train/_data/configs")):
         for f in (REPO / folder).rglob("*.toml"):
             assert f"{target}/{f.relative_to(REPO / folder).as_posix()}" in names, f
-    assert "titan_doctor/cli.py" in names and "titan_train/cli.py" in names
+    assert {"titan_doctor/cli.py", "titan_train/cli.py", "titan_knowledge/__init__.py"} <= names
 
 
 def test_installed_copy_finds_its_data_without_the_checkout(wheel, tmp_path):
@@ -49,11 +49,11 @@ def test_installed_copy_finds_its_data_without_the_checkout(wheel, tmp_path):
                    check=True, capture_output=True, timeout=300)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(site)
-    code = ("import titan_train.resources as r, titan_train.metrics as m; "
-            "print(r.rules_dir()); print(r.configs_dir()); print(m.lookup_device('Ascend910B3')['name'])")
+    code = ("import titan_knowledge as k, titan_train.resources as r, titan_train.metrics as m; "
+            "print(k.rules_dir()); print(r.configs_dir()); print(m.lookup_device('Ascend910B3')['name'])")
     out = subprocess.run([sys.executable, "-c", code],
                          cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout.splitlines()
-    assert out[0] == str(site / "titan_train" / "_data" / "rules")
+    assert out[0] == str(site / "titan_knowledge" / "rules")
     assert out[1] == str(site / "titan_train" / "_data" / "configs")
     assert out[2] == "Ascend 910B3"
     proc = subprocess.run([sys.executable, "-m", "titan_train.cli", "run", "--config", "llama_13b", "--print-config"],

@@ -6,31 +6,11 @@ number that means anything, so a short matmul probe measures what this machine r
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from titan_train.resources import rules_dir
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-
-def device_table() -> list[dict[str, Any]]:
-    with open(rules_dir() / "devices.toml", "rb") as fh:
-        return tomllib.load(fh)["device"]
-
-
-def lookup_device(device_name: str, table: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
-    """The first devices.toml entry whose `match` substrings all occur in the name."""
-    lowered = device_name.lower()
-    for entry in table if table is not None else device_table():
-        if all(m.lower() in lowered for m in entry["match"]):
-            return entry
-    return None
+from titan_knowledge import lookup_device
 
 
 def measure_matmul_flops(dtype_name: str, seconds: float = 0.3, n: int = 1024) -> float:

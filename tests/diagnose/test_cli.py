@@ -136,7 +136,7 @@ def test_every_finding_code_belongs_to_its_check(tmp_path):
 def test_broken_rules_file_is_a_tool_error_exit_2(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from titan_doctor import knowledge
+    import titan_knowledge as knowledge
     from titan_doctor.diagnose.command import diagnose
 
     (tmp_path / "hccl_env.toml").write_text("[[range]\nname = 1\n")

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from titan_doctor.knowledge import load_toml
+from titan_knowledge import load_toml
 from titan_doctor.migrate import npu_api
 from titan_doctor.migrate.rules import NPU_API_FILE, builtin_files
-from titan_train.resources import rules_dir
+from titan_knowledge import rules_dir
 
 VERSION = "2.13.0"
 CACHE = Path(os.environ.get("TITAN_NPU_CACHE", Path.home() / ".cache" / "titan-npu"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from titan_doctor import knowledge
+import titan_knowledge as knowledge
 from titan_doctor.findings import (EXIT_USAGE, exit_code, render_checks, summary_line, to_checks_json,
                                    use_unicode)
 

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Mapping
 
-from titan_doctor import knowledge
+import titan_knowledge as knowledge
 from titan_doctor.findings import Finding, Status
 
 DEFAULT_PORT = 29500

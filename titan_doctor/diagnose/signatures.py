@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from titan_doctor import knowledge
+import titan_knowledge as knowledge
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from titan_doctor import knowledge
+import titan_knowledge as knowledge
 from titan_doctor.diagnose import signatures
 from titan_doctor.diagnose.ascend import version_key
 from titan_doctor.findings import Finding, Status

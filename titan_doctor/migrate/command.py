@@ -76,7 +76,7 @@ def migrate(paths, show_diff, check, output, allow_dirty, jobs, fmt, exclude, se
     except Exception as e:  # noqa: BLE001 - users see one line, --debug the traceback
         if debug:
             raise
-        from titan_doctor.knowledge import KnowledgeError
+        from titan_knowledge import KnowledgeError
         if isinstance(e, KnowledgeError):
             click.echo(f"titan-doctor migrate: error: {e}", err=True)
         else:

@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from titan_doctor.knowledge import KnowledgeError, load_toml
-from titan_train.resources import rules_dir
+from titan_knowledge import KnowledgeError, load_toml, rules_dir
 
 CODE_RE = re.compile(r"^[A-Z]{2,}\d{3}$")
 NPU_API_FILE = "npu_api.toml"

@@ -1,0 +1,80 @@
+"""Knowledge kept as data: the one loader for the TOML files under rules/.
+
+Both tools read rules/ through here (the doctor its migrate rules, version matrix and log
+signatures; the trainer its device table), so this package imports neither of them and
+nothing heavier than the standard library. In a checkout the data is the repository's
+rules/ folder; an installed wheel carries it as titan_knowledge/rules.
+
+Every [[table]] entry carries a `source`; a file that fails to parse or lacks one is a
+`KnowledgeError` naming the file, which the tools turn into exit 2 instead of a traceback.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+class KnowledgeError(Exception):
+    """A rules/ data file is missing or malformed."""
+
+
+def rules_dir() -> Path:
+    """rules/ inside an installed wheel, else the checkout's top-level rules/."""
+    installed = _PACKAGE / "rules"
+    return installed if installed.is_dir() else _PACKAGE.parent / "rules"
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError as e:
+        raise KnowledgeError(f"{path}: file not found") from e
+    except tomllib.TOMLDecodeError as e:
+        raise KnowledgeError(f"{path}: invalid TOML: {e}") from e
+
+
+@functools.lru_cache(maxsize=None)
+def load(name: str) -> dict[str, Any]:
+    """rules/<name>.toml as a dict, every [[table]] entry checked for a `source` (cached:
+    every caller shares one parse and one check)."""
+    data = load_toml(rules_dir() / f"{name}.toml")
+    for key, entries in data.items():
+        if isinstance(entries, list) and all(isinstance(e, dict) for e in entries):
+            require_sources(entries, f"{name}.toml [[{key}]]")
+    return data
+
+
+def require_sources(entries: list[dict[str, Any]], file: str) -> None:
+    """Knowledge without a source cannot be reviewed: refuse it."""
+    for i, e in enumerate(entries):
+        if not e.get("source"):
+            raise KnowledgeError(f"{file}: entry {i} ({e.get('id') or e.get('code') or '?'}) has no 'source'")
+
+
+def devices() -> list[dict[str, Any]]:
+    """rules/devices.toml's [[device]] entries (memory and peak FLOPs per card)."""
+    entries = load("devices").get("device", [])
+    for e in entries:
+        missing = [k for k in ("name", "match", "memory_gib", "peak_tflops") if k not in e]
+        if missing:
+            raise KnowledgeError(f"devices.toml: {e.get('name', '?')}: missing {', '.join(missing)}")
+    return entries
+
+
+def lookup_device(device_name: str, table: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """The first devices.toml entry whose `match` substrings all occur in the runtime name."""
+    lowered = device_name.lower()
+    for entry in table if table is not None else devices():
+        if all(m.lower() in lowered for m in entry["match"]):
+            return entry
+    return None
