@@ -68,7 +68,7 @@ def _tables() -> dict[str, Any]:
 def decode_ecode(code: str, message: str = "") -> Code:
     t = _tables()
     comp = t["component"].get(code[1])
-    module = comp["module"] if comp else f"unknown component '{code[1]}'"
+    module = comp["module"] if comp else f"component '{code[1]}' (not in CANN's published list)"
     internal = int(code[2:]) >= INTERNAL_FROM
     known = t["ecode"].get(code)
     if known:
@@ -145,8 +145,6 @@ def find_codes(line: str) -> list[Code]:
     if "E" in line:
         for m in _ECODE.finditer(line):
             c = m.group(1)
-            if c[1] not in _tables()["component"]:
-                continue          # not a CANN component: some other E-prefixed token
             if c not in out or not out[c].message:
                 out[c] = decode_ecode(c, _message_after(line, m.end()))
     if "rror" in line or "esult" in line or "ret =" in line or "failed:" in line:

@@ -23,6 +23,8 @@ from titan_doctor.diagnose import error_codes, log_lines, signatures
 from titan_doctor.diagnose.log_lines import Line
 
 GAP = 30            # lines between two events of one incident, at most
+MORE = 8            # lines under an E-code that continue its message (TraceBack, Reason, ...)
+NEAR = 3            # lines around an incident whose rank prefix it may borrow
 CONTEXT = 80        # lines kept to look back for the traceback an event ends
 WRAPPER_RANK = 80   # events ranked this or higher only report that a call failed
 
@@ -44,6 +46,7 @@ class Event:
     parse: str = ""
     merge: bool = False
     message: str = ""
+    more: list[str] = field(default_factory=list)      # continuation lines of an E-code's message
 
 
 @functools.lru_cache(maxsize=None)
@@ -89,6 +92,7 @@ class Incident:
     events: list[Event] = field(default_factory=list)
     context: list[Line] = field(default_factory=list)   # lines above it: its traceback, the log line before
     order: int = 0
+    near_ranks: dict[int, str] = field(default_factory=dict)  # rank -> stream of rank-prefixed lines around it
 
     @property
     def first(self) -> Line:
@@ -111,7 +115,13 @@ class Incident:
         for ln in lines:            # torch_npu's RankID and c10d's [Rank N] name the global rank
             if ln.rank is not None and ln.stream == self.stream:
                 return ln.rank
-        return log_lines.file_rank(self.path)
+        own = log_lines.file_rank(self.path)
+        if own is not None:
+            return own
+        # CANN prints its error block without torch's [rankN] prefix; a rank-prefixed line of
+        # the same process (no other pid) right next to it names the rank.
+        near = {r for r, st in self.near_ranks.items() if "pid=" not in st or st == self.stream}
+        return near.pop() if len(near) == 1 else None
 
     @property
     def device(self) -> int | None:
@@ -145,14 +155,20 @@ def _merge(events: list[Event]) -> list[Event]:
 
 
 def _dedupe(events: list[Event]) -> list[Event]:
-    """One event per code and incident (EH9999 printed on three lines is one error)."""
-    out, seen = [], set()
+    """One event per code and incident (EH9999 printed on three lines is one error); the
+    repeats' messages join the first one's."""
+    out: list[Event] = []
+    seen: dict[tuple, Event] = {}
     for e in events:
         key = (e.id, e.groups.get("code")) if not e.merge else (e.id, id(e))
-        if key in seen:
+        first = seen.get(key)
+        if first is None:
+            seen[key] = e
+            out.append(e)
             continue
-        seen.add(key)
-        out.append(e)
+        for m in ([e.message] if e.message else []) + e.more:
+            if m not in first.more and m != first.message:
+                first.more.append(m)
     return out
 
 
@@ -166,6 +182,16 @@ def _context(path: str, recent: collections.deque, stream: str) -> list[Line]:
     return lines[max(i - 1, 0):] if i < len(lines) else []
 
 
+def _near_ranks(path: str, recent: collections.deque, no: int) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for r in recent:
+        if no - r[0] <= NEAR and log_lines.has_prefix_rank(r[1]):
+            ln = log_lines.parse(path, *r)
+            if ln.rank is not None:
+                out.setdefault(ln.rank, ln.stream)
+    return out
+
+
 def incidents(paths: Iterable[Path]) -> tuple[list[Incident], int]:
     """Every incident in the logs, in file order, and the number of lines read."""
     out: list[Incident] = []
@@ -173,6 +199,7 @@ def incidents(paths: Iterable[Path]) -> tuple[list[Incident], int]:
     for path in paths:
         recent: collections.deque = collections.deque(maxlen=CONTEXT)
         cur: Incident | None = None
+        coded: Event | None = None          # the last E-code event, collecting its message lines
         for no, text, parent in log_lines.raw_lines(path):
             total += 1
             evs = events_of(log_lines.parse(str(path), no, text, parent)) if might_report(text) else []
@@ -182,9 +209,19 @@ def incidents(paths: Iterable[Path]) -> tuple[list[Incident], int]:
                 if (cur is None or line.stream != cur.stream or line.no - cur.last_no > GAP
                         or (explicit is not None and cur.rank is not None and explicit != cur.rank)):
                     cur = Incident(str(path), line.stream, context=_context(str(path), recent, line.stream),
-                                   order=len(out))
+                                   order=len(out), near_ranks=_near_ranks(str(path), recent, no))
                     out.append(cur)
                 cur.events.extend(evs)
+                coded = next((e for e in reversed(evs) if e.message), coded if coded and coded.line.no == no else None)
+            elif coded is not None or (cur is not None and no - cur.last_no <= NEAR and log_lines.has_prefix_rank(text)):
+                line = log_lines.parse(str(path), no, text, parent)
+                if coded is not None:
+                    if line.stream == coded.line.stream and no - coded.line.no <= MORE and line.is_continuation():
+                        coded.more.append(line.body.strip())
+                    else:
+                        coded = None
+                if cur is not None and line.rank is not None and no - cur.last_no <= NEAR:
+                    cur.near_ranks.setdefault(line.rank, line.stream)
             recent.append((no, text, parent))
     for inc in out:
         inc.events = _dedupe(_merge(inc.events))

@@ -35,6 +35,7 @@ _TIMES = (
     # transformers "05/10/2024 02:41:06"
     (re.compile(r"\b(\d\d)/(\d\d)/\d{4} (\d\d):(\d\d):(\d\d)\b"), 0),
 )
+_CONTINUATION = re.compile(r"^(?:\s+\S|TraceBack|Solution|Possible Cause|Reason)")
 _TRACEBACK = re.compile(r"^(?:\s|Traceback \(most recent call last\)|[\w.]+(?:Error|Exception|Warning|Interrupt)\b"
                         r"|The above exception|During handling of the above|$)")
 
@@ -52,9 +53,16 @@ class Line:
 
     @property
     def body(self) -> str:
-        """The text after the process prefix."""
-        return self.text[len(self.stream):].lstrip(" :") if self.stream and self.text.startswith(self.stream) \
-            else self.text
+        """The text after the process prefix (its indentation kept)."""
+        if not (self.stream and self.text.startswith(self.stream)):
+            return self.text
+        rest = self.text[len(self.stream):]
+        rest = rest[1:] if rest.startswith(":") else rest
+        return rest[1:] if rest.startswith(" ") else rest
+
+    def is_continuation(self) -> bool:
+        """An indented line, or CANN's 'TraceBack' / 'Solution' / 'Reason' lines under an E-code."""
+        return bool(_CONTINUATION.match(self.body))
 
     def is_traceback(self) -> bool:
         return bool(_TRACEBACK.match(self.body))
@@ -125,6 +133,11 @@ def timestamp(text: str) -> tuple | None:
             frac = float("0." + m.group(6)) if m.lastindex and m.lastindex >= 6 and m.group(6) else 0.0
             return (month, day, h, mi, s, frac)
     return None
+
+
+def has_prefix_rank(text: str) -> bool:
+    """Cheap test: might this line carry a rank prefix?"""
+    return "[rank" in text or "rank=" in text or "[default" in text
 
 
 def _prefix(text: str) -> tuple[str, int | None]:

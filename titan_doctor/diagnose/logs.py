@@ -17,6 +17,7 @@ from titan_doctor.findings import Finding, Status
 _SIZE = re.compile(r"([\d.]+)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)")
 _UNITS = {"bytes": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
           "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+_BARE = re.compile(r"(?i)(?:inner|internal) error!?")
 _PIP_NAME = {"attr": "attrs", "yaml": "pyyaml", "absl": "absl-py", "google.protobuf": "protobuf", "ml_dtypes": "ml-dtypes"}
 
 
@@ -103,8 +104,23 @@ def _python_package(e: Event) -> dict[str, Any]:
     return {"package": _PIP_NAME.get(mod, mod)}
 
 
+def _soc(e: Event) -> dict[str, Any]:
+    soc = e.groups.get("soc")
+    return {"soc_name": f"this chip ({soc})" if soc else "this chip"}
+
+
+def _dtype(e: Event) -> dict[str, Any]:
+    g = e.groups
+    dtype = g.get("dtype") or (g.get("dt") or "").lower()
+    supported = [x.replace("DT_", "").lower() for x in (g.get("supported") or "").split(",") if x.strip()]
+    return {"dtype_name": dtype or "this dtype",
+            "op_note": f" ({g['op']})" if g.get("op") else "",
+            "supported_note": f"; it supports {', '.join(supported)}" if supported else ""}
+
+
 _PARSERS = {"oom": _oom, "state_dict_keys": _state_dict_keys, "keyerror": _keyerror, "size_mismatch": _size_mismatch,
-            "ping_answer": _ping_answer, "nnal": _nnal, "python_package": _python_package}
+            "ping_answer": _ping_answer, "nnal": _nnal, "python_package": _python_package, "soc": _soc,
+            "dtype": _dtype}
 
 
 def enrich(e: Event | signatures.Match) -> dict[str, Any]:
@@ -142,10 +158,15 @@ def _finding(e: Event, inc: Incident, label: str, seen: dict[str, list[Event]], 
     ranks = sorted({rank_of[id(x)] for x in occurrences if rank_of.get(id(x)) is not None})
     count = len(occurrences)
     extra = f"; seen {count}x" + (f" on ranks {ranks}" if len(ranks) > 1 else "") if count > 1 else ""
-    title = e.title + (f": {e.message}" if e.message and label == "root cause" else "")
+    message = e.message
+    if _BARE.fullmatch(message or "") and e.more:
+        message = e.more[0]              # "EE9999: Inner Error!" says nothing; its next line does
+    title = e.title + (f": {message}" if message and label == "root cause" else "")
     detail = signatures.fill(e.cause, groups)
     if e.message and label != "root cause":
         detail += f"\nmessage: {e.message}"
+    if e.more:
+        detail += "\n" + "\n".join("  " + m[:200] for m in e.more[:6])
     return Finding(f"log.{e.id}", Status.FAIL, f"{label}: {title} — first at {_where(e, inc)}{extra}{note}",
                    detail=detail + "\n" + _quote(e), fix=signatures.fill(e.fix, groups),
                    path=e.line.path, line=e.line.no,
