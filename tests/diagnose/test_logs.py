@@ -203,3 +203,113 @@ def test_cli_log_exit_codes_and_json(tmp_path):
     assert p.returncode == 0 and "no known error" in p.stdout
     p = run_cli("--log", str(tmp_path / "missing.log"))
     assert p.returncode == 2 and "does not exist" in p.stderr and "Traceback" not in p.stderr
+
+
+# ---- incidents: rank, device, time, consequence ------------------------------------------
+
+WATCHDOG = ("[rank{r}]:[E{md} 10:00:0{s}.100 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=8, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+            "600020 milliseconds before timing out.\n")
+
+
+def test_folder_of_rank_logs_names_the_rank_that_failed_first_by_time(tmp_path):
+    (tmp_path / "rank0.log").write_text("step 1\n" + WATCHDOG.format(r=0, md="1206", s=5))
+    (tmp_path / "rank1.log").write_text(WATCHDOG.format(r=1, md="1206", s=2))      # 3 s earlier
+    (tmp_path / "rank2.log").write_text(WATCHDOG.format(r=2, md="1206", s=7))
+    fs = logs.explain([tmp_path])
+    assert fs[0].data["signature"] == "dist.watchdog_timeout" and fs[0].data["rank"] == 1
+    assert fs[0].data["ranks"] == [0, 1, 2] and "SeqNum=8" in fs[0].detail
+
+
+def test_a_peer_timeout_is_not_the_root_even_when_it_comes_first(tmp_path):
+    (tmp_path / "rank0.log").write_text(EI0006_LOG.replace("rank1", "rank0").replace("RankID:1", "RankID:0"))
+    (tmp_path / "rank1.log").write_text("step 3\n" + NPU_OOM.replace("NPU 3", "NPU 1") + "\n")
+    fs = logs.explain([tmp_path])
+    assert fs[0].data["signature"] == "oom.npu" and fs[0].data["rank"] == 1 and fs[0].data["device"] == 1
+    ei = next(f for f in fs if f.data["signature"] == "ecode.EI0006")
+    assert ei.data["consequence"] and "consequence of the root cause" in ei.message
+
+
+def test_an_escaped_error_body_is_read_line_by_line(tmp_path):
+    body = ('ERROR | Dispatch error: 500: {"detail":"SetDevice error code is 507033\\n[ERROR] 2025-11-19-11:14:58 '
+            '(PID:356, Device:2, RankID:-1) ERR00100 PTA call acl api failed\\nE30006: 2025-11-19-11:14:58.516.606 '
+            'Failed to verify the OPP\\n        Possible Cause: 1.The OPP is incorrect."}\n')
+    fs = explain(tmp_path, "starting\n" + body)
+    assert fs[0].data["signature"] == "ecode.E30006" and fs[0].line == 2 and fs[0].data["device"] == 2
+    assert "Possible Cause: 1.The OPP is incorrect." in fs[0].detail
+
+
+def test_the_rank_prefix_of_a_neighbouring_line_names_an_unprefixed_cann_block(tmp_path):
+    text = ("[ERROR] 2026-05-08-03:20:31 (PID:758, Device:4, RankID:-1) ERR00100 PTA call acl api failed\n"
+            "        The error from device(chipId:4, dieId:1), serial number is 3, there is an aicore error exception\n"
+            "[rank4]:[E508 03:20:31.678676591 compiler_depend.ts:1693] [Rank 4] HCCL watchdog thread terminated\n")
+    fs = explain(tmp_path, text)
+    assert fs[0].data["signature"] == "device.kernel_fault" and fs[0].data["rank"] == 4 and fs[0].data["device"] == 4
+
+
+# ---- multi-line messages --------------------------------------------------------------------
+
+def test_missing_and_unexpected_keys_on_two_lines_are_one_verdict(tmp_path):
+    text = ('RuntimeError: Error(s) in loading state_dict for Transformer:\n'
+            '\tMissing key(s) in state_dict: "tok_embeddings.weight", "layers.0.attention.wq.weight".\n'
+            '\tUnexpected key(s) in state_dict: "module.tok_embeddings.weight", "module.layers.0.attention.wq.weight".\n')
+    fs = explain(tmp_path, text)
+    assert [f.data["signature"] for f in fs] == ["ckpt.key_mismatch"]       # one error, one finding
+    (f,) = fs
+    assert f.data["prefixes"] == ["module."] and "2 missing key(s) and 2 unexpected key(s)" in f.detail
+    assert "'module.tok_embeddings.weight' in the checkpoint is 'tok_embeddings.weight' in the model" in f.detail
+    assert "No wrapper prefix" not in f.detail and "consume_prefix_in_state_dict_if_present(state_dict, 'module.')" in f.fix
+
+
+def test_size_mismatch_names_the_config_fields(tmp_path):
+    rows = [("tok_embeddings.weight", "32000, 4096", "32000, 5120"),
+            ("layers.0.attention_norm.weight", "4096", "5120"),
+            ("layers.0.attention.wq.weight", "4096, 4096", "5120, 5120"),
+            ("layers.0.attention.wk.weight", "1024, 4096", "5120, 5120"),
+            ("layers.0.feed_forward.w1.weight", "11008, 4096", "13824, 5120")]
+    text = "".join(f"\tsize mismatch for {p}: copying a param with shape torch.Size([{a}]) from checkpoint, the "
+                   f"shape in current model is torch.Size([{b}]).\n" for p, a, b in rows)
+    (f,) = explain(tmp_path, text)
+    assert f.data["fields"] == {"d_model": {"checkpoint": 4096, "model": 5120},
+                                "n_kv_heads": {"checkpoint": 1024, "model": 5120},
+                                "ffn_hidden": {"checkpoint": 11008, "model": 13824}}
+    assert f.data["n_params"] == 5 and "d_model=4096, n_kv_heads=1024, ffn_hidden=11008" in f.fix
+
+
+def test_renamed_submodule_is_named(tmp_path):
+    text = ('Missing key(s) in state_dict: "head.0.weight", "head.0.bias".\n'
+            'Unexpected key(s) in state_dict: "classifier.0.weight", "classifier.0.bias".\n')
+    (f,) = explain(tmp_path, text)
+    assert "'classifier' (checkpoint) -> 'head' (model)" in f.detail
+    assert "k.replace('classifier.', 'head.', 1)" in f.fix
+
+
+# ---- library and environment errors ---------------------------------------------------------
+
+def test_nnal_fix_points_at_the_nnal_install_in_the_log(tmp_path):
+    line = ("OSError: /home/u/Ascend/nnal/atb/latest/atb/cxx_abi_1/lib/libtbe_adapter.so: undefined symbol: "
+            "_ZN3Mki2DlC1ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEb\n")
+    (f,) = explain(tmp_path, line)
+    assert f.data["signature"] == "import.nnal" and f.fix.endswith("source /home/u/Ascend/nnal/atb/set_env.sh")
+    assert "not a torch" not in f.detail and "Reinstalling torch or torch_npu does not fix it" in f.detail
+
+
+@pytest.mark.parametrize("module,package", [("decorator", "decorator"), ("attr", "attrs"), ("yaml", "pyyaml")])
+def test_missing_cann_python_dependency(tmp_path, module, package):
+    (f,) = explain(tmp_path, f"ModuleNotFoundError: No module named '{module}'\n")
+    assert f.data["signature"] == "import.cann_python_deps" and f.fix.startswith(f"pip install {package} ")
+
+
+def test_static_tls_is_fixed_by_preloading_that_library(tmp_path):
+    (f,) = explain(tmp_path, "OSError: /usr/lib/aarch64-linux-gnu/libgomp.so.1: cannot allocate memory in static "
+                             "TLS block\n")
+    assert f.fix.startswith("Load it first: export LD_PRELOAD=/usr/lib/aarch64-linux-gnu/libgomp.so.1:$LD_PRELOAD")
+
+
+def test_cli_text_names_rank_and_device(tmp_path):
+    bad = tmp_path / "bad.log"
+    bad.write_text(EJ0001_LOG)
+    p = run_cli("--log", str(bad))
+    assert p.returncode == 1
+    first = p.stdout.splitlines()[0]
+    assert "root cause: EJ0001: HCCP process init failed" in first and "(rank 3, device 3)" in first
