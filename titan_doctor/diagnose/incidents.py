@@ -208,6 +208,8 @@ def incidents(paths: Iterable[Path]) -> tuple[list[Incident], int]:
                 explicit = line.rank
                 if (cur is None or line.stream != cur.stream or line.no - cur.last_no > GAP
                         or (explicit is not None and cur.rank is not None and explicit != cur.rank)):
+                    if cur is not None and explicit is not None and no - cur.last_no <= NEAR:
+                        cur.near_ranks.setdefault(explicit, line.stream)   # the next process line may name it
                     cur = Incident(str(path), line.stream, context=_context(str(path), recent, line.stream),
                                    order=len(out), near_ranks=_near_ranks(str(path), recent, no))
                     out.append(cur)

@@ -60,7 +60,8 @@ CHECKS: tuple[Check, ...] = (
     Check("dist.shm", "/dev/shm size", lambda c: dist.check_shm(c.shm)),
     Check("comm", "live collective test: init, all_reduce correctness, bus bandwidth",
           lambda c: comm.check_comm(c.nproc or 2, c.python, c.env, c.backend, c.comm_timeout), slow=True),
-    Check("log", "crash-log explainer: known signatures, root cause first", lambda c: logs.explain(c.logs),
+    Check("log", "crash-log explainer: error codes and known messages, root cause first with rank and device",
+          lambda c: logs.explain(c.logs),
           logs=True),
 )
 
