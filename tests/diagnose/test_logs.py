@@ -184,6 +184,13 @@ def test_a_log_folder_is_scanned_for_every_rank(tmp_path):
     assert fs[0].path.endswith("rank1.log") and fs[0].data["rank"] == 1
 
 
+def test_unknown_error_names_the_first_exception_without_guessing(tmp_path):
+    (f,) = explain(tmp_path, "step 1\n[rank1]: Traceback (most recent call last):\n[rank1]:   File \"t.py\", line 3\n"
+                             "[rank1]: ValueError: too many values to unpack (expected 2)\n")
+    assert f.status is Status.WARN and f.message.endswith("the first exception is at " + str(tmp_path / "train.log") + ":4")
+    assert f.data["first_exception"] == "ValueError: too many values to unpack (expected 2)" and f.line == 4
+
+
 def test_unknown_log_says_so(tmp_path):
     (f,) = explain(tmp_path, "step 1 loss 3.2\nstep 2 loss 3.1\nKilled\n")
     assert f.status is Status.WARN and f.message == "no known error in 1 file(s) (3 lines)"

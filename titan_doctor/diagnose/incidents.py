@@ -29,7 +29,6 @@ CONTEXT = 80        # lines kept to look back for the traceback an event ends
 WRAPPER_RANK = 80   # events ranked this or higher only report that a call failed
 
 
-
 @dataclass
 class Event:
     id: str
@@ -93,10 +92,6 @@ class Incident:
     context: list[Line] = field(default_factory=list)   # lines above it: its traceback, the log line before
     order: int = 0
     near_ranks: dict[int, str] = field(default_factory=dict)  # rank -> stream of rank-prefixed lines around it
-
-    @property
-    def first(self) -> Line:
-        return self.events[0].line
 
     @property
     def last_no(self) -> int:
@@ -192,6 +187,26 @@ def _near_ranks(path: str, recent: collections.deque, no: int) -> dict[int, str]
     return out
 
 
+def _opens_incident(cur: Incident | None, line: Line) -> bool:
+    """An event line starts a new incident unless the open one is the same process's, a
+    few lines up, and names no other rank."""
+    return (cur is None or line.stream != cur.stream or line.no - cur.last_no > GAP
+            or (line.rank is not None and cur.rank is not None and line.rank != cur.rank))
+
+
+def _follow(line: Line, cur: Incident | None, coded: Event | None) -> Event | None:
+    """A line without an error: it may continue the last E-code's message, or name the
+    rank of the incident just above it. Returns the E-code event still collecting."""
+    if coded is not None:
+        if line.stream == coded.line.stream and line.no - coded.line.no <= MORE and line.is_continuation():
+            coded.more.append(line.body.strip())
+        else:
+            coded = None
+    if cur is not None and line.rank is not None and line.no - cur.last_no <= NEAR:
+        cur.near_ranks.setdefault(line.rank, line.stream)
+    return coded
+
+
 def incidents(paths: Iterable[Path]) -> tuple[list[Incident], int]:
     """Every incident in the logs, in file order, and the number of lines read."""
     out: list[Incident] = []
@@ -205,25 +220,16 @@ def incidents(paths: Iterable[Path]) -> tuple[list[Incident], int]:
             evs = events_of(log_lines.parse(str(path), no, text, parent)) if might_report(text) else []
             if evs:
                 line = evs[0].line
-                explicit = line.rank
-                if (cur is None or line.stream != cur.stream or line.no - cur.last_no > GAP
-                        or (explicit is not None and cur.rank is not None and explicit != cur.rank)):
-                    if cur is not None and explicit is not None and no - cur.last_no <= NEAR:
-                        cur.near_ranks.setdefault(explicit, line.stream)   # the next process line may name it
+                if _opens_incident(cur, line):
+                    if cur is not None and line.rank is not None and no - cur.last_no <= NEAR:
+                        cur.near_ranks.setdefault(line.rank, line.stream)   # it may name the block above
                     cur = Incident(str(path), line.stream, context=_context(str(path), recent, line.stream),
                                    order=len(out), near_ranks=_near_ranks(str(path), recent, no))
                     out.append(cur)
                 cur.events.extend(evs)
-                coded = next((e for e in reversed(evs) if e.message), coded if coded and coded.line.no == no else None)
+                coded = next((e for e in reversed(evs) if e.message), None)
             elif coded is not None or (cur is not None and no - cur.last_no <= NEAR and log_lines.has_prefix_rank(text)):
-                line = log_lines.parse(str(path), no, text, parent)
-                if coded is not None:
-                    if line.stream == coded.line.stream and no - coded.line.no <= MORE and line.is_continuation():
-                        coded.more.append(line.body.strip())
-                    else:
-                        coded = None
-                if cur is not None and line.rank is not None and no - cur.last_no <= NEAR:
-                    cur.near_ranks.setdefault(line.rank, line.stream)
+                coded = _follow(log_lines.parse(str(path), no, text, parent), cur, coded)
             recent.append((no, text, parent))
     for inc in out:
         inc.events = _dedupe(_merge(inc.events))

@@ -22,18 +22,20 @@ _PREFIXES = (
     re.compile(r"[A-Za-z][\w.]*-\d+(?=: )"),                                   # pdsh / mpirun host: "worker-1: "
 )
 _PID_LINE = re.compile(r"\(PID:\s*\d+,\s*Device:\s*(-?\d+),\s*RankID:\s*(-?\d+)\)")
-_RANK_MARK = re.compile(r"\bRank[ \[](\d+)\]|\bon rank (\d+)\b")
+# c10d "[Rank 3]", lmdeploy "Rank[2]", "aborted on rank 0", torchrun's summary "rank      : 0 (local_rank: 0)"
+_RANK_MARK = re.compile(r"\bRank[ \[](\d+)\]|\bon rank (\d+)\b|^\s*rank\s*:\s*(\d+) \(local_rank")
 _WEAK_DEVICE = re.compile(r"\b(?:deviceId|device_id|devId)\s?=\s?(\d+)\b")
 _RANK_IN_PATH = (re.compile(r"rank[_-]?(\d+)", re.I), re.compile(r"[/\\](\d+)[/\\]error\.json$"))
+# (month, day, hour, minute, second[, fraction]) in the formats the stack prints
 _TIMES = (
     # torch_npu "2025-04-29-18:46:11", CANN "2024-05-21-11:57:54.167.645", logging "2024-10-21 10:42:00,218"
-    (re.compile(r"\b\d{4}-(\d\d)-(\d\d)[- T](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?"), 0),
-    # glog "[E0626 06:24:44.159932949"
-    (re.compile(r"\[[IWEF](\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+)"), 0),
+    re.compile(r"\b\d{4}-(\d\d)-(\d\d)[- T_](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?"),
+    # glog / c10 "[E0626 06:24:44.159932949", "[E324 13:00:25.428" (month not zero-padded)
+    re.compile(r"\[[IWEF](\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+)"),
     # vLLM "ERROR 06-09 06:57:48"
-    (re.compile(r"\b(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b"), 0),
+    re.compile(r"\b(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b"),
     # transformers "05/10/2024 02:41:06"
-    (re.compile(r"\b(\d\d)/(\d\d)/\d{4} (\d\d):(\d\d):(\d\d)\b"), 0),
+    re.compile(r"\b(\d\d)/(\d\d)/\d{4} (\d\d):(\d\d):(\d\d)\b"),
 )
 _CONTINUATION = re.compile(r"^(?:\s+\S|TraceBack|Solution|Possible Cause|Reason)")
 _TRACEBACK = re.compile(r"^(?:\s|Traceback \(most recent call last\)|[\w.]+(?:Error|Exception|Warning|Interrupt)\b"
@@ -126,7 +128,7 @@ def file_rank(path: str) -> int | None:
 
 
 def timestamp(text: str) -> tuple | None:
-    for rx, _ in _TIMES:
+    for rx in _TIMES:
         m = rx.search(text)
         if m:
             month, day, h, mi, s = (int(g) for g in m.groups()[:5])
@@ -165,7 +167,7 @@ def parse(path: str, no: int, text: str, parent: str | None = None) -> Line:
     if rank is None and ("ank" in text):
         m = _RANK_MARK.search(text)
         if m:
-            rank = int(m.group(1) or m.group(2))
+            rank = int(next(g for g in m.groups() if g is not None))
     if rank is None:
         rank = prefix_rank
     if "=" in text:

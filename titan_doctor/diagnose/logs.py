@@ -11,7 +11,7 @@ from typing import Any
 
 from titan_doctor.diagnose import incidents, signatures, state_dict_errors
 from titan_doctor.diagnose.incidents import Event, Incident
-from titan_doctor.diagnose.log_lines import expand
+from titan_doctor.diagnose.log_lines import expand, raw_lines
 from titan_doctor.findings import Finding, Status
 
 _SIZE = re.compile(r"([\d.]+)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)")
@@ -175,15 +175,33 @@ def _finding(e: Event, inc: Incident, label: str, seen: dict[str, list[Event]], 
                          **{k: v for k, v in groups.items() if k not in ("prefix_fix", "fields_fix")}})
 
 
+_EXCEPTION = re.compile(r"(?:^|[\]:]\s*|\s)((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.{1,200})")
+
+
+def first_exception(paths: list[Path]) -> tuple[str, str, int] | None:
+    """(exception line, path, line number) of the first Python exception in the logs."""
+    for path in paths:
+        for no, text, _ in raw_lines(path):
+            m = _EXCEPTION.search(text) if ("Error" in text or "Exception" in text) else None
+            if m:
+                return f"{m.group(1)}: {m.group(2).strip()}", str(path), no
+    return None
+
+
 def explain(paths: list[Path]) -> list[Finding]:
     paths = expand(paths)
     found, lines = incidents.incidents(paths)
     if not found:
+        exc = first_exception(paths)
         return [Finding("log.none", Status.WARN,
-                        f"no known error in {len(paths)} file(s) ({lines} lines)",
-                        detail="Nothing matched rules/log_signatures.toml or a known error-code format; not "
-                               "guessing. Look for the first 'Error'/'Traceback' on the lowest rank.",
-                        data={"files": [str(p) for p in paths], "lines": lines})]
+                        f"no known error in {len(paths)} file(s) ({lines} lines)"
+                        + (f"; the first exception is at {exc[1]}:{exc[2]}" if exc else ""),
+                        detail=(f"> {exc[0]}\n" if exc else "") + "Nothing matched rules/log_signatures.toml or a "
+                               "known error-code format; not guessing the cause. Read the first exception on the "
+                               "lowest rank and the lines before it.",
+                        path=exc[1] if exc else None, line=exc[2] if exc else None,
+                        data={"files": [str(p) for p in paths], "lines": lines,
+                              "first_exception": exc[0] if exc else None})]
     root = incidents.root(found)
     assert root is not None
     seen: dict[str, list[Event]] = {}
