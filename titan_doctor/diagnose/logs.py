@@ -44,7 +44,8 @@ def _oom(e: Event) -> dict[str, Any]:
         (alloc or 0) + (to_bytes(groups.get("unalloc", "")) or 0) if "unalloc" in groups else None)
     out: dict[str, Any] = {k: v for k, v in dict(requested=req, free=free, total=total, allocated=alloc,
                                                   reserved=reserved).items() if v is not None}
-    where = f"{'NPU' if e.id == 'oom.npu' else 'GPU'} {groups['dev']}" if groups.get("dev") else "the device"
+    kind = "NPU" if e.id == "oom.npu" else "GPU"
+    where = f"{kind} {groups['dev']}" if groups.get("dev") else f"The {kind}"
     out["where"] = where
     if req is not None and free is not None:
         short = req - free
