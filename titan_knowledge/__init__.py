@@ -5,8 +5,10 @@ signatures; the trainer its device table), so this package imports neither of th
 nothing heavier than the standard library. In a checkout the data is the repository's
 rules/ folder; an installed wheel carries it as titan_knowledge/rules.
 
-Every [[table]] entry carries a `source`; a file that fails to parse or lacks one is a
-`KnowledgeError` naming the file, which the tools turn into exit 2 instead of a traceback.
+Every [[table]] entry carries a `source` (a citation, or a key of the file's [sources]
+table, which is expanded here); entries of the tables in REQUIRED carry those keys too.
+A file that fails to parse or breaks either rule is a `KnowledgeError` naming the file and
+entry, which the tools turn into exit 2 instead of a traceback.
 """
 from __future__ import annotations
 
@@ -43,15 +45,54 @@ def load_toml(path: Path) -> dict[str, Any]:
         raise KnowledgeError(f"{path}: invalid TOML: {e}") from e
 
 
+# Keys every entry of a table must have: (file, table) -> keys. Checked at load so a
+# broken entry is one clear line, not a KeyError deep inside a check.
+REQUIRED: dict[tuple[str, str], tuple[str, ...]] = {
+    ("log_signatures", "signature"): ("id", "title", "pattern", "cause", "fix"),
+    ("error_codes", "acl"): ("code", "name", "meaning"),
+    ("error_codes", "acl_class"): ("digit", "meaning", "rank", "fix"),
+    ("error_codes", "acl_module"): ("digits", "module"),
+    ("error_codes", "component"): ("char", "module", "fix"),
+    ("error_codes", "ecode"): ("code", "title", "cause", "fix"),
+    ("error_codes", "hccl_result"): ("code", "name", "fix"),
+    ("error_codes", "pta_module"): ("digits", "name", "meaning"),
+    ("error_codes", "pta_error"): ("code", "meaning"),
+    ("hccl_env", "range"): ("name", "min", "max", "default", "unit", "why"),
+    ("hccl_env", "leftover"): ("name", "equivalent"),
+    ("versions", "compat"): ("cann", "torch", "torch_npu"),
+    ("versions", "python"): ("torch", "python"),
+}
+
+
 @functools.lru_cache(maxsize=None)
 def load(name: str) -> dict[str, Any]:
-    """rules/<name>.toml as a dict, every [[table]] entry checked for a `source` (cached:
-    every caller shares one parse and one check)."""
+    """rules/<name>.toml as a dict, every [[table]] entry checked for a `source` and the
+    keys REQUIRED of its table (cached: every caller shares one parse and one check)."""
     data = load_toml(rules_dir() / f"{name}.toml")
+    sources = data.get("sources", {})
     for key, entries in data.items():
         if isinstance(entries, list) and all(isinstance(e, dict) for e in entries):
             require_sources(entries, f"{name}.toml [[{key}]]")
+            require_keys(entries, REQUIRED.get((name, key), ()), f"{name}.toml [[{key}]]")
+            for e in entries:
+                e["source"] = expand_source(e["source"], sources)
     return data
+
+
+def expand_source(source: Any, sources: dict[str, str]) -> Any:
+    """'acl-rt; https://...' -> the [sources] text of acl-rt, then the rest as written."""
+    if not isinstance(source, str):
+        return source
+    head, sep, rest = source.partition("; ")
+    return sources[head] + sep + rest if head in sources else source
+
+
+def require_keys(entries: list[dict[str, Any]], keys: tuple[str, ...], file: str) -> None:
+    for i, e in enumerate(entries):
+        missing = [k for k in keys if k not in e]
+        if missing:
+            raise KnowledgeError(f"{file}: entry {i} ({e.get('id') or e.get('code') or e.get('name') or '?'}) "
+                                 f"lacks {', '.join(missing)}")
 
 
 def require_sources(entries: list[dict[str, Any]], file: str) -> None:

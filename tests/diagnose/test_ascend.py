@@ -15,16 +15,28 @@ def test_reads_version_from_install_info(tmp_path):
     assert cur.home.resolve() == home.resolve()
 
 
-def test_several_versions_newest_wins_and_others_listed(tmp_path):
-    make_cann(tmp_path, "7.0.0")
-    make_cann(tmp_path, "8.1.RC1")
+def test_the_toolkit_latest_points_to_is_reported_not_the_newest(tmp_path):
+    make_cann(tmp_path, "7.0.0")                  # 'latest' points at the first one made
+    newest = make_cann(tmp_path, "8.1.RC1")
     make_cann(tmp_path, "8.0.0")
     inst = ascend.discover({}, [tmp_path])
     assert sorted(c.version for c in inst.cann) == ["7.0.0", "8.0.0", "8.1.RC1"]
     f = ascend.check_cann(inst, "8.0", want_npu=True)[0]
-    # 'latest' points at the first one made (7.0.0) but is deduplicated; the newest is reported
-    assert f.status is Status.OK and "8.1.RC1" in f.message
-    assert "7.0.0" in f.detail and "8.0.0" in f.detail
+    assert f.status is Status.FAIL and f.message.startswith("CANN 7.0.0 is older than 8.0")
+    assert "ascend-toolkit/latest -> 7.0.0, what set_env.sh activates" in f.message
+    assert "8.1.RC1" in f.detail and "8.0.0" in f.detail and f.data["newer_installed"] == ["8.1.RC1", "8.0.0"]
+    assert f.fix.startswith(f"CANN 8.1.RC1 is installed but not active: ln -sfn {newest.resolve()} "
+                            f"{tmp_path / 'ascend-toolkit' / 'latest'}")
+
+
+def test_latest_repointed_to_an_older_toolkit_is_what_runs(tmp_path):
+    make_cann(tmp_path, "8.3.RC1")
+    make_cann(tmp_path, "8.0.0")
+    latest = tmp_path / "ascend-toolkit" / "latest"
+    latest.unlink()
+    latest.symlink_to("8.0.0")
+    f = ascend.check_cann(ascend.discover({}, [tmp_path]), "8.0", want_npu=True)[0]
+    assert f.status is Status.OK and f.message.startswith("CANN 8.0.0 (") and "8.3.RC1" in f.detail
 
 
 def test_env_var_points_at_the_toolkit_in_use(tmp_path):
@@ -86,6 +98,30 @@ def test_set_env_sourced(tmp_path):
     env = {"ASCEND_HOME_PATH": str(home), "LD_LIBRARY_PATH": f"{home}/lib64:/usr/lib"}
     f = ascend.check_cann_env(ascend.discover(env, [tmp_path]), env)[0]
     assert f.status is Status.OK
+
+
+def test_ld_library_path_is_matched_by_path_not_substring(tmp_path):
+    home = make_cann(tmp_path, "8.0.0")
+    latest = tmp_path / "ascend-toolkit" / "latest"
+    env = {"ASCEND_HOME_PATH": str(latest), "LD_LIBRARY_PATH": f"{latest}-old/lib64:/usr/lib"}
+    f = ascend.check_cann_env(ascend.discover(env, [tmp_path]), env)[0]
+    assert f.status is Status.FAIL and f"{latest}/lib64 not on LD_LIBRARY_PATH" in f.detail
+    env["LD_LIBRARY_PATH"] = f"{home}/lib64:/usr/lib"           # the real dir behind 'latest' counts
+    assert ascend.check_cann_env(ascend.discover(env, [tmp_path]), env)[0].status is Status.OK
+
+
+def test_an_older_cann_first_on_ld_library_path_is_flagged(tmp_path):
+    make_cann(tmp_path, "8.2.RC1")
+    old = make_cann(tmp_path, "7.0.0")
+    latest = tmp_path / "ascend-toolkit" / "latest"
+    env = {"ASCEND_HOME_PATH": str(latest),
+           "LD_LIBRARY_PATH": f"{old}/lib64:{latest}/lib64:{latest}/lib64/plugin/opskernel"}
+    f = ascend.check_cann_env(ascend.discover(env, [tmp_path]), env)[0]
+    assert f.status is Status.FAIL and f.message == ("LD_LIBRARY_PATH lists an older CANN (7.0.0) before the one "
+                                                     "in use (8.2.RC1)")
+    assert f.data["first"] == f"{old}/lib64" and f.fix.endswith(f"source {tmp_path / 'ascend-toolkit' / 'set_env.sh'}")
+    env["LD_LIBRARY_PATH"] = f"{latest}/lib64:{old}/lib64"     # the active one first: it wins
+    assert ascend.check_cann_env(ascend.discover(env, [tmp_path]), env)[0].status is Status.OK
 
 
 def test_driver_version(tmp_path):

@@ -58,6 +58,7 @@ def test_loopback_master_with_several_nodes():
     ({"RANK": "0"}, None, False, "RANK set without WORLD_SIZE"),
     ({"WORLD_SIZE": "4"}, 2, False, "WORLD_SIZE=4 but --nproc 2 x --nnodes 1 = 2"),
     ({"LOCAL_RANK": "a"}, None, False, "not a non-negative integer"),
+    ({"LOCAL_RANK": "2", "WORLD_SIZE": "2"}, 2, False, "LOCAL_RANK=2 >= --nproc 2 (local ranks are 0..1)"),
 ])
 def test_rank_variables(env, nproc, ok, text):
     (f,) = d.check_ranks(env, nproc)
@@ -75,6 +76,24 @@ def test_hccl_ranges():
     assert big.status is Status.WARN and "2 x HCCL_BUFFSIZE" in big.message and big.fix.startswith("export HCCL_BUFFSIZE=200")
     (never,) = d.check_hccl_env({"HCCL_EXEC_TIMEOUT": "0"})      # 0 = never time out on Atlas A2/A3
     assert never.status is Status.OK
+
+
+def test_hccl_buffsize_that_can_only_be_bytes_is_a_failure():
+    """NCCL_BUFFSIZE's default 4 MiB copied as bytes: as MB it is 4 TiB per buffer."""
+    (f,) = d.check_hccl_env({"HCCL_BUFFSIZE": "4194304"})
+    assert f.status is Status.FAIL and "given in bytes" in f.message
+    assert f.fix.startswith("export HCCL_BUFFSIZE=4   (the same 4194304 bytes in MB)") and f.data["as_mb"] == 4
+    assert d.largest_device_mb() >= 64 * 1024          # from rules/devices.toml, not a constant here
+
+
+def test_master_addr_needed_without_a_launcher():
+    (f,) = d.check_master({"WORLD_SIZE": "4", "RANK": "0"})
+    assert f.status is Status.FAIL and f.message.startswith("WORLD_SIZE=4 but MASTER_ADDR is unset")
+    assert "torchrun" in f.fix and "MASTER_PORT=29500" in f.fix
+    launched = by_code(d.check_master({"WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "x"}), "dist.master.addr")
+    assert launched[0].status is Status.OK
+    single = by_code(d.check_master({"WORLD_SIZE": "1"}), "dist.master.addr")
+    assert single[0].status is Status.OK
 
 
 def test_hccl_if_ip_and_ifname():
@@ -101,6 +120,20 @@ def test_leftovers_named_with_equivalents():
     assert all(f.status is Status.WARN for f in fs)
     (f,) = d.check_leftovers(env, on_npu=False)
     assert f.status is Status.INFO
+
+
+@pytest.mark.parametrize("var,value,fix", [
+    ("NCCL_DEBUG", "INFO", "export ASCEND_GLOBAL_LOG_LEVEL=1; unset NCCL_DEBUG"),
+    ("NCCL_DEBUG", "warn", "export ASCEND_GLOBAL_LOG_LEVEL=2; unset NCCL_DEBUG"),
+    ("NCCL_DEBUG", "SUBSYS", "unset NCCL_DEBUG; set ASCEND_GLOBAL_LOG_LEVEL by hand: 'SUBSYS' has no equivalent"),
+    ("NCCL_BUFFSIZE", "4194304", "export HCCL_BUFFSIZE=4; unset NCCL_BUFFSIZE"),
+    ("NCCL_ALGO", "Ring", "unset NCCL_ALGO; set HCCL_ALGO by hand: its syntax differs"),
+])
+def test_leftover_values_are_translated_or_left_to_a_person(var, value, fix):
+    (f,) = d.check_leftovers({var: value}, on_npu=True)
+    assert f.fix.startswith(fix), f.fix
+    if "by hand" not in fix:       # a suggested value must be one the Ascend variable accepts
+        assert f.data["value"].isdigit()
 
 
 def test_hccn_tool(tmp_path):

@@ -140,3 +140,26 @@ def test_missing_torch_npu_beside_cuda_torch_asks_for_the_cpu_build():
     assert f.status is Status.WARN and "'torch==2.6.0+cpu'" in f.fix and "torch-npu==2.6.0" in f.fix
     (f,) = versions.check_torch_npu(probe(TORCH), False, [])
     assert f.status is Status.INFO and f.fix == ""
+
+
+@pytest.mark.parametrize("torch,cann,advice", [
+    ("2.6.0+cpu", "8.3.RC1", "pip install torch-npu==2.6.0.post3   (built for torch 2.6.0 and CANN 8.3.RC1)"),
+    ("2.6.0", "8.2.RC1", "pip install torch-npu==2.6.0   (built for torch 2.6.0 and CANN 8.2.RC1)"),
+    ("2.4.0", "8.0.RC3.alpha002", "pip install torch-npu==2.4.0   (built for torch 2.4.0 and CANN 8.0.RC3)"),
+    ("2.9.0", "8.2.RC1", "pip install torch==2.6.0 torch-npu==2.6.0   (no torch_npu release pairs torch 2.9.0 "
+                         "with CANN 8.2.RC1"),
+    ("2.13.0", None, "pip install torch-npu==2.13.0   (not in titan-npu's table"),
+])
+def test_torch_npu_advice_respects_the_installed_cann(torch, cann, advice):
+    assert versions.torch_npu_advice(torch, cann, versions.table()).startswith(advice)
+
+
+def test_install_advice_in_the_checks_uses_the_cann_found():
+    (f,) = versions.check_torch_npu(probe(dict(TORCH, version="2.5.1")), True, [], cann="8.1.RC1")
+    assert f.status is Status.WARN and f.fix.startswith("pip install torch-npu==2.5.1   (built for torch 2.5.1 and CANN 8.1.RC1)")
+    (f,) = versions.check_torch(probe(), PINS, cann="8.3.RC1")
+    assert "torch==2.8.0" in f.fix and "torch-npu==2.8.0" in f.fix and "CANN 8.3.RC1" in f.fix
+    (f,) = versions.check_fsdp2(probe(dict(TORCH, version="2.5.1", fsdp2_public=False)), PINS, cann="8.1.RC1")
+    assert "CANN 8.1.RC1 has no torch_npu release with torch >= 2.6" in f.fix
+    (f,) = versions.check_fsdp2(probe(dict(TORCH, version="2.5.1", fsdp2_public=False)), PINS, cann="8.2.RC1")
+    assert "pip install torch==2.6.0 torch-npu==2.6.0   (released for CANN 8.2.RC1)" in f.fix

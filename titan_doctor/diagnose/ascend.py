@@ -4,11 +4,15 @@ current environment has them sourced.
 Every path is derived from `roots` (default /usr/local/Ascend and ~/Ascend,
 `--ascend-root` replaces them) and the env, so the checks run on directory trees in
 tests exactly as on a real host.
+
+The CANN in use is the one this shell points at (ASCEND_HOME_PATH / ASCEND_TOOLKIT_HOME),
+else the one set_env.sh activates: <root>/ascend-toolkit/latest (or <root>/cann). Not the
+newest installed: a newer toolkit that `latest` does not point at is not used.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -30,6 +34,7 @@ class CannInstall:
     problem: str | None = None      # why the version could not be read
     set_env: Path | None = None
     from_env: str | None = None     # the env var that pointed here, if any
+    activated_by: str | None = None  # the link set_env.sh goes through (ascend-toolkit/latest, cann), if any
 
 
 @dataclass(frozen=True)
@@ -55,19 +60,23 @@ def read_kv(path: Path) -> dict[str, str]:
     return out
 
 
-def _candidate_homes(env: Mapping[str, str], roots: Sequence[Path]) -> list[tuple[Path, str | None]]:
-    cands: list[tuple[Path, str | None]] = []
+ACTIVATED = (Path("ascend-toolkit") / "latest", Path("cann"))   # what set_env.sh of each layout uses
+
+
+def _candidate_homes(env: Mapping[str, str], roots: Sequence[Path]) -> list[tuple[Path, str | None, str | None]]:
+    """(home, env var naming it, layout link activating it) for every toolkit to look at."""
+    cands: list[tuple[Path, str | None, str | None]] = []
     for var in HOME_VARS:
         if env.get(var):
-            cands.append((Path(env[var]), var))
+            cands.append((Path(env[var]), var, None))
     for root in roots:
-        cands.append((root / "ascend-toolkit" / "latest", None))
-        cands.append((root / "cann", None))
+        for link in ACTIVATED:
+            cands.append((root / link, None, str(root / link)))
         kit = root / "ascend-toolkit"
         if kit.is_dir():
-            cands.extend((p, None) for p in sorted(kit.iterdir()) if p.is_dir() and p.name != "latest")
+            cands.extend((p, None, None) for p in sorted(kit.iterdir()) if p.is_dir() and p.name != "latest")
         if root.is_dir():
-            cands.extend((p, None) for p in sorted(root.glob("cann-*")) if p.is_dir())
+            cands.extend((p, None, None) for p in sorted(root.glob("cann-*")) if p.is_dir())
     return cands
 
 
@@ -78,24 +87,23 @@ def _set_env_for(home: Path) -> Path | None:
     return None
 
 
-def inspect_home(home: Path, from_env: str | None = None) -> CannInstall:
+def inspect_home(home: Path, from_env: str | None = None, activated_by: str | None = None) -> CannInstall:
     """Read one toolkit dir; a missing or malformed info file becomes `problem`, not an error."""
     infos = sorted(home.glob(f"*-linux/{INFO_NAME}"))
     set_env = _set_env_for(home)
+    base = CannInstall(home, set_env=set_env, from_env=from_env, activated_by=activated_by)
     if not infos:
-        return CannInstall(home, problem=f"no */{INFO_NAME} under {home}", set_env=set_env, from_env=from_env)
+        return replace(base, problem=f"no */{INFO_NAME} under {home}")
     info = infos[0]
     try:
         kv = read_kv(info)
     except OSError as e:
-        return CannInstall(home, info_file=info, problem=f"cannot read {info}: {e.strerror}",
-                           set_env=set_env, from_env=from_env)
+        return replace(base, info_file=info, problem=f"cannot read {info}: {e.strerror}")
     version = kv.get("version")
     if not version or not re.match(r"^\d+\.\d+", version):
-        return CannInstall(home, info_file=info, problem=f"{info} has no usable 'version=' line",
-                           set_env=set_env, from_env=from_env)
+        return replace(base, info_file=info, problem=f"{info} has no usable 'version=' line")
     arch = kv.get("arch") or info.parent.name.split("-linux")[0]
-    return CannInstall(home, version, arch, info, None, set_env, from_env)
+    return replace(base, version=version, arch=arch, info_file=info)
 
 
 def discover(env: Mapping[str, str], roots: Sequence[Path] | None = None) -> AscendInstall:
@@ -103,16 +111,18 @@ def discover(env: Mapping[str, str], roots: Sequence[Path] | None = None) -> Asc
     roots = tuple(default_roots() if roots is None else roots)
     seen: set[Path] = set()
     cann: list[CannInstall] = []
-    for home, var in _candidate_homes(env, roots):
+    for home, var, link in _candidate_homes(env, roots):
         if not home.is_dir():
             if var:  # the env points at nothing: that is worth reporting
                 cann.append(CannInstall(home, problem=f"{var}={home} does not exist", from_env=var))
             continue
         key = home.resolve()
         if key in seen:
+            if link:   # the env named it first: note that set_env.sh activates it too
+                cann = [replace(c, activated_by=link) if c.home.resolve() == key else c for c in cann]
             continue
         seen.add(key)
-        cann.append(inspect_home(home, var))
+        cann.append(inspect_home(home, var, link))
     dv, dfile, dprob = _driver(roots)
     return AscendInstall(cann, dv, dfile, dprob, roots)
 
@@ -136,12 +146,26 @@ def version_key(v: str) -> tuple[int, int]:
 
 
 def best(inst: AscendInstall) -> CannInstall | None:
-    """The toolkit in use: the one the env points at, else the newest readable one."""
+    """The toolkit in use: the one this shell's env points at, else the one set_env.sh
+    activates (ascend-toolkit/latest, cann), else the newest readable one."""
     usable = [c for c in inst.cann if c.version]
-    for c in usable:
-        if c.from_env:
-            return c
+    for pick in (lambda c: c.from_env, lambda c: c.activated_by):
+        for c in usable:
+            if pick(c):
+                return c
     return max(usable, key=lambda c: version_key(c.version or ""), default=None)
+
+
+def owner(path: str, inst: AscendInstall) -> CannInstall | None:
+    """The discovered toolkit a path lies in, compared by path components (so
+    .../latest-old/lib64 is not in .../latest) and through symlinks."""
+    p = Path(path)
+    for c in inst.cann:
+        for home in {c.home, c.home.resolve()}:
+            for q in {p, p.resolve()}:
+                if q == home or home in q.parents:
+                    return c
+    return None
 
 
 def set_env_paths(inst: AscendInstall) -> list[Path]:
@@ -164,17 +188,29 @@ def check_cann(inst: AscendInstall, min_cann: str, want_npu: bool) -> list[Findi
                             "--ascend-root DIR if it lives elsewhere" % min_cann if want_npu else "",
                         data={"installs": [str(c.home) for c in inst.cann]})]
     others = [c for c in inst.cann if c.version and c is not cur]
+    why = (f"{cur.from_env} points at it" if cur.from_env else
+           f"{cur.activated_by} -> {cur.home.resolve().name}, what set_env.sh activates" if cur.activated_by else
+           "newest found; no ascend-toolkit/latest link")
+    newer = sorted((c for c in others if version_key(c.version or "") > version_key(cur.version or "")),
+                   key=lambda c: version_key(c.version or ""), reverse=True)
     if others:
-        detail = "\n".join(filter(None, [detail, "also installed: " + ", ".join(
+        detail = "\n".join(filter(None, [detail, "also installed, not in use: " + ", ".join(
             f"{c.version} ({c.home})" for c in others)]))
-    data = {"version": cur.version, "home": str(cur.home), "arch": cur.arch,
-            "info_file": str(cur.info_file), "set_env": str(cur.set_env) if cur.set_env else None}
+    data = {"version": cur.version, "home": str(cur.home), "arch": cur.arch, "active_because": why,
+            "info_file": str(cur.info_file), "set_env": str(cur.set_env) if cur.set_env else None,
+            "newer_installed": [c.version for c in newer]}
     if version_key(cur.version or "") < version_key(min_cann):
-        return [Finding("ascend.cann", Status.FAIL, f"CANN {cur.version} is older than {min_cann} ({cur.home})",
-                        detail=detail, fix=f"Install CANN >= {min_cann} (titan-npu needs its HCCL and ops)",
-                        data=data)]
+        good = max((c for c in newer if version_key(c.version or "") >= version_key(min_cann)),
+                   key=lambda c: version_key(c.version or ""), default=None)
+        fix = (f"CANN {good.version} is installed but not active: ln -sfn {good.home.resolve()} "
+               f"{cur.activated_by or cur.home}   (then source set_env.sh again)"
+               if good and (cur.activated_by or not cur.from_env) else
+               f"export ASCEND_HOME_PATH={good.home.resolve()} (or source its set_env.sh)" if good else
+               f"Install CANN >= {min_cann} (titan-npu needs its HCCL and ops)")
+        return [Finding("ascend.cann", Status.FAIL, f"CANN {cur.version} is older than {min_cann} ({cur.home}; {why})",
+                        detail=detail, fix=fix, data=data)]
     status = Status.WARN if broken else Status.OK
-    return [Finding("ascend.cann", status, f"CANN {cur.version} ({cur.home})", detail=detail,
+    return [Finding("ascend.cann", status, f"CANN {cur.version} ({cur.home}; {why})", detail=detail,
                     fix="Remove or repair the broken install(s) listed above" if broken else "", data=data)]
 
 
@@ -185,9 +221,22 @@ def check_cann_env(inst: AscendInstall, env: Mapping[str, str]) -> list[Finding]
         return [Finding("ascend.env", Status.SKIP, "CANN environment: no toolkit to source")]
     ld = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
     homes = [v for v in (env.get(k) for k in HOME_VARS) if v]
-    lib_on_path = any(str(cur.home) in p or str(cur.home.resolve()) in p for p in ld)
+    owners = [(p, owner(p, inst)) for p in ld]
+    lib_on_path = any(o is cur for _, o in owners)
     script = cur.set_env or (set_env_paths(inst) or [None])[0]
     fix = f"source {script}" if script else f"export LD_LIBRARY_PATH={cur.home}/lib64:$LD_LIBRARY_PATH"
+    first = next(((p, o) for p, o in owners if o is not None), None)
+    if first and first[1] is not cur:
+        p, other = first
+        older = version_key(other.version or "") < version_key(cur.version or "")
+        return [Finding("ascend.env", Status.FAIL,
+                        f"LD_LIBRARY_PATH lists {'an older ' if older else 'another '}CANN ({other.version or '?'}) "
+                        f"before the one in use ({cur.version})",
+                        detail=f"{p} comes first, so the loader takes libhccl / libascendcl from CANN "
+                               f"{other.version or other.home} while the rest of CANN {cur.version} is used "
+                               "(undefined symbols, or HCCL/runtime errors that make no sense).",
+                        fix=f"Remove {other.home}'s entries from LD_LIBRARY_PATH (start from a clean shell), "
+                            f"then: {fix}", data={"first": p, "first_version": other.version, "in_use": cur.version})]
     if homes and lib_on_path:
         return [Finding("ascend.env", Status.OK, f"CANN environment sourced (ASCEND_HOME_PATH={homes[0]})",
                         data={"set_env": str(script) if script else None})]

@@ -25,7 +25,8 @@ Slow / on request:
   --comm       live collective test on --nproc local ranks (hccl/nccl/gloo):
                init, all_reduce correctness, bus bandwidth table
   --log PATH   explain crash logs: files or folders (all ranks, torchrun
-               error.json files too)
+               error.json files too); root cause first, with its rank,
+               device and fix; error codes decoded (507033, EI0006, ...)
 
 \b
 Exit codes: 0 all good (warnings allowed), 1 problems found (warnings too

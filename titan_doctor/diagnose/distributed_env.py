@@ -61,8 +61,22 @@ def port_free(port: int, host: str = "") -> tuple[bool, str]:
             return False, os.strerror(e.errno) if e.errno else str(e)
 
 
+LAUNCHER_VARS = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")   # set by torchrun for its workers
+
+
 def check_master(env: Mapping[str, str], nnodes: int = 1) -> list[Finding]:
-    """MASTER_ADDR resolvable (and not loopback for multi-node), MASTER_PORT valid and free."""
+    """MASTER_ADDR resolvable (and not loopback for multi-node), MASTER_PORT valid and free;
+    a multi-rank environment without a launcher needs MASTER_ADDR itself."""
+    ws = env.get("WORLD_SIZE", "").strip()
+    if (not env.get("MASTER_ADDR") and ws.isdigit() and int(ws) > 1
+            and not any(env.get(v) for v in LAUNCHER_VARS)):
+        return [Finding("dist.master.addr", Status.FAIL,
+                        f"WORLD_SIZE={ws} but MASTER_ADDR is unset, and no launcher (torchrun) runs this process",
+                        detail="init_process_group(init_method='env://') reads MASTER_ADDR/MASTER_PORT and fails "
+                               "with 'environment variable MASTER_ADDR expected, but not set'.",
+                        fix=f"Launch with torchrun --nproc_per_node <N> (it sets them for every rank), or export "
+                            f"MASTER_ADDR=<rank-0 host> MASTER_PORT={DEFAULT_PORT}",
+                        data={"world_size": int(ws)})]
     addr_finding, addresses = _check_addr(env.get("MASTER_ADDR"), nnodes)
     return [addr_finding] + _check_port(env.get("MASTER_PORT"), addresses)
 
@@ -128,6 +142,8 @@ def check_ranks(env: Mapping[str, str], nproc: int | None, nnodes: int = 1) -> l
         probs.append(f"RANK={vals['RANK']} >= WORLD_SIZE={ws}")
     if lws is not None and "LOCAL_RANK" in vals and vals["LOCAL_RANK"] >= lws:
         probs.append(f"LOCAL_RANK={vals['LOCAL_RANK']} >= LOCAL_WORLD_SIZE={lws}")
+    if nproc and "LOCAL_RANK" in vals and vals["LOCAL_RANK"] >= nproc:
+        probs.append(f"LOCAL_RANK={vals['LOCAL_RANK']} >= --nproc {nproc} (local ranks are 0..{nproc - 1})")
     if ws is not None and nproc and ws != nproc * nnodes:
         probs.append(f"WORLD_SIZE={ws} but --nproc {nproc} x --nnodes {nnodes} = {nproc * nnodes}")
     if ws is not None and lws is not None and ws % lws:
@@ -156,6 +172,27 @@ def _ifname_matches(spec: str, names: list[str]) -> list[str]:
     return [n for n in names if n not in hit] if exclude else hit
 
 
+MIB = 1 << 20
+
+
+def largest_device_mb() -> int:
+    """The most memory any card of rules/devices.toml has, in MB."""
+    return int(max((d["memory_gib"] for d in knowledge.devices()), default=256) * 1024)
+
+
+def _bytes_not_mb(r: dict, value: int) -> Finding:
+    """A MB value larger than any card's memory can only be a byte count (NCCL_BUFFSIZE's unit)."""
+    mb = max(1, round(value / MIB))
+    return Finding("dist.hccl_env", Status.FAIL,
+                   f"{r['name']}={value} is {r['unit']}, i.e. {value / (1 << 20):.1f} TiB, more than any NPU has: "
+                   f"it was given in bytes",
+                   detail=f"{r['why']}. {value} bytes = {mb} MB; as MB it asks every communicator for "
+                          f"2 x {value} MB and HCCL init fails (out of memory).",
+                   fix=f"export {r['name']}={mb}   (the same {value} bytes in MB), or unset it for HCCL's "
+                       f"default {r['default']} MB", data={"var": r["name"], "value": value, "as_mb": mb,
+                                                           "source": r["source"]})
+
+
 def check_hccl_env(env: Mapping[str, str], if_names: list[str] | None = None) -> list[Finding]:
     """HCCL_* within documented ranges; HCCL_IF_IP ours; HCCL_SOCKET_IFNAME matches a NIC."""
     out: list[Finding] = []
@@ -166,6 +203,8 @@ def check_hccl_env(env: Mapping[str, str], if_names: list[str] | None = None) ->
         if not raw.strip().isdigit():
             out.append(Finding("dist.hccl_env", Status.FAIL, f"{r['name']}={raw!r} is not an integer ({r['unit']})",
                                fix=f"export {r['name']}={r['default']}", data={"var": r["name"]}))
+        elif r.get("device_memory_bound") and int(raw) > largest_device_mb():
+            out.append(_bytes_not_mb(r, int(raw)))
         elif not r["min"] <= int(raw) <= r["max"]:
             out.append(Finding("dist.hccl_env", Status.FAIL,
                                f"{r['name']}={raw} outside [{r['min']}, {r['max']}] {r['unit']} ({r['why']})",
@@ -213,11 +252,37 @@ def check_leftovers(env: Mapping[str, str], on_npu: bool) -> list[Finding]:
                         "(fine here: no Ascend stack found)", detail=", ".join(found))]
     out = []
     for k in found:
-        eq = table.get(k, {}).get("equivalent", "")
-        fix = f"export {eq}={env[k]}; unset {k}" if eq else f"unset {k}   (no Ascend equivalent)"
+        entry = table.get(k, {})
+        eq = entry.get("equivalent", "")
+        value, note = translate(entry, env[k]) if eq else (None, "")
+        if not eq:
+            fix = f"unset {k}   (no Ascend equivalent)"
+        elif value is None:
+            fix = f"unset {k}; set {eq} by hand: {note}"
+        else:
+            fix = f"export {eq}={value}; unset {k}" + (f"   ({note})" if note else "")
         out.append(Finding("dist.leftovers", Status.WARN, f"{k}={env[k]} does nothing on Ascend"
-                           + (f"; use {eq}" if eq else ""), fix=fix, data={"var": k, "equivalent": eq}))
+                           + (f"; use {eq}" if eq else ""), fix=fix,
+                           data={"var": k, "equivalent": eq, "value": value}))
     return out
+
+
+def translate(entry: Mapping, value: str) -> tuple[str | None, str]:
+    """The Ascend variable's value for an NCCL/CUDA one, and a note; None when it has to be
+    chosen by hand (the meaning or syntax differs)."""
+    eq = entry.get("equivalent", "")
+    if "values" in entry:
+        mapped = entry["values"].get(value.strip().upper())
+        allowed = ", ".join(f"{v}={k}" for k, v in sorted(entry["values"].items(), key=lambda kv: kv[1]))
+        return (mapped, f"{eq} is numeric: {allowed}") if mapped is not None else \
+            (None, f"{value!r} has no equivalent; {eq} takes {allowed}")
+    if entry.get("convert") == "bytes_to_mb":
+        if not value.strip().isdigit():
+            return None, f"{value!r} is not a byte count; {eq} is in MB"
+        return str(max(1, round(int(value) / MIB))), f"{value} bytes in MB: {eq} is in MB"
+    if entry.get("copy_value") is False:
+        return None, f"its syntax differs from {entry['name']}'s (see {entry['source']})"
+    return value, ""
 
 
 def check_hccn(env: Mapping[str, str], device_ids: list[int], timeout: float = 10.0) -> list[Finding]:

@@ -1,36 +1,24 @@
-"""Crash-log explainer: scan training logs (every rank, torchrun error.json files too)
-for the signatures in rules/log_signatures.toml and report each cause once, root cause
-first, with where it first appeared (file:line, rank)."""
+"""Crash-log explainer: read training logs (a file, several, or a folder of per-rank logs
+and torchrun error.json files), find every error they report (codes decoded by
+error_codes.py, messages by rules/log_signatures.toml), and report the root cause first:
+what failed, on which rank and device, why, and the exact fix; then everything else once,
+with where it first appeared (file:line) and on which ranks."""
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
-from titan_doctor.diagnose import signatures
-from titan_doctor.diagnose.signatures import Match
+from titan_doctor.diagnose import incidents, signatures, state_dict_errors
+from titan_doctor.diagnose.incidents import Event, Incident
+from titan_doctor.diagnose.log_lines import expand, raw_lines
 from titan_doctor.findings import Finding, Status
 
-_RANK_IN_LINE = (re.compile(r"\[rank(\d+)\]"), re.compile(r"RankID:(\d+)\)"), re.compile(r"^\[default(\d+)\]:"),
-                 re.compile(r"\brank[ =:]?(\d+)\b", re.I))
-_RANK_IN_PATH = (re.compile(r"rank[_-]?(\d+)", re.I), re.compile(r"/(\d+)/error\.json$"))
 _SIZE = re.compile(r"([\d.]+)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)")
 _UNITS = {"bytes": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
           "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
-WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_orig_mod.", "module.", "_checkpoint_wrapped_module.")
-
-
-@dataclass
-class Hit:
-    match: Match
-    path: str
-    line: int
-    rank: int | None
-    text: str
-    count: int = 1
-    ranks: set[int] = field(default_factory=set)
+_BARE = re.compile(r"(?i)(?:inner|internal) error!?")
+_PIP_NAME = {"attr": "attrs", "yaml": "pyyaml", "absl": "absl-py", "google.protobuf": "protobuf", "ml_dtypes": "ml-dtypes"}
 
 
 def to_bytes(s: str) -> float | None:
@@ -45,82 +33,10 @@ def human(n: float) -> str:
     return f"{n:.0f} bytes"
 
 
-def read_lines(path: Path) -> Iterator[str]:
-    """Lines of a log, streamed (rank logs get large); a torchrun error.json is unfolded
-    into its message and stack."""
-    if path.suffix == ".json":
-        text = path.read_text(encoding="utf-8", errors="replace")
-        try:
-            yield from _json_strings(json.loads(text))
-        except json.JSONDecodeError:
-            yield from text.splitlines()
-        return
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            yield line.rstrip("\n")
+# ---- parsers: what a matched message says beyond its regex groups --------------------
 
-
-def _json_strings(doc: Any) -> list[str]:
-    out: list[str] = []
-    if isinstance(doc, dict):
-        for v in doc.values():
-            out.extend(_json_strings(v))
-    elif isinstance(doc, list):
-        for v in doc:
-            out.extend(_json_strings(v))
-    elif isinstance(doc, str):
-        out.extend(doc.splitlines())
-    return out
-
-
-LOG_GLOBS = ("*.log", "*.txt", "*.out", "*.err", "error.json")
-
-
-def expand(paths: Iterable[Path]) -> list[Path]:
-    """Files as given; a directory stands for the logs under it (a job's log folder,
-    torchrun's per-rank attempt_*/<rank>/error.json tree)."""
-    out: list[Path] = []
-    for p in paths:
-        if p.is_dir():
-            out.extend(sorted({f for g in LOG_GLOBS for f in p.rglob(g) if f.is_file()}))
-        else:
-            out.append(p)
-    return out
-
-
-def rank_of(line: str, path: str) -> int | None:
-    for rx in _RANK_IN_LINE:
-        m = rx.search(line)
-        if m:
-            return int(m.group(1))
-    for rx in _RANK_IN_PATH:
-        m = rx.search(path)
-        if m:
-            return int(m.group(1))
-    return None
-
-
-def scan(paths: Iterable[Path]) -> tuple[list[Hit], int]:
-    """First hit per signature (with count and ranks), in file order; and lines read."""
-    hits: dict[str, Hit] = {}
-    total = 0
-    for path in paths:
-        no = 0
-        for no, line in enumerate(read_lines(path), 1):
-            for m in signatures.match_line(line):
-                rank = rank_of(line, str(path))
-                h = hits.get(m.sig.id)
-                if h is None:
-                    hits[m.sig.id] = h = Hit(m, str(path), no, rank, line.strip())
-                else:
-                    h.count += 1
-                if rank is not None:
-                    h.ranks.add(rank)
-        total += no
-    return list(hits.values()), total
-
-
-def _oom(groups: dict[str, str]) -> dict[str, Any]:
+def _oom(e: Event) -> dict[str, Any]:
+    groups = e.groups
     req, free = to_bytes(groups.get("req", "")), to_bytes(groups.get("free", ""))
     total = to_bytes(groups.get("total", ""))
     alloc = to_bytes(groups.get("alloc", ""))
@@ -128,10 +44,14 @@ def _oom(groups: dict[str, str]) -> dict[str, Any]:
         (alloc or 0) + (to_bytes(groups.get("unalloc", "")) or 0) if "unalloc" in groups else None)
     out: dict[str, Any] = {k: v for k, v in dict(requested=req, free=free, total=total, allocated=alloc,
                                                   reserved=reserved).items() if v is not None}
+    kind = "NPU" if e.id == "oom.npu" else "GPU"
+    where = f"{kind} {groups['dev']}" if groups.get("dev") else f"The {kind}"
+    out["where"] = where
     if req is not None and free is not None:
         short = req - free
         out["short_by"] = short
-        parts = [f"asked for {groups['req']} with {groups['free']} free, short by {human(short)}"]
+        parts = [f"asked for {groups['req']} with {groups['free']} free" + (
+            f", short by {human(short)}" if short > 0 else " (free memory is fragmented or held by another process)")]
         if total:
             parts.append(f"{human(alloc or 0)} of {groups['total']} already allocated "
                          f"({100 * (alloc or 0) / total:.0f}%)")
@@ -141,72 +61,171 @@ def _oom(groups: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def _state_dict_keys(groups: dict[str, str]) -> dict[str, Any]:
-    """Prefixes are judged on the whole line: torch prints missing and unexpected keys together."""
-    keys = re.findall(r'"([^"]+)"|\'([^\']+)\'', groups.get("_line") or groups.get("keys", ""))
-    names = [a or b for a, b in keys] or [groups.get("keys", "")]
-    found = sorted({p for k in names for p in WRAPPER_PREFIXES if k.startswith(p) or ("." + p) in k})
-    if found:
-        note = f"Keys carry wrapper prefixes {', '.join(found)} (from " + ", ".join(
-            {"_fsdp_wrapped_module.": "FSDP1 wrapping", "_orig_mod.": "torch.compile",
-             "module.": "DistributedDataParallel", "_checkpoint_wrapped_module.": "activation checkpointing"}[p]
-            for p in found) + ") on one side only."
-        fix = ("Save/load the unwrapped model's state: strip the prefixes, e.g. "
-               "torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(sd, '%s'), or use "
-               "torch.distributed.checkpoint.state_dict.get_model_state_dict(model) which returns clean names"
-               % found[0])
-    else:
-        note = "No wrapper prefix involved: the checkpoint is from a different model/config."
-        fix = "Load with the same model config the checkpoint was saved with (check n_layers / dim / vocab)"
-    return {"keys": names[:10], "prefixes": found, "prefix_note": note, "prefix_fix": fix}
+_KEY_LIST = re.compile(r"(Missing|Unexpected) key\(s\) in state_dict: ")
 
 
-def _hccl_code(groups: dict[str, str]) -> dict[str, Any]:
-    code = groups.get("code")
-    name = signatures.hccl_codes().get(code or "", f"error code {code}" if code else "an error")
-    return {"code_name": name}
+def _state_dict_keys(e: Event) -> dict[str, Any]:
+    """Both lists, whether torch printed them on one line or on two."""
+    lists: dict[str, list[str]] = {"Missing": [], "Unexpected": []}
+    for line in e.lines:
+        heads = list(_KEY_LIST.finditer(line.text))
+        for h, nxt in zip(heads, heads[1:] + [None]):
+            text = line.text[h.end():nxt.start() if nxt else None]
+            keys = state_dict_errors.quoted_keys(text) or [text.strip(" .")]
+            lists[h.group(1)].extend(k for k in keys if k)
+    return state_dict_errors.judge_keys(lists["Missing"], lists["Unexpected"])
 
 
-def _ping_answer(groups: dict[str, str]) -> dict[str, Any]:
+def _keyerror(e: Event) -> dict[str, Any]:
+    key = e.groups.get("keys", "")
+    return state_dict_errors.judge_keys([key], [])
+
+
+def _size_mismatch(e: Event) -> dict[str, Any]:
+    return state_dict_errors.judge_sizes(e.group_list)
+
+
+def _ping_answer(e: Event) -> dict[str, Any]:
     """The store ping reads 4 bytes as an int; printable bytes name the real service."""
-    raw = int(groups.get("got", "0")).to_bytes(8, "little").rstrip(b"\0")
+    raw = int(e.groups.get("got", "0")).to_bytes(8, "little").rstrip(b"\0")
     text = raw.decode("ascii", "replace") if raw and all(32 <= b < 127 for b in raw) else ""
     return {"answer": text, "answer_note": f" (it answered {text!r})" if text else ""}
 
 
-_PARSERS = {"oom": _oom, "state_dict_keys": _state_dict_keys, "hccl_code": _hccl_code, "ping_answer": _ping_answer}
+def _nnal(e: Event) -> dict[str, Any]:
+    g = e.groups
+    what = g.get("lib") or g.get("path") or (f"the symbol {g['symbol']}" if g.get("symbol") else "this library")
+    path = g.get("path") or g.get("lib") or ""
+    root = path.split("/nnal/")[0] + "/nnal" if "/nnal/" in path else "/usr/local/Ascend/nnal"
+    return {"what": what, "nnal_set_env": f"{root}/atb/set_env.sh"}
 
 
-def enrich(m: Match) -> dict[str, Any]:
-    """The match's groups plus what its parser derives (OOM figures, key prefixes, ...)."""
-    groups = dict(m.groups)
-    parser = _PARSERS.get(m.sig.parse)
+def _python_package(e: Event) -> dict[str, Any]:
+    mod = e.groups.get("module", "")
+    return {"package": _PIP_NAME.get(mod, mod)}
+
+
+def _soc(e: Event) -> dict[str, Any]:
+    soc = e.groups.get("soc")
+    return {"soc_name": f"this chip ({soc})" if soc else "this chip"}
+
+
+def _dtype(e: Event) -> dict[str, Any]:
+    g = e.groups
+    dtype = g.get("dtype") or (g.get("dt") or "").lower()
+    supported = [x.replace("DT_", "").lower() for x in (g.get("supported") or "").split(",") if x.strip()]
+    return {"dtype_name": dtype or "this dtype",
+            "op_note": f" ({g['op']})" if g.get("op") else "",
+            "supported_note": f"; it supports {', '.join(supported)}" if supported else ""}
+
+
+_PARSERS = {"oom": _oom, "state_dict_keys": _state_dict_keys, "keyerror": _keyerror, "size_mismatch": _size_mismatch,
+            "ping_answer": _ping_answer, "nnal": _nnal, "python_package": _python_package, "soc": _soc,
+            "dtype": _dtype}
+
+
+def enrich(e: Event | signatures.Match) -> dict[str, Any]:
+    """The event's groups plus what its parser derives (OOM figures, key prefixes, ...).
+    A bare signature match (the live comm test classifies stderr) is read as one event."""
+    if isinstance(e, signatures.Match):
+        e = incidents.event_of_match(e)
+    groups = dict(e.groups)
+    parser = _PARSERS.get(e.parse) or (_keyerror if e.id == "ckpt.keyerror" else None)
     if parser:
-        groups.update(parser({**groups, "_line": m.line}))
+        groups.update(parser(e))
     return groups
+
+
+# ---- findings -----------------------------------------------------------------------
+
+def _where(e: Event, inc: Incident, with_rank: bool = True) -> str:
+    bits = []
+    if with_rank and inc.rank is not None:
+        bits.append(f"rank {inc.rank}")
+    if inc.device is not None:
+        bits.append(f"device {inc.device}")
+    return f"{e.line.path}:{e.line.no}" + (f" ({', '.join(bits)})" if bits else "")
+
+
+def _quote(e: Event) -> str:
+    shown = [ln.text.strip()[:300] for ln in e.lines[:4]]
+    return "\n".join("> " + s for s in shown)
+
+
+def _finding(e: Event, inc: Incident, label: str, seen: dict[str, list[Event]], rank_of: dict[int, Any],
+             note: str = "") -> Finding:
+    groups = enrich(e)
+    occurrences = seen.get(e.id, [e])
+    ranks = sorted({rank_of[id(x)] for x in occurrences if rank_of.get(id(x)) is not None})
+    count = len(occurrences)
+    extra = f"; seen {count}x" + (f" on ranks {ranks}" if len(ranks) > 1 else "") if count > 1 else ""
+    message = e.message
+    if _BARE.fullmatch(message or "") and e.more:
+        message = e.more[0]              # "EE9999: Inner Error!" says nothing; its next line does
+    title = e.title + (f": {message}" if message and label == "root cause" else "")
+    detail = signatures.fill(e.cause, groups)
+    if e.message and label != "root cause":
+        detail += f"\nmessage: {e.message}"
+    if e.more:
+        detail += "\n" + "\n".join("  " + m[:200] for m in e.more[:6])
+    return Finding(f"log.{e.id}", Status.FAIL, f"{label}: {title} — first at {_where(e, inc)}{extra}{note}",
+                   detail=detail + "\n" + _quote(e), fix=signatures.fill(e.fix, groups),
+                   path=e.line.path, line=e.line.no,
+                   data={"signature": e.id, "rank": inc.rank, "device": inc.device, "count": count, "ranks": ranks,
+                         "consequence": e.consequence, "source": e.source,
+                         **{k: v for k, v in groups.items() if k not in ("prefix_fix", "fields_fix")}})
+
+
+_EXCEPTION = re.compile(r"(?:^|[\]:]\s*|\s)((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.{1,200})")
+
+
+def first_exception(paths: list[Path]) -> tuple[str, str, int] | None:
+    """(exception line, path, line number) of the first Python exception in the logs."""
+    for path in paths:
+        for no, text, _ in raw_lines(path):
+            m = _EXCEPTION.search(text) if ("Error" in text or "Exception" in text) else None
+            if m:
+                return f"{m.group(1)}: {m.group(2).strip()}", str(path), no
+    return None
 
 
 def explain(paths: list[Path]) -> list[Finding]:
     paths = expand(paths)
-    hits, lines = scan(paths)
-    if not hits:
+    found, lines = incidents.incidents(paths)
+    if not found:
+        exc = first_exception(paths)
         return [Finding("log.none", Status.WARN,
-                        f"no known signature in {len(paths)} file(s) ({lines} lines)",
-                        detail="Nothing matched rules/log_signatures.toml; not guessing. Look for the first "
-                               "'Error'/'Traceback' on the lowest rank.",
-                        data={"files": [str(p) for p in paths], "lines": lines})]
-    hits.sort(key=lambda h: (h.match.sig.rank, str(h.path), h.line))
-    out = []
-    for i, h in enumerate(hits):
-        sig, groups = h.match.sig, enrich(h.match)
-        where = f"{h.path}:{h.line}" + (f" (rank {h.rank})" if h.rank is not None else "")
-        seen = f"; seen {h.count}x" + (f" on ranks {sorted(h.ranks)}" if len(h.ranks) > 1 else "") \
-            if h.count > 1 else ""
-        label = "root cause" if i == 0 else "also"
-        out.append(Finding(f"log.{sig.id}", Status.FAIL, f"{label}: {sig.title} — first at {where}{seen}",
-                           detail=signatures.fill(sig.cause, groups) + "\n> " + h.text[:300],
-                           fix=signatures.fill(sig.fix, groups), path=h.path, line=h.line,
-                           data={"signature": sig.id, "rank": h.rank, "count": h.count, "ranks": sorted(h.ranks),
-                                 "source": sig.source,
-                                 **{k: v for k, v in groups.items() if k not in ("prefix_fix",)}}))
+                        f"no known error in {len(paths)} file(s) ({lines} lines)"
+                        + (f"; the first exception is at {exc[1]}:{exc[2]}" if exc else ""),
+                        detail=(f"> {exc[0]}\n" if exc else "") + "Nothing matched rules/log_signatures.toml or a "
+                               "known error-code format; not guessing the cause. Read the first exception on the "
+                               "lowest rank and the lines before it.",
+                        path=exc[1] if exc else None, line=exc[2] if exc else None,
+                        data={"files": [str(p) for p in paths], "lines": lines,
+                              "first_exception": exc[0] if exc else None})]
+    root = incidents.root(found)
+    assert root is not None
+    seen: dict[str, list[Event]] = {}
+    rank_of: dict[int, Any] = {}
+    for inc in found:
+        r = inc.rank
+        for e in inc.events:
+            seen.setdefault(e.id, []).append(e)
+            rank_of[id(e)] = r
+    cause = root.cause
+    out = [_finding(cause, root, "root cause", seen, rank_of)]
+    reported = {cause.id}
+    ordered = sorted(root.events, key=lambda e: e.rank) + [
+        e for inc in sorted(found, key=lambda i: (i.cause.rank, i.order)) if inc is not root
+        for e in sorted(inc.events, key=lambda e: e.rank)]
+    owner = {id(e): inc for inc in found for e in inc.events}
+    for e in ordered:
+        if e.id in reported:
+            continue
+        reported.add(e.id)
+        inc = owner[id(e)]
+        note = ""
+        if e.consequence and inc is not root and inc.rank is not None and inc.rank != root.rank:
+            note = " (a consequence of the root cause: it waited for the failed rank)"
+        out.append(_finding(e, inc, "also", seen, rank_of, note))
     return out

@@ -30,14 +30,15 @@ def _set_env(c: Context) -> list[str]:
 
 CHECKS: tuple[Check, ...] = (
     Check("versions.python", "Python interpreter", lambda c: versions.check_python(c.probe), needs_probe=True),
-    Check("versions.torch", "torch installed, importable, build", lambda c: versions.check_torch(c.probe, _pins()),
-          needs_probe=True),
+    Check("versions.torch", "torch installed, importable, build",
+          lambda c: versions.check_torch(c.probe, _pins(), c.cann_version), needs_probe=True),
     Check("versions.torch_npu", "torch_npu installed and importable (import errors classified)",
-          lambda c: versions.check_torch_npu(c.probe, c.ascend_present, _set_env(c)), needs_probe=True),
+          lambda c: versions.check_torch_npu(c.probe, c.ascend_present, _set_env(c), c.cann_version),
+          needs_probe=True),
     Check("versions.matrix", "torch / torch_npu / CANN / Python fit (rules/versions.toml)",
           lambda c: versions.check_matrix(c.probe, c.cann_version), needs_probe=True),
     Check("versions.fsdp2", "torch has FSDP2 (fully_shard), needed by the trainer",
-          lambda c: versions.check_fsdp2(c.probe, _pins()), needs_probe=True),
+          lambda c: versions.check_fsdp2(c.probe, _pins(), c.cann_version), needs_probe=True),
     Check("ascend.cann", "CANN toolkit found, version >= pin",
           lambda c: ascend.check_cann(c.ascend, _pins()["min_cann"], c.wants_npu), needs_probe=True),
     Check("ascend.env", "CANN set_env.sh sourced (ASCEND_HOME_PATH, LD_LIBRARY_PATH)",
@@ -59,7 +60,8 @@ CHECKS: tuple[Check, ...] = (
     Check("dist.shm", "/dev/shm size", lambda c: dist.check_shm(c.shm)),
     Check("comm", "live collective test: init, all_reduce correctness, bus bandwidth",
           lambda c: comm.check_comm(c.nproc or 2, c.python, c.env, c.backend, c.comm_timeout), slow=True),
-    Check("log", "crash-log explainer: known signatures, root cause first", lambda c: logs.explain(c.logs),
+    Check("log", "crash-log explainer: error codes and known messages, root cause first with rank and device",
+          lambda c: logs.explain(c.logs),
           logs=True),
 )
 

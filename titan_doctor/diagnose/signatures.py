@@ -12,6 +12,12 @@ from typing import Any
 
 import titan_knowledge as knowledge
 
+try:  # the regex parser, to find the literal text a pattern cannot match without
+    from re import _constants as _C, _parser as _sre
+except ImportError:  # pragma: no cover - Python < 3.11
+    import sre_constants as _C  # type: ignore[no-redef]
+    import sre_parse as _sre  # type: ignore[no-redef]
+
 
 @dataclass(frozen=True)
 class Signature:
@@ -23,6 +29,43 @@ class Signature:
     fix: str
     source: str
     parse: str = ""
+    consequence: bool = False   # what a rank sees when another rank failed first
+    merge: bool = False         # a message spanning lines: one error's lines are judged together
+    needles: tuple[str, ...] | None = None   # a line holds one of these, or the pattern cannot match
+
+
+def _runs(items: list) -> list[str]:
+    """Literal text the sequence `items` must contain (groups looked into, alternations not)."""
+    runs, cur = [], ""
+    for op, av in items:
+        if op is _C.LITERAL:
+            cur += chr(av)
+            continue
+        if cur:
+            runs.append(cur)
+        cur = ""
+        if op is _C.SUBPATTERN and not (len(av[-1]) == 1 and list(av[-1])[0][0] is _C.BRANCH):
+            runs += _runs(list(av[-1]))
+    return runs + ([cur] if cur else [])
+
+
+def needles(pattern: str, flags: int = 0) -> tuple[str, ...] | None:
+    """Substrings of which every match contains one: the longest literal of the pattern,
+    or of each top-level alternative. None when there is no useful one (then the regex
+    runs on every line). This keeps the explainer at a substring test per signature
+    for the lines that report nothing."""
+    if flags & re.IGNORECASE:
+        return None
+    items = list(_sre.parse(pattern))
+    branches = [list(b) for b in items[0][1][1]] if len(items) == 1 and items[0][0] is _C.BRANCH else [items]
+    out = []
+    for b in branches:
+        runs = _runs(b)
+        best = max(runs, key=len, default="")
+        if len(best) < 3:
+            return None
+        out.append(best)
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -41,22 +84,27 @@ def load() -> tuple[Signature, ...]:
         except (re.error, KeyError) as err:
             raise knowledge.KnowledgeError(f"log_signatures.toml: {e.get('id')}: bad pattern: {err}") from err
         sigs.append(Signature(e["id"], e["title"], rx, int(e.get("rank", 50)), e["cause"], e["fix"],
-                              e["source"], e.get("parse", "")))
+                              e["source"], e.get("parse", ""), bool(e.get("consequence", False)),
+                              bool(e.get("merge", False)), needles(e["pattern"], rx.flags)))
     return tuple(sigs)
 
 
-def hccl_codes() -> dict[str, str]:
-    return {str(k): v for k, v in knowledge.load("log_signatures").get("hccl_codes", {}).items()}
-
-
 def match_line(line: str) -> list[Match]:
-    """Every signature that matches this line (a line can carry a wrapper and a cause)."""
+    """Every signature that matches this line."""
     out = []
     for sig in load():
+        if sig.needles and not any(n in line for n in sig.needles):
+            continue
         m = sig.regex.search(line)
         if m:
             out.append(Match(sig, {k: v for k, v in m.groupdict().items() if v is not None}, line.strip()))
     return out
+
+
+def best_match(line: str) -> Match | None:
+    """The most specific signature of this line (lowest rank): one message, one reading
+    (an undefined atb:: symbol is NNAL, not also a torch mismatch)."""
+    return min(match_line(line), key=lambda m: m.sig.rank, default=None)
 
 
 def classify(text: str) -> Match | None:

@@ -38,6 +38,41 @@ def mm(v: str | None) -> str:
     return ".".join(base(v).split(".")[:2])
 
 
+# ---- what to install: torch_npu for this torch AND this CANN --------------------------
+
+def cann_matches(row_cann: str, installed: str | None) -> bool:
+    """'8.0.RC3' of the table covers an installed '8.0.RC3' and '8.0.RC3.alpha002'."""
+    return bool(installed) and (installed == row_cann or installed.startswith(row_cann + "."))
+
+
+def pair_for_cann(cann: str | None, data: Mapping[str, Any], min_torch: str | None = None) -> dict | None:
+    """The newest (torch, torch_npu) row released for this CANN, torch >= min_torch."""
+    rows = [r for r in data.get("compat", []) if cann_matches(r["cann"], cann)
+            and (not min_torch or vtuple(r["torch"]) >= vtuple(min_torch))]
+    return max(rows, key=lambda r: vtuple(r["torch"]), default=None)
+
+
+def torch_npu_advice(torch: str | None, cann: str | None, data: Mapping[str, Any]) -> str:
+    """The pip command for a torch_npu that fits both this torch and the installed CANN
+    (rules/versions.toml [[compat]]); when no release pairs them, the pair that fits CANN."""
+    t = base(torch)
+    rows = data.get("compat", [])
+    same_torch = [r for r in rows if r["torch"] == t]
+    exact = [r for r in same_torch if cann_matches(r["cann"], cann)]
+    if exact:
+        return f"pip install torch-npu=={exact[0]['torch_npu']}   (built for torch {t} and CANN {exact[0]['cann']})"
+    pair = pair_for_cann(cann, data)
+    if cann and pair:
+        return (f"pip install torch=={pair['torch']} torch-npu=={pair['torch_npu']}   (no torch_npu release pairs "
+                f"torch {t or '?'} with CANN {cann}; this pair is built for CANN {pair['cann']})")
+    if same_torch:
+        newest = max(same_torch, key=lambda r: version_key(r["cann"]))
+        return (f"pip install torch-npu=={newest['torch_npu']}   (built for CANN {newest['cann']}"
+                + (f"; CANN {cann} is not in titan-npu's table: check the torch_npu release notes)" if cann else
+                   "; check it matches your CANN)"))
+    return f"pip install torch-npu=={t or '<torch version>'}   (not in titan-npu's table: check the torch_npu release notes)"
+
+
 # ---- python / torch -----------------------------------------------------------------
 
 def check_python(probe: Mapping[str, Any]) -> list[Finding]:
@@ -49,13 +84,16 @@ def check_python(probe: Mapping[str, Any]) -> list[Finding]:
     return [Finding("versions.python", Status.OK, f"Python {ver} ({py.get('executable')})", data=dict(py))]
 
 
-def check_torch(probe: Mapping[str, Any], pins: Mapping[str, Any]) -> list[Finding]:
+def check_torch(probe: Mapping[str, Any], pins: Mapping[str, Any], cann: str | None = None) -> list[Finding]:
     t = probe.get("torch", {})
     if not t.get("installed"):
+        pair = pair_for_cann(cann, table())
+        fix = (f"pip install 'torch=={pair['torch']}' --index-url {CPU_WHEEL_INDEX} && pip install "
+               f"torch-npu=={pair['torch_npu']}   (CPU build of torch; the pair released for CANN {pair['cann']})"
+               if pair else f"pip install 'torch==2.13.0' --index-url {CPU_WHEEL_INDEX}   (CPU build; on Ascend pair "
+                            "it with the torch_npu built for your CANN, see versions.matrix)")
         return [Finding("versions.torch", Status.FAIL, "torch is not installed in this interpreter",
-                        detail=f"Looked with {probe.get('python', {}).get('executable')}.",
-                        fix=f"pip install 'torch==2.13.0' --index-url {CPU_WHEEL_INDEX}   (CPU build; "
-                            "pair it with torch-npu==2.13.0 on Ascend)")]
+                        detail=f"Looked with {probe.get('python', {}).get('executable')}.", fix=fix)]
     ver = t.get("version") or t.get("dist_version") or "?"
     build = "cuda " + t["cuda"] if t.get("cuda") else ("rocm " + t["hip"] if t.get("hip") else "cpu")
     data = {"version": ver, "build": build, "location": t.get("location"), "imported": t.get("imported")}
@@ -88,7 +126,7 @@ def _autoload(t: Mapping[str, Any]) -> list[Finding]:
                     data={"error": t["plain_import_error"]})]
 
 
-def check_fsdp2(probe: Mapping[str, Any], pins: Mapping[str, Any]) -> list[Finding]:
+def check_fsdp2(probe: Mapping[str, Any], pins: Mapping[str, Any], cann: str | None = None) -> list[Finding]:
     """The trainer shards with FSDP2: torch.distributed.fsdp.fully_shard must be public."""
     t = probe.get("torch", {})
     if not t.get("installed"):
@@ -100,23 +138,39 @@ def check_fsdp2(probe: Mapping[str, Any], pins: Mapping[str, Any]) -> list[Findi
     return [Finding("versions.fsdp2", Status.FAIL,
                     f"FSDP2 missing: torch {ver} does not export torch.distributed.fsdp.fully_shard",
                     detail=f"titan-train shards with FSDP2, public from torch {need}.",
-                    fix=f"Upgrade torch and torch_npu together to >= {need}, e.g. "
-                        "pip install torch==2.6.0 torch-npu==2.6.0 (CANN 8.2.RC1+)")]
+                    fix=_upgrade_advice(need, cann))]
+
+
+def _upgrade_advice(need: str, cann: str | None) -> str:
+    pair = pair_for_cann(cann, table(), need)
+    if pair:
+        return (f"Upgrade torch and torch_npu together: pip install torch=={pair['torch']} "
+                f"torch-npu=={pair['torch_npu']}   (released for CANN {pair['cann']})")
+    newest = max(
+        (r for r in table().get("compat", []) if vtuple(r["torch"]) >= vtuple(need)),
+        key=lambda r: (version_key(r["cann"]), vtuple(r["torch"])), default=None)
+    return (f"Upgrade torch and torch_npu together to >= {need}" + (
+        f"; CANN {cann} has no torch_npu release with torch >= {need}: install CANN {newest['cann']} and "
+        f"pip install torch=={newest['torch']} torch-npu=={newest['torch_npu']}" if cann and newest else
+        f", e.g. pip install torch=={newest['torch']} torch-npu=={newest['torch_npu']} (CANN {newest['cann']})"
+        if newest else ""))
 
 
 # ---- torch_npu ----------------------------------------------------------------------
 
-def check_torch_npu(probe: Mapping[str, Any], want_npu: bool, set_env: list[str]) -> list[Finding]:
+def check_torch_npu(probe: Mapping[str, Any], want_npu: bool, set_env: list[str],
+                    cann: str | None = None) -> list[Finding]:
     """Installed? Importable? If not, say why in words, from the real error text."""
     n = probe.get("torch_npu", {})
     tver = (probe.get("torch") or {}).get("version") or (probe.get("torch") or {}).get("dist_version")
+    advice = torch_npu_advice(tver, cann, table())
     if not n.get("installed"):
         status = Status.WARN if want_npu else Status.INFO
         why = "Ascend hardware/CANN found, but " if want_npu else ""
-        fix = f"pip install torch-npu=={base(tver) or '<torch version>'}" if want_npu else ""
+        fix = advice if want_npu else ""
         if want_npu and (probe.get("torch") or {}).get("cuda"):   # torch_npu refuses a CUDA torch
             fix = (f"pip install --force-reinstall 'torch=={base(tver)}+cpu' --index-url {CPU_WHEEL_INDEX} && "
-                   f"pip install torch-npu=={base(tver)}   (torch_npu needs the CPU build of torch)")
+                   f"{advice}   (torch_npu needs the CPU build of torch)")
         return [Finding("versions.torch_npu", status, f"{why}torch_npu is not installed (no Ascend NPU support)",
                         fix=fix)]
     ver = n.get("version") or n.get("dist_version") or "?"
@@ -137,7 +191,7 @@ def check_torch_npu(probe: Mapping[str, Any], want_npu: bool, set_env: list[str]
                    "Install the CANN toolkit, then: source /usr/local/Ascend/ascend-toolkit/set_env.sh")
             data["set_env"] = set_env[0] if set_env else None
         elif m.sig.id == "import.undefined_symbol" and tver:
-            fix = f"pip install torch-npu=={base(tver)}   (or torch=={base(ver)} to match torch_npu {ver})"
+            fix = advice
         return [Finding("versions.torch_npu", Status.FAIL, f"torch_npu {ver} fails to import: {title}",
                         detail=signatures.fill(m.sig.cause, m.groups) + f"\nerror: {n.get('error')}",
                         fix=fix, data=data)] + _autoload(probe.get("torch", {}))
@@ -158,14 +212,17 @@ def matrix_verdicts(torch: str | None, torch_npu: str | None, cann: str | None, 
     code = "versions.matrix"
     out: list[Finding] = []
     if torch and vtuple(torch) < vtuple(pins["min_torch"]):
+        pair = pair_for_cann(cann, data, pins["min_torch"])
         out.append(Finding(code, Status.FAIL, f"torch {torch} < {pins['min_torch']} (our pin; 2.0.x has known bugs)",
-                           fix="pip install torch==2.6.0 torch-npu==2.6.0 (or newer, same version for both)"))
+                           fix=f"pip install torch=={pair['torch']} torch-npu=={pair['torch_npu']}   (released for "
+                               f"CANN {pair['cann']})" if pair else
+                               "pip install torch==2.6.0 torch-npu==2.6.0 (or newer, same version for both)"))
     if torch and torch_npu and base(torch) != base(torch_npu):
         out.append(Finding(code, Status.FAIL, f"torch_npu {torch_npu} is built for torch {base(torch_npu)}, "
                            f"but torch is {torch}",
                            detail="torch_npu must carry exactly the torch version it sits on "
                                   "(else: undefined symbol at import).",
-                           fix=f"pip install torch-npu=={base(torch)}   or   pip install torch=={base(torch_npu)}",
+                           fix=torch_npu_advice(torch, cann, data) + f"   or   pip install torch=={base(torch_npu)}",
                            data={"torch": torch, "torch_npu": torch_npu}))
     if cann and version_key(cann) < version_key(pins["min_cann"]):
         out.append(Finding(code, Status.FAIL, f"CANN {cann} < {pins['min_cann']} (our pin)",

@@ -1,0 +1,160 @@
+"""Decode the codes a torch_npu / CANN log prints (rules/error_codes.toml) by their
+structure, so a code nobody listed still says which component failed and how badly:
+
+  E-codes   EI0006, EH9999, E30006: component character + number (9000+ = internal)
+  aclError  507033, 107002: class digit + module digits + number
+  HcclResult the small number of "HCCL function error: ..., error code is 5"
+  ERRxxyyy  torch_npu's submodule + error type, e.g. ERR02200 = DIST, call hccl api failed
+
+`find_codes(line)` returns every code a line reports, each decoded into a `Code`.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import titan_knowledge as knowledge
+
+INTERNAL_FROM = 9000          # E-codes 9000-9999 are internal errors (CANN error-code reference)
+RANK_ECODE_USER = 35
+RANK_ECODE_INTERNAL = 60
+RANK_HCCL_DEFAULT = 70
+RANK_PTA_WRAPPER = 85
+RANK_PTA_OTHER = 50
+
+# An E-code stands alone: "EI0006: ...", "Get_Socket_Timeout(EI0006):", "EZ9999[PID: 1]",
+# "detail:EZ1001:". Not inside a word, a hex number or a path.
+_ECODE = re.compile(r"(?<![\w.\-/])(E[0-9A-Z]\d{4})(?=[\s:\[\]()]|$)")
+# aclError codes after the phrases torch_npu and CANN print them with.
+_ACL = re.compile(r"(?:error code is:?|error code:|error no is|runtime result =|result =|ret =|failed:)"
+                  r"\s*(\d{6})\b", re.I)
+_HCCL = re.compile(r"(?i)hccl\w*.*?error code is (\d{1,3})\b")
+_PTA = re.compile(r"\bERR(\d{2})(\d{3})\b")
+# Text one of which a line that prints an aclError, HcclResult or ERR code contains.
+NEEDLES = ("error code", "rror no is", "result =", "ret =", "failed:", "ERR")
+_MESSAGE_NOISE = re.compile(r"^[\s:)\]]*(?:\[PID: ?\d+\]\s*)?(?:\d{4}-\d\d-\d\d-[\d:.]+\s*)?(?:\w*\(E\w\d{4}\):?\s*)?")
+
+
+@dataclass(frozen=True)
+class Code:
+    id: str                   # finding id suffix: ecode.EI0006, acl.507033, hccl.result, torch_npu.ERR02200
+    code: str                 # as printed: EI0006, 507033, 5, ERR02200
+    title: str
+    cause: str
+    fix: str
+    rank: int                 # lower = closer to the root cause
+    consequence: bool = False  # what a rank sees when ANOTHER rank failed (a timeout waiting for it)
+    source: str = ""
+    message: str = ""         # the text the log printed after an E-code
+
+
+@functools.lru_cache(maxsize=None)
+def _tables() -> dict[str, Any]:
+    d = knowledge.load("error_codes")
+    return {
+        "ecode": {e["code"]: e for e in d.get("ecode", [])},
+        "component": {e["char"]: e for e in d.get("component", [])},
+        "acl": {int(e["code"]): e for e in d.get("acl", [])},
+        "acl_class": {int(e["digit"]): e for e in d.get("acl_class", [])},
+        "acl_module": {str(e["digits"]): e for e in d.get("acl_module", [])},
+        "hccl": {int(e["code"]): e for e in d.get("hccl_result", [])},
+        "pta_module": {str(e["digits"]): e for e in d.get("pta_module", [])},
+        "pta_error": {int(e["code"]): e for e in d.get("pta_error", [])},
+    }
+
+
+def decode_ecode(code: str, message: str = "") -> Code:
+    t = _tables()
+    comp = t["component"].get(code[1])
+    module = comp["module"] if comp else f"component '{code[1]}' (not in CANN's published list)"
+    internal = int(code[2:]) >= INTERNAL_FROM
+    known = t["ecode"].get(code)
+    if known:
+        return Code(f"ecode.{code}", code, f"{code}: {known['title']}", known["cause"], known["fix"],
+                    int(known.get("rank", RANK_ECODE_INTERNAL if internal else RANK_ECODE_USER)),
+                    bool(known.get("consequence", False)), known["source"], message)
+    kind = "internal error" if internal else "error"
+    cause = (f"{code} is a {module} {kind} (E + component '{code[1]}' = {module}; "
+             f"{'9000-9999: internal, the message names the failing step' if internal else '0000-8999: a user-fixable error'}).")
+    return Code(f"ecode.{code}", code, f"{code}: {module} {kind}", cause,
+                comp["fix"] if comp else "Read the message after the code and the plog under $HOME/ascend/log",
+                RANK_ECODE_INTERNAL if internal else RANK_ECODE_USER, False,
+                comp["source"] if comp else "", message)
+
+
+def decode_acl(n: int) -> Code:
+    """A six-digit aclError: listed codes carry their own cause and fix; any other is
+    decoded by its class digit and module digits."""
+    t = _tables()
+    cls = t["acl_class"].get(n // 100000)
+    mod = t["acl_module"].get(f"{n // 1000 % 100:02d}")
+    known = t["acl"].get(n)
+    where = (mod["module"] if mod else f"module {n // 1000 % 100:02d}")
+    klass = cls["meaning"] if cls else "unknown class"
+    name = known["name"] if known else "unlisted code"
+    meaning = known["meaning"] if known else f"a {where} error"
+    cause = (known or {}).get("cause") or f"{meaning} ({n // 100000}xxxxx = {klass}; {where})."
+    fix = (known or {}).get("fix") or (cls["fix"] if cls else "Read the lines next to it and the plog")
+    rank = int((known or {}).get("rank", cls["rank"] if cls else 50))
+    return Code(f"acl.{n}", str(n), f"{n} {name}: {meaning}", cause, fix, rank,
+                bool((known or {}).get("consequence", False)), (known or cls or {}).get("source", ""))
+
+
+def decode_hccl(n: int) -> Code:
+    e = _tables()["hccl"].get(n)
+    name = e["name"] if e else f"HcclResult {n}"
+    return Code("hccl.result", str(n), f"HCCL call failed with error code {n}: {name}",
+                f"An HCCL API call returned {name}; an EI/EJ code printed with it says more.",
+                e["fix"] if e else "Read the EIxxxx/EJxxxx lines after it and the other ranks' logs",
+                int((e or {}).get("rank", RANK_HCCL_DEFAULT)), bool((e or {}).get("consequence", False)),
+                (e or {}).get("source", ""))
+
+
+def decode_pta(module: str, err: int) -> Code:
+    t = _tables()
+    m = t["pta_module"].get(module)
+    e = t["pta_error"].get(err)
+    mname = m["name"] if m else f"submodule {module}"
+    meaning = e["meaning"] if e else f"error {err}"
+    wrapper = bool(e and e.get("wrapper"))
+    code = f"ERR{module}{err:03d}"
+    cause = (f"torch_npu's {m['meaning'] if m else mname} reported '{meaning}' (ERR + submodule {module} {mname} "
+             f"+ error {err:03d})."
+             + (" It only says that a call failed: the code printed with it (E-code, aclError or HCCL "
+                "error code) is the reason." if wrapper else " The message before it says what failed."))
+    return Code(f"torch_npu.{code}", code, f"{code}: torch_npu {mname} {meaning}", cause,
+                "Read the codes printed with it (decoded in the other findings)" if wrapper else
+                "Read the error message printed just before it",
+                RANK_PTA_WRAPPER + (5 if err == 999 else 0) if wrapper else RANK_PTA_OTHER,
+                False, (m or {}).get("source", ""))
+
+
+def _message_after(line: str, end: int) -> str:
+    return _MESSAGE_NOISE.sub("", line[end:], count=1).strip()[:240]
+
+
+def has_ecode(line: str) -> bool:
+    return "E" in line and _ECODE.search(line) is not None
+
+
+def find_codes(line: str) -> list[Code]:
+    """Every code `line` reports, decoded; one Code per distinct code."""
+    out: dict[str, Code] = {}
+    if "E" in line:
+        for m in _ECODE.finditer(line):
+            c = m.group(1)
+            if c not in out or not out[c].message:
+                out[c] = decode_ecode(c, _message_after(line, m.end()))
+    if "rror" in line or "esult" in line or "ret =" in line or "failed:" in line:
+        for m in _ACL.finditer(line):
+            out.setdefault(m.group(1), decode_acl(int(m.group(1))))
+        h = _HCCL.search(line)
+        if h and len(h.group(1)) < 4:
+            out.setdefault("hccl." + h.group(1), decode_hccl(int(h.group(1))))
+    if "ERR" in line:
+        for m in _PTA.finditer(line):
+            code = decode_pta(m.group(1), int(m.group(2)))
+            out.setdefault(code.code, code)
+    return list(out.values())

@@ -1,0 +1,276 @@
+"""From log lines to incidents, and which incident is the root cause.
+
+An event is one error a line reports: a code (decoded by error_codes.py) or a message
+signature (log_signatures.toml). Events printed together by one process (the same prefix,
+a few lines apart, one rank) form an incident; its cause is its most specific event, and
+its rank, device and time come from all its lines and the traceback above them.
+
+The root cause across incidents, as an engineer reads a multi-rank failure:
+  1. per rank, that rank's best incident (and its earliest time);
+  2. ranks whose error is not a consequence of a peer (a timeout waiting for it) first;
+  3. among those, the one that failed first by timestamp, where the logs have them;
+  4. otherwise the most specific, then the first in file order.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from titan_doctor.diagnose import error_codes, log_lines, signatures
+from titan_doctor.diagnose.log_lines import Line
+
+GAP = 30            # lines between two events of one incident, at most
+MORE = 8            # lines under an E-code that continue its message (TraceBack, Reason, ...)
+NEAR = 3            # lines around an incident whose rank prefix it may borrow
+CONTEXT = 80        # lines kept to look back for the traceback an event ends
+WRAPPER_RANK = 80   # events ranked this or higher only report that a call failed
+
+
+@dataclass
+class Event:
+    id: str
+    title: str
+    cause: str
+    fix: str
+    rank: int                      # priority: lower = closer to the root cause
+    consequence: bool
+    source: str
+    line: Line
+    groups: dict[str, Any] = field(default_factory=dict)
+    lines: list[Line] = field(default_factory=list)   # every line of a multi-line message
+    group_list: list[dict[str, str]] = field(default_factory=list)
+    parse: str = ""
+    merge: bool = False
+    message: str = ""
+    more: list[str] = field(default_factory=list)      # continuation lines of an E-code's message
+
+
+@functools.lru_cache(maxsize=None)
+def _needles() -> tuple[str, ...] | None:
+    """Text one of which every reportable line contains (None: no cheap test possible)."""
+    out: set[str] = set(error_codes.NEEDLES)
+    for s in signatures.load():
+        if s.needles is None:
+            return None
+        out.update(s.needles)
+    return tuple(out)
+
+
+def might_report(text: str) -> bool:
+    """Cheap test run on every line: False means no signature or code can match it."""
+    needles = _needles()
+    return needles is None or any(n in text for n in needles) or error_codes.has_ecode(text)
+
+
+def event_of_match(m: signatures.Match, line: Line | None = None) -> Event:
+    s = m.sig
+    line = line or log_lines.parse("", 0, m.line)
+    return Event(s.id, s.title, s.cause, s.fix, s.rank, s.consequence, s.source, line, dict(m.groups),
+                 [line], [dict(m.groups)], s.parse, s.merge)
+
+
+def events_of(line: Line) -> list[Event]:
+    text = line.text
+    out = []
+    m = signatures.best_match(text)
+    if m:
+        out.append(event_of_match(m, line))
+    for c in error_codes.find_codes(text):
+        out.append(Event(c.id, c.title, c.cause, c.fix, c.rank, c.consequence, c.source, line,
+                         {"code": c.code}, [line], [], "", False, c.message))
+    return out
+
+
+@dataclass
+class Incident:
+    path: str
+    stream: str
+    events: list[Event] = field(default_factory=list)
+    context: list[Line] = field(default_factory=list)   # lines above it: its traceback, the log line before
+    order: int = 0
+    near_ranks: dict[int, str] = field(default_factory=dict)  # rank -> stream of rank-prefixed lines around it
+
+    @property
+    def last_no(self) -> int:
+        return self.events[-1].line.no
+
+    @property
+    def cause(self) -> Event:
+        return min(self.events, key=lambda e: (e.rank, self.events.index(e)))
+
+    def _lines(self) -> list[Line]:
+        return [ln for e in self.events for ln in e.lines] + self.context
+
+    @property
+    def rank(self) -> int | None:
+        lines = self._lines()
+        for ln in lines:            # torch_npu's RankID and c10d's [Rank N] name the global rank
+            if ln.rank is not None and ln.stream == self.stream:
+                return ln.rank
+        own = log_lines.file_rank(self.path)
+        if own is not None:
+            return own
+        # CANN prints its error block without torch's [rankN] prefix; a rank-prefixed line of
+        # the same process (no other pid) right next to it names the rank.
+        near = {r for r, st in self.near_ranks.items() if "pid=" not in st or st == self.stream}
+        return near.pop() if len(near) == 1 else None
+
+    @property
+    def device(self) -> int | None:
+        lines = self._lines()
+        for ln in lines:
+            if ln.device is not None:
+                return ln.device
+        dev = self.cause.groups.get("dev")
+        if dev not in (None, ""):
+            return int(dev)
+        return next((ln.weak_device for ln in lines if ln.weak_device is not None), None)
+
+    @property
+    def time(self) -> tuple | None:
+        return min((ln.time for ln in self._lines() if ln.time), default=None)
+
+
+def _merge(events: list[Event]) -> list[Event]:
+    """Lines of one multi-line message (merge = true) become one event."""
+    out: list[Event] = []
+    seen: dict[str, Event] = {}
+    for e in events:
+        if e.merge and e.id in seen:
+            seen[e.id].lines.append(e.line)
+            seen[e.id].group_list.append(e.groups)
+            continue
+        if e.merge:
+            seen[e.id] = e
+        out.append(e)
+    return out
+
+
+def _dedupe(events: list[Event]) -> list[Event]:
+    """One event per code and incident (EH9999 printed on three lines is one error); the
+    repeats' messages join the first one's."""
+    out: list[Event] = []
+    seen: dict[tuple, Event] = {}
+    for e in events:
+        key = (e.id, e.groups.get("code")) if not e.merge else (e.id, id(e))
+        first = seen.get(key)
+        if first is None:
+            seen[key] = e
+            out.append(e)
+            continue
+        for m in ([e.message] if e.message else []) + e.more:
+            if m not in first.more and m != first.message:
+                first.more.append(m)
+    return out
+
+
+def _context(path: str, recent: collections.deque, stream: str) -> list[Line]:
+    """The traceback an event ends, and the line before it (logger.exception prints its
+    message, e.g. 'Rank[2] failed.', just above the traceback)."""
+    lines = [ln for ln in (log_lines.parse(path, *r) for r in recent) if ln.stream == stream]
+    i = len(lines)
+    while i > 0 and lines[i - 1].is_traceback():
+        i -= 1
+    return lines[max(i - 1, 0):] if i < len(lines) else []
+
+
+def _near_ranks(path: str, recent: collections.deque, no: int) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for r in recent:
+        if no - r[0] <= NEAR and log_lines.has_prefix_rank(r[1]):
+            ln = log_lines.parse(path, *r)
+            if ln.rank is not None:
+                out.setdefault(ln.rank, ln.stream)
+    return out
+
+
+def _opens_incident(cur: Incident | None, line: Line) -> bool:
+    """An event line starts a new incident unless the open one is the same process's, a
+    few lines up, and names no other rank."""
+    return (cur is None or line.stream != cur.stream or line.no - cur.last_no > GAP
+            or (line.rank is not None and cur.rank is not None and line.rank != cur.rank))
+
+
+def _follow(line: Line, cur: Incident | None, coded: Event | None) -> Event | None:
+    """A line without an error: it may continue the last E-code's message, or name the
+    rank of the incident just above it. Returns the E-code event still collecting."""
+    if coded is not None:
+        if line.stream == coded.line.stream and line.no - coded.line.no <= MORE and line.is_continuation():
+            coded.more.append(line.body.strip())
+        else:
+            coded = None
+    if cur is not None and line.rank is not None and line.no - cur.last_no <= NEAR:
+        cur.near_ranks.setdefault(line.rank, line.stream)
+    return coded
+
+
+def incidents(paths: Iterable[Path]) -> tuple[list[Incident], int]:
+    """Every incident in the logs, in file order, and the number of lines read."""
+    out: list[Incident] = []
+    total = 0
+    for path in paths:
+        recent: collections.deque = collections.deque(maxlen=CONTEXT)
+        cur: Incident | None = None
+        coded: Event | None = None          # the last E-code event, collecting its message lines
+        for no, text, parent in log_lines.raw_lines(path):
+            total += 1
+            evs = events_of(log_lines.parse(str(path), no, text, parent)) if might_report(text) else []
+            if evs:
+                line = evs[0].line
+                if _opens_incident(cur, line):
+                    if cur is not None and line.rank is not None and no - cur.last_no <= NEAR:
+                        cur.near_ranks.setdefault(line.rank, line.stream)   # it may name the block above
+                    cur = Incident(str(path), line.stream, context=_context(str(path), recent, line.stream),
+                                   order=len(out), near_ranks=_near_ranks(str(path), recent, no))
+                    out.append(cur)
+                cur.events.extend(evs)
+                coded = next((e for e in reversed(evs) if e.message), None)
+            elif coded is not None or (cur is not None and no - cur.last_no <= NEAR and log_lines.has_prefix_rank(text)):
+                coded = _follow(log_lines.parse(str(path), no, text, parent), cur, coded)
+            recent.append((no, text, parent))
+    for inc in out:
+        inc.events = _dedupe(_merge(inc.events))
+    return out, total
+
+
+@dataclass
+class Actor:
+    """One rank (or, without rank information, one process stream of one file)."""
+    key: Any
+    incidents: list[Incident]
+
+    @property
+    def best(self) -> Incident:
+        return min(self.incidents, key=lambda i: (i.cause.rank, i.order))
+
+    @property
+    def time(self) -> tuple | None:
+        return min((i.time for i in self.incidents if i.time), default=None)
+
+
+def actors(found: list[Incident]) -> list[Actor]:
+    by: dict[Any, list[Incident]] = {}
+    for inc in found:
+        r = inc.rank
+        by.setdefault(("rank", r) if r is not None else ("stream", inc.path, inc.stream), []).append(inc)
+    return [Actor(k, v) for k, v in by.items()]
+
+
+def root(found: list[Incident]) -> Incident | None:
+    """The incident that explains the failure (see the module docstring)."""
+    if not found:
+        return None
+    pool = actors(found)
+    primary = [a for a in pool if not a.best.cause.consequence]
+    pool = primary or pool
+    substantive = [a for a in pool if a.best.cause.rank < WRAPPER_RANK]
+    pool = substantive or pool
+    if any(a.time for a in pool):
+        never = (13,)   # after any real (month, day, ...) key
+        pool.sort(key=lambda a: (a.time or never, a.best.cause.rank, a.best.order))
+    else:
+        pool.sort(key=lambda a: (a.best.cause.rank, a.best.order))
+    return pool[0].best
