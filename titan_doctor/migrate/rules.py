@@ -1,86 +1,464 @@
-"""Migrate rules: load rules/migrate/*.toml (plus user files), validate, select by code.
+"""Migrate rules: load rules/migrate/*.toml (plus user files) into typed rules, validate
+them in full, index them the way the transformer looks them up.
 
-Rules are data so they can be reviewed against their source; the transformer only knows
-the rule *kinds*. One `[[rule]]` table per entry:
+Rules are data so they can be reviewed against their source; the transformer knows only
+the rule *kinds*. Each kind is one frozen dataclass (its keys, with defaults) and one
+entry in `KINDS`, which says what the kind needs from a file (marker words for the cheap
+pre-filter, a line regex for statement skipping), how it is described in --list-rules, what
+else it checks at load time, and where the RuleSet keeps it. Adding a kind is one
+dataclass plus one table entry; nothing else reads a rule as a dict.
 
-    kind = "rename"      old/new qualified names (simple renames; longest `old` wins);
-                         optional gate = "npu" (next name must be one torch.npu provides,
-                         else gate_code/gate_message is reported) or gate = "members" (next
-                         name must be in `members`), status = "manual" (rewritten
-                         but needs review)
-    kind = "report"      match: a qualified-name prefix reported with `fix`, never rewritten
-    kind = "literal_arg" literal = "device"|"backend" strings given at callee/method
-                         position `pos` or `keywords` are rewritten (report_only: reported)
-    kind = "compare"     literal compared (==, !=, in) with an operand whose name matches a
-                         glob in `operands` (`x.device.type` is "type", `f()` is "f()")
-    kind = "assign"      literal assigned to a variable, attribute or parameter default
-                         named in `targets` (device = "cuda", def f(device="cuda"))
-    kind = "method"      .old() / .old -> .new on any object (call = true: only when called)
-    kind = "ambiguous"   literal of that kind anywhere else: reported, not touched
-    kind = "env"         environment variable `old` (trailing * = family) -> `new` or report
-    kind = "text"        regex `pattern` in sh/.env/YAML/TOML files -> `new` or report;
-                         `marker`: plain text the pattern needs (the pre-filter)
-    kind = "file"        files with `suffixes` are reported (e.g. .cu)
-    kind = "add_import"  the `import torch_npu` insertion
-
-Every rule has code, message and source. Names are resolved through import bindings by the
-transformer, so `old` is always a fully qualified name, never a spelling.
+The words "cuda" -> "npu" and "nccl" -> "hccl" are spelled once, in `LITERALS`.
 """
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Callable, Iterable
 
-from titan_knowledge import KnowledgeError, load_toml, rules_dir
+from titan_knowledge import KnowledgeError, load_toml, rules_dir, typed_entry
 
 CODE_RE = re.compile(r"^[A-Z]{2,}\d{3}$")
 NPU_API_FILE = "npu_api.toml"
-LITERALS = ("device", "backend")
 
-_REQUIRED = {
-    "rename": ("old", "new"),
-    "report": ("match",),
-    "literal_arg": ("literal",),
-    "compare": ("literal", "operands"),
-    "assign": ("literal", "targets"),
-    "method": ("old", "new"),
-    "ambiguous": ("literal",),
-    "env": ("old",),
-    "text": ("pattern", "marker"),
-    "file": ("suffixes",),
-    "add_import": (),
+
+# -- the literal words --------------------------------------------------------------------
+@dataclass(frozen=True)
+class Literal:
+    """A string kind whose CUDA spelling has an NPU spelling: a device or a backend."""
+
+    kind: str
+    cuda: str                 # the word on a CUDA host
+    npu: str                  # the word on an Ascend host
+    whole: re.Pattern         # a complete value of this kind that names CUDA
+    head: re.Pattern          # the start of a value built at run time ("cuda:" + ...)
+
+    def rewrite(self, value: str) -> str | None:
+        """The NPU spelling of a complete value, or None when it is not one of ours."""
+        if self.kind == "device":
+            return self.npu + value[len(self.cuda):] if self.whole.match(value) else None
+        if not self.whole.match(value):
+            return None
+        dev = LITERALS["device"]
+        value = re.sub(rf"\b{self.cuda}\b", self.npu, value)
+        return re.sub(rf"\b{dev.cuda}:", f"{dev.npu}:", value)
+
+    def rewrite_head(self, text: str) -> str | None:
+        """The NPU spelling of the literal part that starts a composed value
+        ("cuda:" + str(rank), "cuda:%d" % rank, "cuda:{}".format(rank), f"cuda:{rank}")."""
+        return self.npu + text[len(self.cuda):] if self.head.match(text) else None
+
+
+# torch_npu registers torch.npu as a module (the torch.cuda counterpart); its submodules
+# are not in sys.modules, so imports of them go through the torch_npu package.
+NPU_MODULE = ("torch", "npu")
+NPU_PACKAGE = "torch_npu"
+GATE_NPU = "npu"          # Rename.gate: the next name must be one torch.npu provides
+
+LITERALS: dict[str, Literal] = {
+    "device": Literal("device", "cuda", "npu", re.compile(r"^cuda(:\d+)?$"),
+                      re.compile(r"^cuda(?::(?:\d*|%[-0-9]*[dis]|\{[^{}]*\}))?$")),
+    # "nccl", or a per-device list such as "cpu:gloo,cuda:nccl"
+    "backend": Literal("backend", "nccl", "hccl",
+                       re.compile(r"^(?=.*\bnccl\b)(?:\w+:)?\w+(?:,(?:\w+:)?\w+)*$"),
+                       re.compile(r"^nccl$")),
 }
-# The literal word each literal kind looks for: also the cheap pre-filter marker.
-LITERAL_MARKERS = {"device": "cuda", "backend": "nccl"}
 
 
+# -- rule kinds ---------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    """Keys every rule has."""
+
+    kind: str
+    code: str
+    message: str
+    source: str
+    fix: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rename(Rule):
+    """A qualified name (longest `old` wins) renamed to `new`. gate = "npu": the next name
+    must be one torch.npu provides, else gate_code/gate_message is reported; gate =
+    "members": the next name must be in `members`. status = "manual": rewritten, but a
+    person must review it."""
+
+    old: str
+    new: str
+    gate: str | None = None
+    gate_code: str = ""
+    gate_message: str = ""
+    gate_fix: str = ""
+    members: tuple[str, ...] = ()
+    status: str = "fixed"
+    provided_by: str = ""     # registered at import time: the file that does it ...
+    evidence: str = ""        # ... and the text there that proves it (tests check both)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report(Rule):
+    """A qualified-name prefix reported with `fix`, never rewritten. kernel = true: a
+    CUDA-only kernel library, so a device check that selects it is not flipped (NPU110).
+    only_if_args / only_if_keywords: report a call only when a string in its arguments
+    matches one of these regexes, or it passes one of these keywords."""
+
+    match: str
+    kernel: bool = False
+    only_if_args: tuple[str, ...] = ()
+    only_if_keywords: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiteralArg(Rule):
+    """A device/backend string given to `callee` ("*": any call, keywords only) or to
+    `.method()`, at positional index `pos` or one of `keywords`."""
+
+    literal: str
+    callee: str | None = None
+    method: str | None = None
+    pos: int | None = None
+    keywords: tuple[str, ...] = ()
+    report_only: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compare(Rule):
+    """A literal compared (==, !=, in, not in, .startswith) with an operand whose name
+    matches a glob in `operands` (`x.device.type` is "type", `f()` is "f()",
+    `cfg["device"]` is "device"); the assign rule's targets of the same literal count too,
+    so a producer and its consumers are always handled alike."""
+
+    literal: str
+    operands: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assign(Rule):
+    """A literal bound to a name matching a glob in `targets`: variables, attributes,
+    parameter defaults, keyword arguments, dict keys, argparse options (default and
+    choices), `.get(name, default)`."""
+
+    literal: str
+    targets: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Method(Rule):
+    """.old() / .old -> .new on any object (call = true: only when called)."""
+
+    old: str
+    new: str
+    call: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ambiguous(Rule):
+    """A literal of that kind anywhere else: reported, never touched."""
+
+    literal: str
+
+
+ENV_VALUE_KINDS = ("same", "scale", "map", "keys", "manual")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Env(Rule):
+    """Environment variable `old` (trailing * = a family). Without `new`: reported. With
+    `new`, `value` says whether its value carries over (see envvalues.py): same (as is;
+    `pattern` limits which values), scale (new = old / factor, exact only, >= min), map
+    (`values` table), keys (comma list of key:value, keys in `keys`/`rename_keys`), manual
+    (never converted by the tool). old_unit/new_unit and old_source/source document each
+    side; `note` is said with every converted value."""
+
+    old: str
+    new: str | None = None
+    value: str = "same"
+    old_unit: str = ""
+    new_unit: str = ""
+    old_source: str = ""
+    pattern: str | None = None
+    factor: int | None = None
+    min: int | None = None
+    values: dict[str, str] = field(default_factory=dict)
+    keys: tuple[str, ...] = ()
+    rename_keys: dict[str, str] = field(default_factory=dict)
+    conflicts: tuple[str, ...] = ()
+    note: str = ""            # said with every converted value (what else differs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Text(Rule):
+    """Regex `pattern` in sh/.env/YAML/TOML files -> `new` (None: reported); `marker` is
+    plain text the pattern needs (the pre-filter)."""
+
+    pattern: str
+    marker: str
+    new: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class File(Rule):
+    """Files with one of `suffixes` are reported (e.g. .cu)."""
+
+    suffixes: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AddImport(Rule):
+    """The `import torch_npu` insertion, in files that import torch."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelGate(Rule):
+    """A device check (`x.device.type == "cuda"`, a name in `gates`, or `.attr` in `gates`
+    such as ".is_cuda") whose guarded code uses a CUDA-only kernel (a `kernel = true`
+    report rule, or a name imported from a module with a path component matching one of
+    `module_globs`) is left as is and reported (see gates.py)."""
+
+    gates: tuple[str, ...] = ()
+    module_globs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixedCondition(Rule):
+    """A condition that mixes a rewritable CUDA call with a CUDA-only one is left whole."""
+
+
+# -- what each kind contributes -----------------------------------------------------------
+def _name_words(rule) -> tuple[str, ...]:
+    """A reference to a.b.c spells every component somewhere: the import names the bound
+    prefix (`import a.b as x`, `from a.b import c`) and the use spells the rest."""
+    return tuple((rule.old if isinstance(rule, Rename) else rule.match).split("."))
+
+
+def _name_line(rule) -> list[str]:
+    """A use of a.b.c.d spells at least `c.d` (the binding names a prefix, the use the
+    rest; bindings at or below a rule's name are added per file, see skipping.note_binding)."""
+    parts = _name_words(rule)
+    if len(parts) == 1:
+        return [re.escape(parts[0]) + r"(?![\w])"]
+    return [re.escape(parts[-2]) + r"\s*\.\s*" + re.escape(parts[-1]) + r"(?![\w])"]
+
+
+def _word(w: str) -> str:
+    """A whole word; a word ending in `_` is a prefix (NCCL_*)."""
+    return re.escape(w) + ("" if w.endswith("_") else r"(?![\w])")
+
+
+def _literal_word(rule) -> tuple[str, ...]:
+    return (LITERALS[rule.literal].cuda,)
+
+
+class _Blank(dict):
+    def __missing__(self, key: str) -> str:
+        return "..."
+
+
+def fill(template: str, **values: object) -> str:
+    """A rule message with its {placeholders} filled; unknown ones read "..." instead of
+    raising (a user rule may name a placeholder this kind does not provide)."""
+    return template.format_map(_Blank(values))
+
+
+def _describe_name(rule) -> str:
+    if isinstance(rule, Rename):
+        return f"{rule.old} -> {rule.new}"
+    return fill(rule.message, old=rule.match, new="", version="").strip()
+
+
+def _describe_literal(rule) -> str:
+    lit = LITERALS[rule.literal]
+    return fill(rule.message, old=repr(lit.cuda), new=repr(lit.npu), version="").strip()
+
+
+def _describe_plain(rule) -> str:
+    return fill(rule.message, old=getattr(rule, "old", "...") or "...",
+                new=getattr(rule, "new", "...") or "...", version="").strip()
+
+
+def _check_rename(rule: Rename) -> list[str]:
+    errors = []
+    if rule.gate not in (None, GATE_NPU, "members"):
+        errors.append("'gate' must be \"npu\" or \"members\"")
+    if rule.gate and not (rule.gate_code and rule.gate_message):
+        errors.append("a gate needs 'gate_code' and 'gate_message'")
+    if rule.gate_code and not CODE_RE.match(rule.gate_code):
+        errors.append(f"gate_code {rule.gate_code!r} must look like NPU101")
+    if rule.gate == "members" and not rule.members:
+        errors.append("gate = \"members\" needs a non-empty 'members' list")
+    if rule.new.split(".")[0] not in ("torch", "torch_npu"):
+        errors.append("'new' must start with torch. or torch_npu.")
+    if rule.status not in ("fixed", "manual"):
+        errors.append("'status' must be \"fixed\" or \"manual\"")
+    return errors
+
+
+def _check_literal(rule) -> list[str]:
+    if rule.literal not in LITERALS:
+        return [f"'literal' must be one of {', '.join(LITERALS)}"]
+    return []
+
+
+def _check_literal_arg(rule: LiteralArg) -> list[str]:
+    errors = _check_literal(rule)
+    if not (rule.callee or rule.method):
+        errors.append("literal_arg needs 'callee' or 'method'")
+    return errors
+
+
+def _check_report(rule: Report) -> list[str]:
+    return _regex_errors(rule.only_if_args, "only_if_args")
+
+
+def _check_env(rule: Env) -> list[str]:
+    errors = []
+    if rule.value not in ENV_VALUE_KINDS:
+        errors.append(f"'value' must be one of {', '.join(ENV_VALUE_KINDS)}")
+    if rule.new is None and rule.value != "same":
+        errors.append("'value' needs 'new' (what the value converts to)")
+    needs = {"scale": ("factor",), "map": ("values",), "keys": ("keys",)}.get(rule.value, ())
+    errors += [f"value = \"{rule.value}\" needs '{k}'" for k in needs if not getattr(rule, k)]
+    if rule.new is not None and rule.value != "same" and not (rule.old_unit and rule.new_unit):
+        errors.append("a converted value needs 'old_unit' and 'new_unit' (what each side means)")
+    if rule.new is not None and rule.value != "same" and not rule.old_source:
+        errors.append("a converted value needs 'old_source' (where the CUDA side's meaning is documented)")
+    errors += _regex_errors([rule.pattern] if rule.pattern else [], "pattern")
+    return errors
+
+
+def _check_text(rule: Text) -> list[str]:
+    return _regex_errors([rule.pattern], "pattern")
+
+
+def _regex_errors(patterns: Iterable[str], key: str) -> list[str]:
+    errors = []
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as e:
+            errors.append(f"bad regex in '{key}': {e}")
+    return errors
+
+
+def _no_check(rule) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One rule kind: its schema and what it contributes to a RuleSet."""
+
+    schema: type
+    markers: Callable[[Rule], tuple[str, ...]]   # words a file must all contain to match
+    line: Callable[[Rule], list[str]]            # regex alternatives a matching line spells
+    describe: Callable[[Rule], str]              # one line for --list-rules / SARIF
+    check: Callable[[Rule], list[str]]           # more load-time checks, one line each
+    index: Callable[["RuleSet", Rule], None]     # where the transformer finds it
+
+
+def _words(rule) -> list[str]:
+    return [_word(w) for w in _KIND_OF[type(rule)].markers(rule)]
+
+
+def _index_name(rs: "RuleSet", rule) -> None:
+    rs.names[rule.old if isinstance(rule, Rename) else rule.match] = rule
+    if isinstance(rule, Rename) and rule.gate_code:
+        rs.help.setdefault(rule.gate_code, fill(rule.gate_message, old=rule.old + ".<name>",
+                                                 version=rs.npu_version))
+
+
+def _index_env(rs: "RuleSet", rule: Env) -> None:
+    if rule.old.endswith("*"):
+        rs.env_families.append((rule.old[:-1], rule))
+        rs.env_families.sort(key=lambda pr: -len(pr[0]))
+    else:
+        rs.env[rule.old] = rule
+
+
+def _index_text(rs: "RuleSet", rule: Text) -> None:
+    rs.text.append((re.compile(rule.pattern), rule))
+
+
+def _index_files(rs: "RuleSet", rule: File) -> None:
+    for s in rule.suffixes:
+        rs.files[s] = rule
+
+
+def _index_assign(rs: "RuleSet", rule: Assign) -> None:
+    rs.assigns.append(rule)
+
+
+def _set(attr: str):
+    def index(rs: "RuleSet", rule) -> None:
+        setattr(rs, attr, rule)
+    return index
+
+
+def _append(attr: str):
+    def index(rs: "RuleSet", rule) -> None:
+        getattr(rs, attr).append(rule)
+    return index
+
+
+KINDS: dict[str, Kind] = {
+    "rename": Kind(Rename, _name_words, _name_line, _describe_name, _check_rename, _index_name),
+    "report": Kind(Report, _name_words, _name_line, _describe_name, _check_report, _index_name),
+    "literal_arg": Kind(LiteralArg, _literal_word, _words, _describe_literal, _check_literal_arg,
+                        _append("literal_args")),
+    "compare": Kind(Compare, _literal_word, _words, _describe_literal, _check_literal,
+                    _append("compares")),
+    "assign": Kind(Assign, _literal_word, _words, _describe_literal, _check_literal, _index_assign),
+    "method": Kind(Method, lambda r: (r.old,), _words, _describe_plain, _no_check,
+                   lambda rs, r: rs.methods.__setitem__(r.old, r)),
+    "ambiguous": Kind(Ambiguous, _literal_word, _words, _describe_literal, _check_literal,
+                      lambda rs, r: rs.ambiguous.__setitem__(r.literal, r)),
+    "env": Kind(Env, lambda r: (r.old.rstrip("*"),), _words, _describe_plain, _check_env, _index_env),
+    "text": Kind(Text, lambda r: (r.marker,), _words, _describe_plain, _check_text, _index_text),
+    "file": Kind(File, lambda r: (), lambda r: [], _describe_plain, _no_check, _index_files),
+    "add_import": Kind(AddImport, lambda r: (), lambda r: [], _describe_plain, _no_check,
+                       _set("add_import")),
+    "kernel_gate": Kind(KernelGate, lambda r: (), lambda r: [], _describe_plain, _no_check,
+                        _set("kernel_gate")),
+    "mixed_condition": Kind(MixedCondition, lambda r: (), lambda r: [], _describe_plain, _no_check,
+                            _set("mixed_condition")),
+}
+_KIND_OF = {k.schema: k for k in KINDS.values()}
+
+
+# -- the loaded set -----------------------------------------------------------------------
 @dataclass
 class RuleSet:
     """Validated rules, indexed the way the transformer and text rewriters look them up."""
 
-    names: dict[str, dict] = field(default_factory=dict)        # rename + report, by old/match
-    literal_args: list[dict] = field(default_factory=list)
-    compares: list[dict] = field(default_factory=list)
-    assigns: dict[str, dict] = field(default_factory=dict)     # variable/parameter name -> rule
-    methods: dict[str, dict] = field(default_factory=dict)
-    ambiguous: dict[str, dict] = field(default_factory=dict)    # by literal kind
-    env: dict[str, dict] = field(default_factory=dict)          # exact names
-    env_families: list[tuple[str, dict]] = field(default_factory=list)  # prefix, longest first
-    text: list[tuple[re.Pattern, dict]] = field(default_factory=list)
-    files: dict[str, dict] = field(default_factory=dict)        # suffix -> rule
-    add_import: dict | None = None
+    names: dict[str, Rename | Report] = field(default_factory=dict)   # by old/match
+    literal_args: list[LiteralArg] = field(default_factory=list)
+    compares: list[Compare] = field(default_factory=list)
+    assigns: list[Assign] = field(default_factory=list)
+    methods: dict[str, Method] = field(default_factory=dict)
+    ambiguous: dict[str, Ambiguous] = field(default_factory=dict)    # by literal kind
+    env: dict[str, Env] = field(default_factory=dict)                # exact names
+    env_families: list[tuple[str, Env]] = field(default_factory=list)  # prefix, longest first
+    text: list[tuple[re.Pattern, Text]] = field(default_factory=list)
+    files: dict[str, File] = field(default_factory=dict)             # suffix -> rule
+    add_import: AddImport | None = None
+    kernel_gate: KernelGate | None = None
+    mixed_condition: MixedCondition | None = None
     npu_names: frozenset = frozenset()
     npu_submodules: dict[str, frozenset] = field(default_factory=dict)
     npu_version: str = ""
     markers: tuple[tuple[str, ...], ...] = ()
     marker_re: re.Pattern | None = None
-    line_re: re.Pattern | None = None       # last word of each marker: per-statement check
+    line_re: re.Pattern | None = None
     name_prefixes: frozenset = frozenset()  # every dotted prefix of a name rule's key
-    help: dict[str, str] = field(default_factory=dict)          # code -> one line
+    kernel_re: re.Pattern | None = None     # words of CUDA-only kernel libraries in a file
+    value_names: dict[str, re.Pattern] = field(default_factory=dict)   # literal -> producer names
+    operand_names: dict[str, list[tuple[re.Pattern, Compare]]] = field(default_factory=dict)
+    help: dict[str, str] = field(default_factory=dict)               # code -> one line
 
-    def env_rule(self, name: str) -> dict | None:
+    def env_rule(self, name: str) -> Env | None:
         """The rule for an environment variable name: exact name first, then the family."""
         rule = self.env.get(name)
         if rule is not None:
@@ -90,13 +468,33 @@ class RuleSet:
                 return fam
         return None
 
-    def name_rule(self, qname: str) -> tuple[dict, int] | None:
+    def name_rule(self, qname: str) -> tuple[Rename | Report, int] | None:
         """Longest rule whose old/match is a component-wise prefix of `qname`."""
         parts = qname.split(".")
         for n in range(len(parts), 0, -1):
             rule = self.names.get(".".join(parts[:n]))
             if rule is not None:
                 return rule, n
+        return None
+
+    def kernel_rule(self, qname: str) -> Report | None:
+        """The kernel-library report rule `qname` falls under, if any."""
+        hit = self.name_rule(qname)
+        return hit[0] if hit and isinstance(hit[0], Report) and hit[0].kernel else None
+
+    def value_literal(self, name: str) -> str | None:
+        """The literal kind a name holds when a producer binds it (`device`, `dist_backend`)."""
+        for literal, pattern in self.value_names.items():
+            if pattern.match(name):
+                return literal
+        return None
+
+    def compare_rule(self, operand: str) -> Compare | None:
+        """The compare rule for an operand name, over all literal kinds."""
+        for entries in self.operand_names.values():
+            for pattern, rule in entries:
+                if pattern.match(operand):
+                    return rule
         return None
 
 
@@ -112,50 +510,98 @@ def _selected(code: str, select: Iterable[str], ignore: Iterable[str]) -> bool:
     return not any(code.startswith(i) for i in ignore)
 
 
-def _check(rule: dict[str, Any], where: str) -> None:
-    kind = rule.get("kind")
-    if kind not in _REQUIRED:
-        raise KnowledgeError(f"{where}: unknown kind {kind!r} (one of {', '.join(_REQUIRED)})")
-    code = rule.get("code", "")
-    if not CODE_RE.match(str(code)):
-        raise KnowledgeError(f"{where}: code {code!r} must look like NPU101")
-    for key in ("message", "source") + _REQUIRED[kind]:
-        if key not in rule or rule[key] in ("", None):
-            raise KnowledgeError(f"{where} ({code}): missing '{key}'")
-    if kind in ("literal_arg", "compare", "assign", "ambiguous") and rule["literal"] not in LITERALS:
-        raise KnowledgeError(f"{where} ({code}): literal must be one of {LITERALS}")
-    if kind == "literal_arg" and not (rule.get("callee") or rule.get("method")):
-        raise KnowledgeError(f"{where} ({code}): literal_arg needs 'callee' or 'method'")
-    if rule.get("gate") not in (None, "npu", "members") or (
-            rule.get("gate") and not rule.get("gate_code")):
-        raise KnowledgeError(f"{where} ({code}): gate must be \"npu\" or \"members\", with gate_code")
-    if kind == "rename" and not rule["new"].split(".")[0] in ("torch", "torch_npu"):
-        raise KnowledgeError(f"{where} ({code}): 'new' must start with torch. or torch_npu.")
-    if kind == "text":
-        try:
-            rule["_re"] = re.compile(rule["pattern"])
-        except re.error as e:
-            raise KnowledgeError(f"{where} ({code}): bad pattern: {e}") from e
+def parse_rule(entry: object, where: str) -> tuple[Rule | None, list[str]]:
+    """One [[rule]] table as its typed rule, or the one-line errors that stop it."""
+    if not isinstance(entry, dict):
+        return None, [f"{where}: expected a table"]
+    kind = entry.get("kind")
+    code = entry.get("code")
+    label = f"{where} ({code})" if isinstance(code, str) and code else where
+    if kind not in KINDS:
+        return None, [f"{label}: unknown kind {kind!r} (one of {', '.join(KINDS)})"]
+    rule, errors = typed_entry(entry, KINDS[kind].schema, label)
+    if isinstance(code, str) and not CODE_RE.match(code):
+        errors.append(f"{label}: code {code!r} must look like NPU101")
+    if rule is None:
+        return None, errors
+    errors += [f"{label}: {e}" for e in KINDS[kind].check(rule)]
+    return (rule if not errors else None), errors
 
 
-def _marker(rule: dict) -> tuple[str, ...]:
-    """Words that must all occur in a file for the rule to match there (cheap pre-filter).
+def _glob_re(globs: Iterable[str]) -> re.Pattern:
+    return re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in sorted(set(globs))) or r"(?!)")
 
-    A reference to a.b.c spells every component somewhere: the import names the bound
-    prefix (`import a.b as x`, `from a.b import c`) and the use spells the rest.
-    """
-    kind = rule["kind"]
-    if kind in ("rename", "report"):
-        return tuple((rule.get("old") or rule["match"]).split("."))
-    if kind in ("literal_arg", "compare", "assign", "ambiguous"):
-        return (LITERAL_MARKERS[rule["literal"]],)
-    if kind == "method":
-        return (rule["old"],)
-    if kind == "env":
-        return (rule["old"].rstrip("*"),)
-    if kind == "text":
-        return (rule["marker"],)
-    return ()
+
+def load_rules(extra: Iterable[Path | str] = (), select: Iterable[str] = (),
+               ignore: Iterable[str] = ()) -> RuleSet:
+    """Built-in rules, then each `--rules FILE` (later entries win on the same name).
+    Every problem in every file is collected first and raised together, one line each."""
+    api = load_toml(rules_dir() / "migrate" / NPU_API_FILE).get("torch_npu", {})
+    rs = RuleSet(npu_names=frozenset(api.get("npu", [])), npu_version=api.get("version", "?"),
+                 npu_submodules={k: frozenset(v) for k, v in api.get("submodules", {}).items()})
+    rules: list[Rule] = []
+    errors: list[str] = []
+    for path in [*builtin_files(), *map(Path, extra)]:
+        data = load_toml(Path(path))
+        unknown = sorted(set(data) - {"rule"})
+        if unknown:
+            errors.append(f"{path}: unknown top-level key(s) {', '.join(unknown)} (expected [[rule]] tables)")
+        entries = data.get("rule", [])
+        if not isinstance(entries, list):
+            errors.append(f"{path}: expected [[rule]] tables")
+            continue
+        for i, entry in enumerate(entries):
+            rule, problems = parse_rule(entry, f"{path}: rule {i}")
+            errors += problems
+            if rule is not None and _selected(rule.code, select, ignore):
+                rules.append(rule)
+    if errors:
+        raise KnowledgeError("\n".join(errors))
+    for rule in rules:
+        kind = KINDS[rule.kind]
+        rs.help.setdefault(rule.code, kind.describe(rule))
+        kind.index(rs, rule)
+    _derive(rs, rules)
+    return rs
+
+
+def _derive(rs: RuleSet, rules: list[Rule]) -> None:
+    """The lookups computed over all rules: markers, line regex, producer/consumer names."""
+    markers = {KINDS[r.kind].markers(r) for r in rules}
+    rs.markers = _minimal(markers)
+    rs.marker_re = _marker_regex(rs.markers)
+    alts = {a for r in rules for a in KINDS[r.kind].line(r)}
+    rs.line_re = re.compile(rb"(?<![\w])(?:" + "|".join(sorted(alts, key=len, reverse=True)).encode()
+                            + rb")" if alts else rb"(?!)")
+    rs.name_prefixes = frozenset(".".join(k.split(".")[:i]) for k in rs.names
+                                 for i in range(1, k.count(".") + 2))
+    rs.kernel_re = _kernel_prefilter(rs)
+    targets: dict[str, set[str]] = {}
+    for r in rs.assigns:
+        targets.setdefault(r.literal, set()).update(r.targets)
+    rs.value_names = {lit: _glob_re(globs) for lit, globs in targets.items()}
+    # a consumer (comparison) matches the producer names of its literal too: both ends of
+    # a device string are rewritten, or neither
+    rs.operand_names = {}
+    for r in rs.compares:
+        rs.operand_names.setdefault(r.literal, []).append(
+            (_glob_re([*r.operands, *targets.get(r.literal, ())]), r))
+
+
+def _kernel_prefilter(rs: RuleSet) -> re.Pattern | None:
+    """Text a file must contain for one of its device checks to guard a CUDA-only kernel:
+    a kernel library's name anywhere, cpp_extension, or an import line naming a module
+    that matches the kernel_gate rule's globs."""
+    if rs.kernel_gate is None:
+        return None
+    words = {r.match.split(".")[0] for r in rs.names.values() if isinstance(r, Report) and r.kernel}
+    words.add("cpp_extension")
+    fragments = {g.replace("*", "") for g in rs.kernel_gate.module_globs} - {""}
+    alts = [rb"(?<![\w])" + re.escape(w.encode()) for w in sorted(words)]
+    if fragments:
+        alts.append(rb"(?:^|\n)[ \t]*(?:from|import)[ \t][^\n]*(?:"
+                    + b"|".join(re.escape(f.encode()) for f in sorted(fragments)) + rb")")
+    return re.compile(b"|".join(alts))
 
 
 def _minimal(markers: set[tuple[str, ...]]) -> tuple[tuple[str, ...], ...]:
@@ -171,106 +617,10 @@ def _marker_regex(markers: tuple[tuple[str, ...], ...]) -> re.Pattern:
     """One pass over a file finds which marker words occur as whole words (a name or
     string token); a word ending in `_` is a prefix (NCCL_*)."""
     words = sorted({w for conj in markers for w in conj}, key=len, reverse=True)
-    alts = [re.escape(w) + ("" if w.endswith("_") else r"(?![\w])") for w in words]
-    return re.compile(rb"(?<![\w])(?:" + "|".join(alts).encode() + rb")")
+    return re.compile(rb"(?<![\w])(?:" + "|".join(map(_word, words)).encode() + rb")")
 
 
-def _line_regex(rs: "RuleSet") -> re.Pattern:
-    """What a statement's lines must contain for a rule to match inside it.
-
-    A use of a.b.c.d spells at least `c.d` (the binding names a prefix, the use the rest;
-    bindings at or below a rule's name are added per file, see skipping.note_binding), so
-    names give `c.d` pairs; literals, methods, env vars and text rules give words.
-    """
-    alts = set()
-    for key in rs.names:
-        parts = key.split(".")
-        if len(parts) == 1:
-            alts.add(re.escape(parts[0]) + r"(?![\w])")
-        else:
-            alts.add(re.escape(parts[-2]) + r"\s*\.\s*" + re.escape(parts[-1]) + r"(?![\w])")
-    words = {LITERAL_MARKERS[r["literal"]] for r in (*rs.literal_args, *rs.compares,
-                                                     *rs.assigns.values())}
-    words |= {LITERAL_MARKERS[k] for k in rs.ambiguous} | set(rs.methods)
-    words |= set(rs.env) | {p for p, _ in rs.env_families}
-    words |= {r["marker"] for _, r in rs.text}
-    alts |= {re.escape(w) + ("" if w.endswith("_") else r"(?![\w])") for w in words}
-    return re.compile(rb"(?<![\w])(?:" + "|".join(sorted(alts, key=len, reverse=True)).encode() + rb")")
-
-
-def may_match(rs: "RuleSet", data: bytes) -> bool:
+def may_match(rs: RuleSet, data: bytes) -> bool:
     """True when some rule could match this file's text; False means nothing to do."""
     found = {m.decode() for m in rs.marker_re.findall(data)}
     return any(all(w in found for w in conj) for conj in rs.markers)
-
-
-def load_rules(extra: Iterable[Path | str] = (), select: Iterable[str] = (),
-               ignore: Iterable[str] = ()) -> RuleSet:
-    """Built-in rules, then each `--rules FILE` (later entries win on the same name)."""
-    api = load_toml(rules_dir() / "migrate" / NPU_API_FILE).get("torch_npu", {})
-    rs = RuleSet(npu_names=frozenset(api.get("npu", [])), npu_version=api.get("version", "?"),
-                 npu_submodules={k: frozenset(v) for k, v in api.get("submodules", {}).items()})
-    markers: set[tuple[str, ...]] = set()
-    for path in [*builtin_files(), *map(Path, extra)]:
-        data = load_toml(Path(path))
-        entries = data.get("rule", [])
-        if not isinstance(entries, list):
-            raise KnowledgeError(f"{path}: expected [[rule]] tables")
-        for i, rule in enumerate(entries):
-            _check(rule, f"{path}: rule {i}")
-            if not _selected(rule["code"], select, ignore):
-                continue
-            _index(rs, rule)
-            markers.add(_marker(rule))
-    rs.markers = _minimal(markers)
-    rs.marker_re = _marker_regex(rs.markers)
-    rs.line_re = _line_regex(rs)
-    rs.name_prefixes = frozenset(".".join(k.split(".")[:i]) for k in rs.names
-                                 for i in range(1, k.count(".") + 2))
-    return rs
-
-
-def describe(rule: dict) -> str:
-    """One line for --list-rules and SARIF rule help."""
-    kind = rule["kind"]
-    if kind == "rename":
-        return f"{rule['old']} -> {rule['new']}"
-    literal = rule.get("literal")
-    old = rule.get("match") or rule.get("old") or repr(LITERAL_MARKERS.get(literal, ""))
-    new = rule.get("new") or repr({"device": "npu", "backend": "hccl"}.get(literal, ""))
-    return rule["message"].format(old=old, new=new, version="").strip()
-
-
-def _index(rs: RuleSet, rule: dict) -> None:
-    kind = rule["kind"]
-    rs.help.setdefault(rule["code"], describe(rule))
-    if rule.get("gate_code"):
-        rs.help.setdefault(rule["gate_code"], rule["gate_message"].format(
-            old=rule["old"] + ".<name>", version=rs.npu_version))
-    if kind in ("rename", "report"):
-        rs.names[rule.get("old") or rule["match"]] = rule
-    elif kind == "literal_arg":
-        rs.literal_args.append(rule)
-    elif kind == "compare":
-        rs.compares.append(rule)
-    elif kind == "assign":
-        for name in rule["targets"]:
-            rs.assigns[name] = rule
-    elif kind == "method":
-        rs.methods[rule["old"]] = rule
-    elif kind == "ambiguous":
-        rs.ambiguous[rule["literal"]] = rule
-    elif kind == "env":
-        old = rule["old"]
-        if old.endswith("*"):
-            rs.env_families.append((old[:-1], rule))
-            rs.env_families.sort(key=lambda pr: -len(pr[0]))
-        else:
-            rs.env[old] = rule
-    elif kind == "text":
-        rs.text.append((rule["_re"], rule))
-    elif kind == "file":
-        for s in rule["suffixes"]:
-            rs.files[s] = rule
-    elif kind == "add_import":
-        rs.add_import = rule
