@@ -100,6 +100,9 @@ class Positions:
         col = src.find(text, start) if text else -1
         if col < 0 and text:
             col = src.find(text)
+        if col < 0 and isinstance(node, cst.Attribute) and "." in text:
+            text = text.split(".")[0]   # a chain split over lines: its root starts it
+            col = src.find(text, start)
         if col >= 0:
             self._cols[line] = col + 1
             col += text.startswith(".")
