@@ -59,7 +59,7 @@ class _Scan:
         self.kernel_defs: dict[str, Hit] = {}
         self._bind(tree)
         self.kernel_defs = self._kernel_defs(tree)
-        self._walk_block(tree.body, None)
+        self._walk_block(tree.body, [])
 
     # -- what names mean --------------------------------------------------------------------
     def _bind(self, tree: ast.Module) -> None:
@@ -200,9 +200,11 @@ class _Scan:
             for line in lines:
                 self.lines.setdefault(line, hit)
 
-    def _walk_block(self, body: list[ast.stmt], _parent) -> None:
+    def _walk_block(self, body: list[ast.stmt], after: list[ast.stmt]) -> None:
+        """`after`: what runs after this block in the enclosing blocks of the same function
+        (an early exit or an assert in a nested block guards that too)."""
         for i, stmt in enumerate(body):
-            rest = body[i + 1:]
+            rest = [*body[i + 1:], *after]
             if isinstance(stmt, (ast.If, ast.While)):
                 region = [*stmt.body, *stmt.orelse]
                 if isinstance(stmt, ast.If) and _exits(stmt):
@@ -213,8 +215,9 @@ class _Scan:
                 self._mark(stmt.test, [stmt, *rest])
             else:
                 self._walk_exprs(stmt, skip_bodies=True)
+            scope = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
             for child in _child_blocks(stmt):
-                self._walk_block(child, stmt)
+                self._walk_block(child, [] if scope else rest)
 
     def _walk_exprs(self, node: ast.AST, skip_bodies: bool = False) -> None:
         """Device checks outside if/while/assert tests: in a conditional expression its

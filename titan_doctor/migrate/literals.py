@@ -39,6 +39,7 @@ class Literals:
             self._assign.setdefault(r.literal, r)
         self._any_call = [r for r in ctx.rules.literal_args if r.callee == "*"]
         self._by_callee = [r for r in ctx.rules.literal_args if r.callee != "*"]
+        self._implicit: dict[int, object] = {}   # id(call) -> rule whose CUDA default is made explicit
 
     # -- marking (pre-order): which strings are in a device/backend position ----------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -47,14 +48,18 @@ class Literals:
         q = self.ctx.qname(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
         positional = [a for a in node.args if a.keyword is None and not a.star]
         for rule in self._by_callee:
-            if not ((rule.callee is not None and rule.callee == q) or
-                    (rule.method is not None and rule.method == method)):
+            if not (_callee_matches(rule.callee, q) or (rule.method is not None and rule.method == method)):
                 continue
+            given = False
             if rule.pos is not None and rule.pos < len(positional):
                 self._mark(positional[rule.pos].value, rule)
+                given = True
             for a in node.args:
-                if a.keyword is not None and a.keyword.value in rule.keywords:
+                if rule.any_arg or (a.keyword is not None and a.keyword.value in rule.keywords):
                     self._mark(a.value, rule)
+                    given = given or a.keyword is not None
+            if rule.implicit and not given and not any(a.star for a in node.args):
+                self._implicit[id(node)] = rule
         for a in node.args:
             if a.keyword is None:
                 continue
@@ -65,7 +70,9 @@ class Literals:
             produced = self._producer(word)
             if produced is not None:
                 self._mark(a.value, produced)
-        if method is not None:
+        if method == "parametrize" or (q or "").endswith("mark.parametrize"):
+            self._parametrize(node, positional)
+        elif method is not None:
             self._method_call(node, func, method, positional)
         elif isinstance(func, cst.Name) and func.value == "getattr" and len(positional) == 3:
             self._keyed_default(positional[1].value, positional[2].value)
@@ -96,6 +103,32 @@ class Literals:
         for a in node.args:
             if a.keyword is not None and a.keyword.value in ("default", "choices", "const"):
                 self._mark(a.value, rule)
+
+    def _parametrize(self, node: cst.Call, positional) -> None:
+        """@pytest.mark.parametrize("device", ["cuda", "cpu"]) binds `device` to each value."""
+        args = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+        names = args.get("argnames", positional[0].value if positional else None)
+        values = args.get("argvalues", positional[1].value if len(positional) > 1 else None)
+        text = string_value(names) if names is not None else None
+        if text is None or not isinstance(values, (cst.List, cst.Tuple)):
+            return
+        names = [n.strip() for n in text.split(",")]
+        for i, name in enumerate(names):
+            rule = self._producer(name)
+            if rule is None:
+                continue
+            for el in values.elements:
+                value = el.value
+                if isinstance(value, cst.Call) and (operand_name(value.func) or "") == "param":
+                    items = [a.value for a in value.args if a.keyword is None]   # pytest.param(...)
+                elif len(names) == 1:
+                    items = [value]
+                elif isinstance(value, (cst.Tuple, cst.List)):
+                    items = [e.value for e in value.elements]
+                else:
+                    continue
+                if i < len(items):
+                    self._mark(items[i], rule)
 
     def _keyed_default(self, key: cst.BaseExpression, default: cst.BaseExpression) -> None:
         """cfg.get("device", "cuda"), getattr(args, "device", "cuda")."""
@@ -165,6 +198,24 @@ class Literals:
             self._mark(node.func.value, rule, composed=True)   # "cuda:{}".format(i)
 
     # -- rewriting --------------------------------------------------------------------------
+    def leave_Call(self, original: cst.Call, updated: cst.Call):
+        """Make a CUDA default explicit: torch.amp.GradScaler() -> GradScaler(device="npu")."""
+        rule = self._implicit.pop(id(original), None)
+        if rule is None:
+            return updated
+        literal = LITERALS[rule.literal]
+        msg = fill(rule.message, old=f"(default {literal.cuda!r})", new=repr(literal.npu),
+                   version=self.rules.npu_version)
+        if not self.ctx.emit(rule.code, Status.FIXED, original.func, msg, rule.fix, rewrite=True):
+            return updated
+        args = list(updated.args)
+        if args and args[-1].comma is cst.MaybeSentinel.DEFAULT:
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        args.append(cst.Arg(keyword=cst.Name(rule.keywords[0]), value=cst.SimpleString(f'"{literal.npu}"'),
+                            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                  whitespace_after=cst.SimpleWhitespace(""))))
+        return updated.with_changes(args=args)
+
     def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString):
         value = string_value(original)
         if value is None:
@@ -229,3 +280,12 @@ class Literals:
         if not self.ctx.emit(rule.code, Status.FIXED, original, msg, rule.fix, rewrite=True):
             return updated
         return new_node
+
+
+def _callee_matches(callee: str | None, qname: str | None) -> bool:
+    """`torch.device` matches itself; `torch.cuda.*` matches every name under torch.cuda."""
+    if callee is None or qname is None:
+        return False
+    if callee.endswith(".*"):
+        return qname.startswith(callee[:-1])
+    return callee == qname

@@ -113,14 +113,19 @@ class Report(Rule):
 
 @dataclass(frozen=True, kw_only=True)
 class LiteralArg(Rule):
-    """A device/backend string given to `callee` ("*": any call, keywords only) or to
-    `.method()`, at positional index `pos` or one of `keywords`."""
+    """A device/backend string given to `callee` ("*": any call, keywords only; "a.b.*":
+    any function under a.b) or to `.method()`, at positional index `pos` or one of
+    `keywords` (any_arg: every argument). implicit: the callee's parameter defaults to
+    CUDA, so when neither `pos` nor the first keyword is given, the NPU value is passed
+    explicitly (`torch.amp.GradScaler()` -> `torch.amp.GradScaler(device="npu")`)."""
 
     literal: str
     callee: str | None = None
     method: str | None = None
     pos: int | None = None
     keywords: tuple[str, ...] = ()
+    any_arg: bool = False
+    implicit: bool = False
     report_only: bool = False
 
 
@@ -228,10 +233,17 @@ class MixedCondition(Rule):
 
 
 # -- what each kind contributes -----------------------------------------------------------
+def _rule_name(rule) -> str:
+    """The qualified name a name rule (or an implicit-default call rule) is about."""
+    if isinstance(rule, Rename):
+        return rule.old
+    return rule.match if isinstance(rule, Report) else rule.callee
+
+
 def _name_words(rule) -> tuple[str, ...]:
     """A reference to a.b.c spells every component somewhere: the import names the bound
     prefix (`import a.b as x`, `from a.b import c`) and the use spells the rest."""
-    return tuple((rule.old if isinstance(rule, Rename) else rule.match).split("."))
+    return tuple(_rule_name(rule).split("."))
 
 
 def _name_line(rule) -> list[str]:
@@ -306,6 +318,8 @@ def _check_literal_arg(rule: LiteralArg) -> list[str]:
     errors = _check_literal(rule)
     if not (rule.callee or rule.method):
         errors.append("literal_arg needs 'callee' or 'method'")
+    if rule.implicit and not (rule.callee and rule.keywords and rule.pos is not None):
+        errors.append("implicit = true needs 'callee', 'pos' and 'keywords' (the parameter it fills)")
     return errors
 
 
@@ -406,8 +420,10 @@ def _append(attr: str):
 KINDS: dict[str, Kind] = {
     "rename": Kind(Rename, _name_words, _name_line, _describe_name, _check_rename, _index_name),
     "report": Kind(Report, _name_words, _name_line, _describe_name, _check_report, _index_name),
-    "literal_arg": Kind(LiteralArg, _literal_word, _words, _describe_literal, _check_literal_arg,
-                        _append("literal_args")),
+    # a rule that makes a CUDA default explicit matches calls that spell no "cuda" at all
+    "literal_arg": Kind(LiteralArg, lambda r: _name_words(r) if r.implicit else _literal_word(r),
+                        lambda r: _words(r) + (_name_line(r) if r.implicit else []),
+                        _describe_literal, _check_literal_arg, _append("literal_args")),
     "compare": Kind(Compare, _literal_word, _words, _describe_literal, _check_literal,
                     _append("compares")),
     "assign": Kind(Assign, _literal_word, _words, _describe_literal, _check_literal, _index_assign),
@@ -453,6 +469,7 @@ class RuleSet:
     marker_re: re.Pattern | None = None
     line_re: re.Pattern | None = None
     name_prefixes: frozenset = frozenset()  # every dotted prefix of a name rule's key
+    implicit_callees: frozenset = frozenset()  # calls whose CUDA default is made explicit
     kernel_re: re.Pattern | None = None     # words of CUDA-only kernel libraries in a file
     value_names: dict[str, re.Pattern] = field(default_factory=dict)   # literal -> producer names
     operand_names: dict[str, list[tuple[re.Pattern, Compare]]] = field(default_factory=dict)
@@ -573,7 +590,9 @@ def _derive(rs: RuleSet, rules: list[Rule]) -> None:
     alts = {a for r in rules for a in KINDS[r.kind].line(r)}
     rs.line_re = re.compile(rb"(?<![\w])(?:" + "|".join(sorted(alts, key=len, reverse=True)).encode()
                             + rb")" if alts else rb"(?!)")
-    rs.name_prefixes = frozenset(".".join(k.split(".")[:i]) for k in rs.names
+    rs.implicit_callees = frozenset(r.callee for r in rs.literal_args if r.implicit)
+    named = [*rs.names, *rs.implicit_callees]
+    rs.name_prefixes = frozenset(".".join(k.split(".")[:i]) for k in named
                                  for i in range(1, k.count(".") + 2))
     rs.kernel_re = _kernel_prefilter(rs)
     targets: dict[str, set[str]] = {}

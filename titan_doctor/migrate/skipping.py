@@ -57,7 +57,7 @@ class StatementMap:
     def note_binding(self, local: str, qname: str) -> None:
         """`from torch import cuda as tc`: lines using `tc` can match although they
         spell no marker word (so can `Float8LinearConfig` from torchao.float8)."""
-        at_or_below = self._rules.name_rule(qname) is not None
+        at_or_below = self._rules.name_rule(qname) is not None or qname in self._rules.implicit_callees
         aliased = local != qname.split(".")[-1]
         if at_or_below or (aliased and qname in self._rules.name_prefixes):
             self._aliases.append(re.compile(rb"(?<![\w.])" + re.escape(local.encode()) + rb"\b"))
