@@ -25,6 +25,7 @@ import ast
 import fnmatch
 import re
 
+from titan_doctor.migrate.astnames import flat_imports, qualified
 from titan_doctor.migrate.rules import LITERALS, RuleSet
 
 _EXTENSION_BUILDERS = ("torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inline")
@@ -63,20 +64,7 @@ class _Scan:
 
     # -- what names mean --------------------------------------------------------------------
     def _bind(self, tree: ast.Module) -> None:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                for a in node.names:
-                    if a.asname:
-                        self.bindings[a.asname] = a.name
-                    else:
-                        root = a.name.split(".")[0]
-                        self.bindings.setdefault(root, root)
-                        self.bindings.setdefault(a.name, a.name)  # `import a.b` then a.b.x
-            elif isinstance(node, ast.ImportFrom):
-                module = "." * node.level + (node.module or "")
-                for a in node.names:
-                    if a.name != "*":
-                        self.bindings[a.asname or a.name] = f"{module}.{a.name}" if module else a.name
+        self.bindings.update(flat_imports(tree))
         for node in ast.walk(tree):  # ext = load(name=..., sources=[...]): a CUDA extension
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
                 builder = self._qname(node.value.func)
@@ -88,16 +76,7 @@ class _Scan:
                                                          rule.fix if rule else "")
 
     def _qname(self, node: ast.AST) -> str | None:
-        parts = []
-        while isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        if not isinstance(node, ast.Name):
-            return None
-        root = self.bindings.get(node.id)
-        if root is None:
-            return None
-        return ".".join([root, *reversed(parts)])
+        return qualified(node, self.bindings)
 
     def _kernel_module(self, module: str) -> bool:
         if module.lstrip(".").split(".")[0] == "torch":

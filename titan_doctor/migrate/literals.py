@@ -40,6 +40,7 @@ class Literals:
         self._any_call = [r for r in ctx.rules.literal_args if r.callee == "*"]
         self._by_callee = [r for r in ctx.rules.literal_args if r.callee != "*"]
         self._implicit: dict[int, object] = {}   # id(call) -> rule whose CUDA default is made explicit
+        self._device_compare = next((r for r in ctx.rules.compares if r.literal == "device"), None)
 
     # -- marking (pre-order): which strings are in a device/backend position ----------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -83,7 +84,7 @@ class Literals:
         elif method in ("get", "setdefault", "pop") and len(positional) == 2:
             self._keyed_default(positional[0].value, positional[1].value)
         elif method == "startswith" and positional:
-            rule = self.rules.compare_rule(operand_name(func.value) or "")
+            rule = self._consumer(func.value)
             if rule is not None:
                 self._mark(positional[0].value, rule)
 
@@ -141,7 +142,7 @@ class Literals:
         for target in node.comparisons:
             if isinstance(target.operator, COMPARE_OPS):
                 for lit, other in ((left, target.comparator), (target.comparator, left)):
-                    rule = self.rules.compare_rule(operand_name(other) or "")
+                    rule = self._consumer(other)
                     if rule is not None:
                         self._mark(lit, rule)
             left = target.comparator
@@ -180,7 +181,16 @@ class Literals:
 
     def _producer(self, name: str) -> Assign | None:
         literal = self.rules.value_literal(name) if name else None
+        if literal is None and name in self.ctx.device_names:
+            literal = "device"   # dev = "cuda" ... model.to(dev): see flows.py
         return self._assign.get(literal) if literal else None
+
+    def _consumer(self, operand: cst.BaseExpression) -> Compare | None:
+        name = operand_name(operand) or ""
+        rule = self.rules.compare_rule(name)
+        if rule is None and isinstance(operand, cst.Name) and name in self.ctx.device_names:
+            rule = self._device_compare
+        return rule
 
     def _mark(self, node: cst.BaseExpression, rule, composed: bool = False) -> None:
         if isinstance(node, (cst.Tuple, cst.List, cst.Set)):

@@ -7,7 +7,7 @@ import warnings
 import libcst as cst
 
 from titan_doctor.findings import Finding, Status
-from titan_doctor.migrate import gates
+from titan_doctor.migrate import flows, gates
 from titan_doctor.migrate.imports import add_torch_npu_import
 from titan_doctor.migrate.rules import RuleSet
 from titan_doctor.migrate.skipping import statement_map
@@ -31,12 +31,17 @@ def migrate_python(data: bytes, rules: RuleSet, path: str,
     Findings silenced by `# titan-doctor: ignore` go to `suppressed` when it is given."""
     module = cst.parse_module(data)
     statements = statement_map(data, rules)
+    tree = statements.tree if statements is not None else None
     kernel_lines: dict[int, tuple[str, str]] = {}
     if gates.may_gate_kernels(rules, data):
-        tree = statements.tree if statements is not None else _stdlib_tree(data)
+        tree = tree or _stdlib_tree(data)
         kernel_lines = gates.kernel_gate_lines(rules, tree) if tree is not None else _EveryLine()
+    device_names = frozenset()
+    if flows.may_flow(rules, data):
+        tree = tree or _stdlib_tree(data)
+        device_names = flows.device_variables(rules, tree) if tree is not None else frozenset()
     migrator = build(rules, path, data.decode(module.encoding, errors="replace"), statements,
-                     suppressions(data), kernel_lines)
+                     suppressions(data), kernel_lines, device_names=device_names)
     out = module.visit(migrator)
     ctx = migrator.ctx
     findings = ctx.finish()

@@ -48,8 +48,10 @@ class Context:
     def __init__(self, rules: RuleSet, path: str, source: str,
                  statements: StatementMap | None = None,
                  suppressed_lines: dict[int, frozenset[str]] | None = None,
-                 kernel_lines: dict[int, tuple[str, str]] | None = None, trace: bool = False) -> None:
+                 kernel_lines: dict[int, tuple[str, str]] | None = None, trace: bool = False,
+                 device_names: frozenset[str] = frozenset()) -> None:
         self.rules, self.path = rules, path
+        self.device_names = device_names      # variables that carry a device string (flows.py)
         self.scopes = Scopes()
         self.positions = Positions(source, statements)
         self.inner: set[int] = set()        # names that are not references (def names, keywords)
@@ -223,7 +225,8 @@ class Migrator(cst.CSTTransformer):
 
 def build(rules: RuleSet, path: str, source: str, statements: StatementMap | None = None,
           suppressed_lines: dict[int, frozenset[str]] | None = None,
-          kernel_lines: dict[int, tuple[str, str]] | None = None, trace: bool = False) -> Migrator:
+          kernel_lines: dict[int, tuple[str, str]] | None = None, trace: bool = False,
+          device_names: frozenset[str] = frozenset()) -> Migrator:
     """A Migrator with every piece, ready for `module.visit(...)`."""
     from titan_doctor.migrate.conditions import Conditions
     from titan_doctor.migrate.envvars import EnvVars
@@ -231,6 +234,6 @@ def build(rules: RuleSet, path: str, source: str, statements: StatementMap | Non
     from titan_doctor.migrate.methods import Methods
     from titan_doctor.migrate.names import Names
 
-    ctx = Context(rules, path, source, statements, suppressed_lines, kernel_lines, trace)
+    ctx = Context(rules, path, source, statements, suppressed_lines, kernel_lines, trace, device_names)
     pieces = [ScopeTracker(ctx), Conditions(ctx), EnvVars(ctx), Literals(ctx), Methods(ctx), Names(ctx)]
     return Migrator(ctx, pieces)
