@@ -58,7 +58,9 @@ def migrate(paths, show_diff, check, output, allow_dirty, jobs, fmt, exclude, se
 
     Every change is reported as `path:line:col CODE [fixed] message`; what still needs a
     person as `[manual]`, with the NPU alternative. Files that do not parse are left
-    untouched; every output is re-parsed before it is written.
+    untouched; every output is re-parsed before it is written. A line ending in
+    `# titan-doctor: ignore[NPU108]` (or a bare `# titan-doctor: ignore`) is neither
+    rewritten nor reported for those codes; the summary counts what was suppressed.
 
     \b
     Exit codes:

@@ -28,7 +28,6 @@ import re
 from titan_doctor.migrate.astnames import flat_imports, qualified
 from titan_doctor.migrate.rules import LITERALS, RuleSet
 
-_EXTENSION_BUILDERS = ("torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inline")
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 
 
@@ -68,7 +67,7 @@ class _Scan:
         for node in ast.walk(tree):  # ext = load(name=..., sources=[...]): a CUDA extension
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
                 builder = self._qname(node.value.func)
-                if builder in _EXTENSION_BUILDERS:
+                if builder in self.rules.kernel_gate.builders:
                     rule = self.rules.names.get(builder)
                     for t in node.targets:
                         if isinstance(t, ast.Name):

@@ -220,11 +220,13 @@ class AddImport(Rule):
 class KernelGate(Rule):
     """A device check (`x.device.type == "cuda"`, a name in `gates`, or `.attr` in `gates`
     such as ".is_cuda") whose guarded code uses a CUDA-only kernel (a `kernel = true`
-    report rule, or a name imported from a module with a path component matching one of
-    `module_globs`) is left as is and reported (see gates.py)."""
+    report rule, a name imported from a module with a path component matching one of
+    `module_globs`, an object returned by one of `builders`) is left as is and reported
+    (see gates.py)."""
 
     gates: tuple[str, ...] = ()
     module_globs: tuple[str, ...] = ()
+    builders: tuple[str, ...] = ()   # calls whose result is a compiled CUDA extension
 
 
 @dataclass(frozen=True, kw_only=True)
