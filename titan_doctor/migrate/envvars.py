@@ -12,7 +12,7 @@ import libcst as cst
 
 from titan_doctor.findings import Status
 from titan_doctor.migrate.cstutil import string_value
-from titan_doctor.migrate.envvalues import convert_env
+from titan_doctor.migrate.envvalues import EnvChange, convert_env
 from titan_doctor.migrate.transform import Context
 
 _WRITE_CALLS = ("setdefault", "putenv", "__setitem__")
@@ -75,21 +75,23 @@ class EnvVars:
             change = convert_env(self.rules, value, literal, value_known=literal is not None)
         else:  # read back, checked for, or used some other way: the value is elsewhere
             change = convert_env(self.rules, value, None, value_known=False)
-        if change is None:
-            return updated
-        if change.status is Status.MANUAL or change.new_name is None:
-            self.ctx.emit(change.rule.code, Status.MANUAL, original, change.message, change.fix)
-            return updated
         head = len(original.prefix) + len(original.quote)
-        if original.value[head:-len(original.quote)] != value:   # escapes inside: a person
-            self.ctx.emit(change.rule.code, Status.MANUAL, original, change.message, change.fix)
-            return updated
-        if not self.ctx.emit(change.rule.code, Status.FIXED, original, change.message, change.fix,
-                             rewrite=True, npu=False):
+        escaped = original.value[head:-len(original.quote)] != value   # escapes inside: a person
+        if not self._apply(change, original, escaped):
             return updated
         if change.new_value is not None:
             self._values[id(written)] = change.new_value
         return _with_text(updated, change.new_name)
+
+    def _apply(self, change: EnvChange | None, node: cst.CSTNode, manual: bool = False) -> bool:
+        """Report the change at `node`; True when the caller should rewrite."""
+        if change is None:
+            return False
+        if manual or change.status is Status.MANUAL or change.new_name is None:
+            self.ctx.emit(change.rule.code, Status.MANUAL, node, change.message, change.fix)
+            return False
+        return self.ctx.emit(change.rule.code, Status.FIXED, node, change.message, change.fix,
+                             rewrite=True, npu=False)
 
     def leave_Arg(self, original: cst.Arg, updated: cst.Arg):
         """dict(os.environ, NCCL_DEBUG="WARN") / env.update(NCCL_BUFFSIZE="...")."""
@@ -98,13 +100,7 @@ class EnvVars:
             return updated
         literal = _literal(original.value)
         change = convert_env(self.rules, keyword.value, literal, value_known=literal is not None)
-        if change is None:
-            return updated
-        if change.status is Status.MANUAL or change.new_name is None:
-            self.ctx.emit(change.rule.code, Status.MANUAL, keyword, change.message, change.fix)
-            return updated
-        if not self.ctx.emit(change.rule.code, Status.FIXED, keyword, change.message, change.fix,
-                             rewrite=True, npu=False):
+        if not self._apply(change, keyword):
             return updated
         value = updated.value
         if change.new_value is not None:
