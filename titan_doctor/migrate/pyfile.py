@@ -49,13 +49,19 @@ def migrate_python(data: bytes, rules: RuleSet, path: str,
         suppressed.extend(ctx.suppressed)
     if not ctx.changed:
         return data, findings
-    scopes = ctx.scopes
-    if ctx.needs_npu and scopes.imports_torch and not scopes.has_torch_npu and rules.add_import is not None:
+    scopes, rule = ctx.scopes, rules.add_import
+    if not ctx.needs_npu or scopes.has_torch_npu or rule is None:
+        return out.bytes, findings
+    if scopes.imports_torch:
         out, index = add_torch_npu_import(out)
         line = sum(module_lines(out, s) for s in out.body[:index]) + len(out.header) + 1
-        rule = rules.add_import
         findings.append(Finding(code=rule.code, status=Status.FIXED, message=rule.message,
                                 path=path, line=line, col=1, data={LINE_IN_OUTPUT: True}))
+    elif scopes.imports_torch_nested:  # a lazy `import torch` stays lazy: a person places it
+        findings.append(Finding(
+            code=rule.code, status=Status.MANUAL, path=path, line=1, col=1,
+            message="torch is imported inside functions here: add `import torch_npu` next to "
+                    "that import (the rewrites need it)", fix="import torch_npu"))
     return out.bytes, findings
 
 

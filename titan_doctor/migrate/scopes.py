@@ -43,6 +43,7 @@ class Scopes:
         self.stack = [_Scope("module")]
         self.torch_alias: str | None = None   # module-level name bound to `torch`
         self.imports_torch = False           # a module-level import of torch or torch.*
+        self.imports_torch_nested = False    # torch imported only inside a function/class
         self.has_torch_npu = False           # a module-level import of torch_npu exists
         self.star_modules: list[str] = []    # `from M import *` at module level
 
@@ -99,6 +100,7 @@ class Scopes:
         else:
             module = full_name(node.module) if node.module is not None else ""
             root = module.split(".")[0]
+            self.imports_torch_nested |= not self.at_module and not node.relative and root == "torch"
             if self.at_module and not node.relative:
                 self.has_torch_npu |= root == "torch_npu"
                 self.imports_torch |= root == "torch"
@@ -118,9 +120,10 @@ class Scopes:
         return made
 
     def _note_module(self, full: str, asname) -> None:
-        if not self.at_module:
-            return
         root = full.split(".")[0]
+        if not self.at_module:
+            self.imports_torch_nested |= root == "torch"
+            return
         if root == "torch_npu":
             self.has_torch_npu = True
         self.imports_torch |= root == "torch"
