@@ -12,7 +12,7 @@ from __future__ import annotations
 import libcst as cst
 
 from titan_doctor.findings import Status
-from titan_doctor.migrate.rules import fill
+from titan_doctor.migrate.rulekinds import fill
 from titan_doctor.migrate.transform import Context
 
 _SHOWN = 80

@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass
 
 from titan_doctor.findings import Status
-from titan_doctor.migrate.rules import Env, RuleSet, fill
+from titan_doctor.migrate.rulekinds import Env, fill
+from titan_doctor.migrate.rules import RuleSet
 
 
 @dataclass(frozen=True)

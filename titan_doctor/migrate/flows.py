@@ -14,7 +14,8 @@ import ast
 import re
 
 from titan_doctor.migrate.astnames import flat_imports, qualified
-from titan_doctor.migrate.rules import LITERALS, RuleSet
+from titan_doctor.migrate.rulekinds import LITERALS
+from titan_doctor.migrate.rules import RuleSet
 
 _ASSIGNED = re.compile(rb"""(?m)^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=[ \t]*f?["']""")
 

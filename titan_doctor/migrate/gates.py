@@ -26,7 +26,8 @@ import fnmatch
 import re
 
 from titan_doctor.migrate.astnames import flat_imports, qualified
-from titan_doctor.migrate.rules import LITERALS, RuleSet
+from titan_doctor.migrate.rulekinds import LITERALS
+from titan_doctor.migrate.rules import RuleSet
 
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 

@@ -22,7 +22,7 @@ import libcst as cst
 
 from titan_doctor.findings import Status
 from titan_doctor.migrate.cstutil import operand_name, string_value
-from titan_doctor.migrate.rules import LITERALS, Assign, Compare, fill
+from titan_doctor.migrate.rulekinds import LITERALS, Assign, Compare, fill
 from titan_doctor.migrate.transform import Context
 
 COMPARE_OPS = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)

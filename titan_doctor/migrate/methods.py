@@ -6,7 +6,7 @@ import libcst as cst
 
 from titan_doctor.findings import Status
 from titan_doctor.migrate.cstutil import dotted
-from titan_doctor.migrate.rules import fill
+from titan_doctor.migrate.rulekinds import fill
 from titan_doctor.migrate.transform import Context
 
 

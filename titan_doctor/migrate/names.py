@@ -15,7 +15,7 @@ import libcst as cst
 
 from titan_doctor.findings import Status
 from titan_doctor.migrate.cstutil import build_dotted, dotted, full_name, import_module_path, respell
-from titan_doctor.migrate.rules import GATE_NPU, NPU_MODULE, NPU_PACKAGE, Rename, Report, fill
+from titan_doctor.migrate.rulekinds import GATE_NPU, NPU_MODULE, NPU_PACKAGE, Rename, Report, fill
 from titan_doctor.migrate.transform import Context
 
 _BUILTINS = frozenset(dir(builtins))

@@ -27,7 +27,8 @@ import libcst as cst
 from titan_doctor.findings import Finding, Status
 from titan_doctor.migrate.cstutil import dotted
 from titan_doctor.migrate.positions import STATEMENTS, Positions
-from titan_doctor.migrate.rules import RuleSet, fill
+from titan_doctor.migrate.rulekinds import fill
+from titan_doctor.migrate.rules import RuleSet
 from titan_doctor.migrate.scopes import Scopes, ScopeTracker
 from titan_doctor.migrate.skipping import StatementMap
 from titan_doctor.migrate.suppress import is_suppressed
