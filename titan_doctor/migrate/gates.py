@@ -9,8 +9,10 @@ skipping) and every check whose guarded code reaches a CUDA-only kernel is liste
 the rewriters leave those and report them.
 
 What a check guards: the branches of the `if`/`while`/conditional expression it is the
-test of, plus the rest of the block when a branch returns or raises early (or after an
-`assert`); elsewhere (`use_triton = x.is_cuda and HAS_TRITON`) the statement itself.
+test of, plus the rest of the function when a branch returns or raises early (or after an
+`assert`); elsewhere (`use_triton = x.is_cuda and HAS_TRITON`) the statement itself. A
+flag set from a check (`ON_GPU = torch.cuda.is_available()`) carries it to the `if ON_GPU:`
+that uses it.
 CUDA-only means: a name under a `kernel = true` report rule (resolved through the file's
 imports), a name imported from a module whose path matches the kernel_gate rule's
 `module_globs` (`from .ops.triton.layer_norm import rms_norm_fn`), a function or method of
@@ -58,8 +60,14 @@ class _Scan:
         self.kernel_objects: dict[str, Hit] = {}
         self.lines: dict[int, Hit] = {}
         self.kernel_defs: dict[str, Hit] = {}
+        self.gate_vars: dict[str, list[int]] = {}   # ON_GPU = torch.cuda.is_available()
         self._bind(tree)
         self.kernel_defs = self._kernel_defs(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                lines = self._gate_lines(node.value)
+                if lines:
+                    self.gate_vars.setdefault(node.targets[0].id, []).extend(lines)
         self._walk_block(tree.body, [])
 
     # -- what names mean --------------------------------------------------------------------
@@ -168,6 +176,8 @@ class _Scan:
                 lines.append(node.end_lineno or node.lineno)
             elif isinstance(node, ast.Call) and self._qname(node.func) in self.gate_names:
                 lines.append(node.func.lineno)
+            elif isinstance(node, ast.Name) and node.id in self.gate_vars:
+                lines.extend(self.gate_vars[node.id])   # the check made where the flag was set
         return lines
 
     def _mark(self, expr: ast.AST, region: list[ast.AST]) -> None:
