@@ -32,6 +32,7 @@ from titan_doctor.migrate.rulekinds import LITERALS
 from titan_doctor.migrate.rules import RuleSet
 
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+_FLAG_VALUES = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Call, ast.Attribute)
 
 
 def may_gate_kernels(rules: RuleSet, data: bytes) -> bool:
@@ -64,7 +65,8 @@ class _Scan:
         self._bind(tree)
         self.kernel_defs = self._kernel_defs(tree)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and isinstance(node.value, _FLAG_VALUES)):   # a boolean flag, not a value using one
                 lines = self._gate_lines(node.value)
                 if lines:
                     self.gate_vars.setdefault(node.targets[0].id, []).extend(lines)
