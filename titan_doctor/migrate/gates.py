@@ -36,8 +36,9 @@ _FLAG_VALUES = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Call, ast.Attribute)
 
 
 def may_gate_kernels(rules: RuleSet, data: bytes) -> bool:
-    """Cheap text check: can any device check in this file guard a CUDA-only kernel?"""
-    return rules.kernel_gate is not None and rules.kernel_re is not None and bool(rules.kernel_re.search(data))
+    """Cheap text check: does the file spell a device check and a CUDA-only kernel?"""
+    return (rules.kernel_gate is not None and rules.kernel_re is not None and rules.gate_re is not None
+            and bool(rules.gate_re.search(data)) and bool(rules.kernel_re.search(data)))
 
 
 Hit = tuple[str, str]   # (what is CUDA-only, e.g. "_fused -> triton.jit"; the NPU alternative)
@@ -63,6 +64,9 @@ class _Scan:
         self.kernel_defs: dict[str, Hit] = {}
         self.gate_vars: dict[str, list[int]] = {}   # ON_GPU = torch.cuda.is_available()
         self._bind(tree)
+        self.candidates = self._candidate_lines(tree)
+        if not self.candidates:
+            return
         self.kernel_defs = self._kernel_defs(tree)
         for node in ast.walk(tree):
             if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
@@ -114,19 +118,31 @@ class _Scan:
 
     # -- where kernels are used -------------------------------------------------------------
     def _kernel_defs(self, tree: ast.Module) -> dict[str, Hit]:
-        """Functions and methods of this file that use a CUDA-only kernel (transitively)."""
-        defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        found: dict[str, Hit] = {}
+        """Functions and methods of this file that use a CUDA-only kernel, directly or by
+        calling one that does (each body is walked once; calls are followed afterwards)."""
+        direct: dict[str, Hit] = {}
+        calls: dict[str, set[str]] = {}
+        for d in ast.walk(tree):
+            if not isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            called = calls.setdefault(d.name, set())
+            for top in [*d.decorator_list, *d.body]:
+                for node in ast.walk(top):
+                    if d.name not in direct:
+                        hit = self._kernel_at(node)
+                        if hit:
+                            direct[d.name] = hit
+                    name = _called_name(node)
+                    if name is not None:
+                        called.add(name)
+        found = {name: (f"{name} -> {hit[0]}", hit[1]) for name, hit in direct.items()}
         changed = True
         while changed:
             changed = False
-            for d in defs:
-                if d.name in found:
-                    continue
-                self.kernel_defs = found
-                hit = self._uses_kernel([*d.decorator_list, *d.body])
-                if hit:
-                    found[d.name] = (f"{d.name} -> {hit[0]}", hit[1])
+            for name, called in calls.items():
+                via = next((c for c in called if c in found and c != name), None) if name not in found else None
+                if via is not None:
+                    found[name] = (f"{name} -> {found[via][0]}", found[via][1])
                     changed = True
         return found
 
@@ -153,18 +169,25 @@ class _Scan:
             module = "." * node.level + (node.module or "")
             hit = self._kernel_name(module + ".*")
             return (module.lstrip("."), hit[1]) if hit else None
-        if isinstance(node, ast.Call):
-            func = node.func
-            if isinstance(func, ast.Subscript):  # kernel[grid](...)
-                func = func.value
-            name = func.id if isinstance(func, ast.Name) else (
-                func.attr if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
-                and func.value.id in ("self", "cls") else None)
-            if name is not None and name in self.kernel_defs:
-                return self.kernel_defs[name]
+        name = _called_name(node)
+        if name is not None and name in self.kernel_defs:
+            return self.kernel_defs[name]
         return None
 
     # -- the device checks ------------------------------------------------------------------
+    def _candidate_lines(self, tree: ast.Module) -> set[int]:
+        """Lines holding a device check or a flag named like one (one walk of the file)."""
+        lines = set(self._gate_lines(tree))
+        flags = {n.targets[0].id for n in ast.walk(tree) if isinstance(n, ast.Assign) and len(n.targets) == 1
+                 and isinstance(n.targets[0], ast.Name) and n.lineno in lines}
+        if flags:  # `if ON_GPU:` is a check too
+            lines |= {n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in flags}
+        return lines
+
+    def _touches(self, node: ast.AST) -> bool:
+        end = getattr(node, "end_lineno", None) or getattr(node, "lineno", 0)
+        return any(line in self.candidates for line in range(getattr(node, "lineno", 0), end + 1))
+
     def _gate_lines(self, expr: ast.AST) -> list[int]:
         """Lines of the device checks inside an expression."""
         lines = []
@@ -195,6 +218,8 @@ class _Scan:
         """`after`: what runs after this block in the enclosing blocks of the same function
         (an early exit or an assert in a nested block guards that too)."""
         for i, stmt in enumerate(body):
+            if not self._touches(stmt):
+                continue   # no device check anywhere inside: nothing to decide here
             rest = [*body[i + 1:], *after]
             if isinstance(stmt, (ast.If, ast.While)):
                 region = [*stmt.body, *stmt.orelse]
@@ -219,6 +244,21 @@ class _Scan:
                     self._mark(inner.test, [inner.body, inner.orelse])
             if skip_bodies:
                 self._mark(sub, [sub])
+
+
+def _called_name(node: ast.AST) -> str | None:
+    """`f(...)`, `self.f(...)`, `cls.f(...)`, `kernel[grid](...)`: the name of a function of
+    this file that the call may run."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    if isinstance(func, ast.Subscript):  # kernel[grid](...)
+        func = func.value
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
+        return func.attr
+    return None
 
 
 def _exits(stmt: ast.If) -> bool:

@@ -421,7 +421,7 @@ KINDS: dict[str, Kind] = {
     "report": Kind(Report, _name_words, _name_line, _describe_name, _check_report, _index_name),
     # a rule that makes a CUDA default explicit matches calls that spell no "cuda" at all
     "literal_arg": Kind(LiteralArg, lambda r: _name_words(r) if r.implicit else _literal_word(r),
-                        lambda r: _words(r) + (_name_line(r) if r.implicit else []),
+                        lambda r: [_word(w) for w in _literal_word(r)] + (_name_line(r) if r.implicit else []),
                         _describe_literal, _check_literal_arg, _append("literal_args")),
     "compare": Kind(Compare, _literal_word, _words, _describe_literal, _check_literal,
                     _append("compares")),

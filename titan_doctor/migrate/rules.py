@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterable
 
 from titan_knowledge import KnowledgeError, load_toml, rules_dir
-from titan_doctor.migrate.rulekinds import (KINDS, NPU_MODULE, AddImport, Assign, Compare, Env,
+from titan_doctor.migrate.rulekinds import (KINDS, LITERALS, NPU_MODULE, AddImport, Assign, Compare, Env,
                                             KernelGate, LiteralArg, Method, MixedCondition, Rename,
                                             Report, Rule, Text, File, Ambiguous, _word, parse_rule)
 
@@ -44,6 +44,7 @@ class RuleSet:
     name_prefixes: frozenset = frozenset()  # every dotted prefix of a name rule's key
     implicit_callees: frozenset = frozenset()  # calls whose CUDA default is made explicit
     kernel_re: re.Pattern | None = None     # words of CUDA-only kernel libraries in a file
+    gate_re: re.Pattern | None = None       # text of a device check (is_cuda, "cuda", is_available)
     value_names: dict[str, re.Pattern] = field(default_factory=dict)   # literal -> producer names
     operand_names: dict[str, list[tuple[re.Pattern, Compare]]] = field(default_factory=dict)
     help: dict[str, str] = field(default_factory=dict)               # code -> one line
@@ -151,6 +152,10 @@ def _derive(rs: RuleSet, rules: list[Rule]) -> None:
     rs.name_prefixes = frozenset(".".join(k.split(".")[:i]) for k in named
                                  for i in range(1, k.count(".") + 2))
     rs.kernel_re = _kernel_prefilter(rs)
+    if rs.kernel_gate is not None:
+        words = {g.rsplit(".", 1)[-1] for g in rs.kernel_gate.gates}
+        device = LITERALS["device"].cuda
+        rs.gate_re = re.compile("|".join([*(re.escape(w) for w in sorted(words)), f"[\"']{device}"]).encode())
     targets: dict[str, set[str]] = {}
     for r in rs.assigns:
         targets.setdefault(r.literal, set()).update(r.targets)
