@@ -3,13 +3,15 @@ parse + codegen of the same Python files, single process. Figures, not pass/fail
 
     python benchmarks/migrate_speed.py TREE [-j N]
 
-Nothing is written: migrate runs in memory (like --check). Reference measured on the
+Nothing is written: migrate runs in memory (like --check). Wall and CPU seconds are both
+printed: on a shared machine the CPU column is the steadier comparison. Reference measured on the
 2-core dev machine: TorchFix 0.7.0 over torchtitan (476 files) took 112 s wall with -j 2;
 "TorchFix/this" scales that reference to this tree's Python file count.
 """
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import time
 from pathlib import Path
@@ -24,22 +26,30 @@ from titan_doctor.migrate.rules import load_rules  # noqa: E402
 TORCHFIX_REFERENCE = (476, 112.0)  # files, seconds (-j 2), measured separately
 
 
-def parse_floor(files: list[Path]) -> float:
-    start = time.perf_counter()
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children (the -j workers): on a
+    machine shared with other work, wall time swings with the load, CPU time much less."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def parse_floor(files: list[Path]) -> tuple[float, float]:
+    start, cpu = time.perf_counter(), _cpu()
     for p in files:
         data = p.read_bytes()
         try:
             cst.parse_module(data).bytes
         except cst.ParserSyntaxError:
             pass
-    return time.perf_counter() - start
+    return time.perf_counter() - start, _cpu() - cpu
 
 
-def migrate(files: list[Path], jobs: int) -> tuple[float, list]:
+def migrate(files: list[Path], jobs: int) -> tuple[float, float, list]:
     rules = load_rules()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu()
     results = engine.run([(p, str(p)) for p in files], rules, jobs)
-    return time.perf_counter() - start, results
+    return time.perf_counter() - start, _cpu() - cpu, results
 
 
 def main() -> int:
@@ -54,19 +64,20 @@ def main() -> int:
     tf_files, tf_wall = TORCHFIX_REFERENCE
     files = list(engine.discover([args.tree], load_rules()))
     py = [p for p in files if p.suffix == ".py"]
-    floor = parse_floor(py)
-    rows = [("libcst parse+codegen (floor)", len(py), floor)]
-    t1, results = migrate(files, 1)
-    rows.append(("titan-doctor migrate -j 1", len(files), t1))
+    floor, floor_cpu = parse_floor(py)
+    rows = [("libcst parse+codegen (floor)", len(py), floor, floor_cpu)]
+    t1, c1, results = migrate(files, 1)
+    rows.append(("titan-doctor migrate -j 1", len(files), t1, c1))
     if args.jobs > 1:
-        tj, _ = migrate(files, args.jobs)
-        rows.append((f"titan-doctor migrate -j {args.jobs}", len(files), tj))
+        tj, cj, _ = migrate(files, args.jobs)
+        rows.append((f"titan-doctor migrate -j {args.jobs}", len(files), tj, cj))
 
     print(f"tree: {args.tree}  ({len(py)} Python files, {len(files)} files in all)")
-    print(f"{'run':34} {'files':>6} {'wall s':>8} {'files/s':>8} {'vs floor':>9} {'TorchFix/this':>14}")
-    for name, n, wall in rows:
-        print(f"{name:34} {n:6d} {wall:8.2f} {n / wall:8.1f} {wall / floor:8.2f}x "
-              f"{tf_wall * len(py) / tf_files / wall:13.1f}x")
+    print(f"{'run':34} {'files':>6} {'wall s':>8} {'files/s':>8} {'vs floor':>9} {'cpu s':>7} "
+          f"{'cpu vs floor':>12} {'TorchFix/this':>14}")
+    for name, n, wall, cpu in rows:
+        print(f"{name:34} {n:6d} {wall:8.2f} {n / wall:8.1f} {wall / floor:8.2f}x {cpu:7.2f} "
+              f"{cpu / floor_cpu:11.2f}x {tf_wall * len(py) / tf_files / wall:13.1f}x")
     print(f"{'TorchFix 0.7.0 -j 2 (reference)':34} {tf_files:6d} {tf_wall:8.2f} "
           f"{tf_files / tf_wall:8.1f}   (measured separately on the dev machine)")
     states = {s: sum(r.state == s for r in results) for s in

@@ -119,3 +119,67 @@ def lookup_device(device_name: str, table: list[dict[str, Any]] | None = None) -
         if all(m.lower() in lowered for m in entry["match"]):
             return entry
     return None
+
+
+def typed_entry(entry: dict[str, Any], schema: type, where: str) -> tuple[Any, list[str]]:
+    """One TOML table as an instance of the frozen dataclass `schema`, checked in full.
+
+    Returns (instance or None, errors). Every problem is its own one-line error naming
+    `where` and the key: a missing required key, a key the schema does not know (a typo
+    such as `keyword =` would otherwise be ignored silently), a value of the wrong type.
+    Lists become tuples and tables become dicts, so the instance is hashable-ish and
+    cannot be changed after loading.
+    """
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(schema)
+    fields = {f.name: f for f in dataclasses.fields(schema) if f.init}
+    errors = [f"{where}: unknown key '{k}' (known: {', '.join(sorted(fields))})"
+              for k in entry if k not in fields]
+    values: dict[str, Any] = {}
+    for name, f in fields.items():
+        if name not in entry:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                errors.append(f"{where}: missing '{name}'")
+            continue
+        value, problem = _coerce(entry[name], hints[name])
+        if problem:
+            errors.append(f"{where}: '{name}' {problem}")
+        else:
+            values[name] = value
+    if errors:
+        return None, errors
+    return schema(**values), []
+
+
+def _coerce(value: Any, hint: Any) -> tuple[Any, str]:
+    """(value converted to `hint`, "" ) or (None, what is wrong)."""
+    import types
+    import typing
+
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None, ""
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0]) if len(inner) == 1 else (value, "")
+    if hint is bool:
+        return (value, "") if isinstance(value, bool) else (None, f"must be true or false, not {value!r}")
+    if hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return (value, "") if ok else (None, f"must be an integer, not {value!r}")
+    if hint is str:
+        if not isinstance(value, str) or not value:
+            return None, f"must be a non-empty string, not {value!r}"
+        return value, ""
+    if origin is tuple:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            return None, f"must be a list of strings, not {value!r}"
+        return tuple(value), ""
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            return None, f"must be a table of strings, not {value!r}"
+        return dict(value), ""
+    return value, ""

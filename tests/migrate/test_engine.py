@@ -51,7 +51,7 @@ def test_unparseable_file_is_reported_and_untouched(tmp_path):
 
 
 def test_output_that_would_not_parse_is_not_written(tmp_path, monkeypatch):
-    def bad(data, rules, path):
+    def bad(data, rules, path, suppressed=None):
         return data + b"\n)(\n", []
     monkeypatch.setattr(engine, "migrate_python", bad)
     data = b"import torch\ntorch.cuda.synchronize()\n"
@@ -119,7 +119,7 @@ def test_bom_and_missing_final_newline_kept(tmp_path):
 
 
 def test_a_crash_on_one_file_is_a_failed_file_not_a_crash(tmp_path, monkeypatch):
-    def boom(data, rules, path):
+    def boom(data, rules, path, suppressed=None):
         raise RecursionError("maximum recursion depth exceeded")
     monkeypatch.setattr(engine, "migrate_python", boom)
     data = b"import torch\ntorch.cuda.synchronize()\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from titan_doctor.migrate import engine
+from titan_doctor.migrate import engine, pyfile
 
 from .helpers import fixture_inputs, rules
 
@@ -49,7 +49,7 @@ def test_existing_guarded_torch_npu_import_is_not_duplicated():
 def test_statement_skipping_changes_nothing(src, monkeypatch):
     data = src.read_bytes()
     fast = engine.migrate_python(data, rules(), "x")
-    monkeypatch.setattr(engine, "statement_map", lambda data, rules: None)
+    monkeypatch.setattr(pyfile, "statement_map", lambda data, rules: None)
     full = engine.migrate_python(data, rules(), "x")
     assert fast[0] == full[0]
     assert fast[1] == full[1]

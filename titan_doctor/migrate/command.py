@@ -58,7 +58,9 @@ def migrate(paths, show_diff, check, output, allow_dirty, jobs, fmt, exclude, se
 
     Every change is reported as `path:line:col CODE [fixed] message`; what still needs a
     person as `[manual]`, with the NPU alternative. Files that do not parse are left
-    untouched; every output is re-parsed before it is written.
+    untouched; every output is re-parsed before it is written. A line ending in
+    `# titan-doctor: ignore[NPU108]` (or a bare `# titan-doctor: ignore`) is neither
+    rewritten nor reported for those codes; the summary counts what was suppressed.
 
     \b
     Exit codes:
@@ -77,8 +79,9 @@ def migrate(paths, show_diff, check, output, allow_dirty, jobs, fmt, exclude, se
         if debug:
             raise
         from titan_knowledge import KnowledgeError
-        if isinstance(e, KnowledgeError):
-            click.echo(f"titan-doctor migrate: error: {e}", err=True)
+        if isinstance(e, KnowledgeError):  # one line per problem (a rules file may have many)
+            for line in str(e).splitlines():
+                click.echo(f"titan-doctor migrate: error: {line}", err=True)
         else:
             click.echo(f"titan-doctor migrate: internal error: {type(e).__name__}: {e} "
                        "(rerun with --debug for the traceback)", err=True)
@@ -190,8 +193,9 @@ def _file_counts(engine, results) -> dict[str, int]:
 
 def _report(fmt, findings: list[Finding], results, engine, diffs, writes, output, helps) -> None:
     counts = _file_counts(engine, results)
+    suppressed = sum(r.suppressed for r in results)
     if fmt == "json":
-        click.echo(to_json(findings, files=counts,
+        click.echo(to_json(findings, files=counts, suppressed=suppressed,
                            changed=[_shown(r.path) for r in results if r.state == engine.CHANGED],
                            diff="".join(diffs) if diffs else None))
         return
@@ -211,6 +215,8 @@ def _report(fmt, findings: list[Finding], results, engine, diffs, writes, output
                          ["unchanged", counts[engine.UNCHANGED]],
                          ["skipped", counts[engine.SKIPPED]],
                          ["failed", counts[engine.FAILED]]], headers=["files", "count"]))
+    if suppressed:
+        click.echo(f"{suppressed} finding(s) suppressed by `# titan-doctor: ignore` comments")
     if findings:
         click.echo()
         click.echo(count_table(findings))

@@ -20,11 +20,9 @@ from typing import Callable, Iterable, Iterator
 import libcst as cst
 
 from titan_doctor.findings import Finding, Status
+from titan_doctor.migrate.pyfile import LINE_IN_OUTPUT, migrate_python, parse_error
 from titan_doctor.migrate.rules import RuleSet, may_match
-from titan_doctor.migrate.skipping import statement_map
 from titan_doctor.migrate.textfiles import is_text_file, migrate_text
-from titan_doctor.migrate.imports import add_torch_npu_import
-from titan_doctor.migrate.transform import Migrator
 
 SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".tox",
              ".mypy_cache", ".pytest_cache", "site-packages", "build", "dist", ".eggs"}
@@ -42,6 +40,7 @@ class FileResult:
     original: bytes = b""
     new: bytes = b""
     findings: list[Finding] = field(default_factory=list)
+    suppressed: int = 0   # findings silenced by `# titan-doctor: ignore` comments
 
 
 def discover(paths: Iterable[Path], rules: RuleSet, exclude: Iterable[str] = ()) -> Iterator[Path]:
@@ -69,32 +68,6 @@ def discover(paths: Iterable[Path], rules: RuleSet, exclude: Iterable[str] = ())
                     yield p
 
 
-# A finding whose line already counts in the rewritten file (the inserted import).
-LINE_IN_OUTPUT = "line_in_output"
-
-
-def migrate_python(data: bytes, rules: RuleSet, path: str) -> tuple[bytes, list[Finding]]:
-    """(new bytes, findings) for one Python source; raises cst.ParserSyntaxError."""
-    module = cst.parse_module(data)
-    migrator = Migrator(rules, path, data.decode(module.encoding, errors="replace"),
-                        statement_map(data, rules))
-    out = module.visit(migrator)
-    findings = migrator.finish()
-    if not migrator.changed:
-        return data, findings
-    if migrator.needs_npu and not migrator.scopes.has_torch_npu and rules.add_import is not None:
-        out, index = add_torch_npu_import(out)
-        line = sum(_line_count(out, s) for s in out.body[:index]) + len(out.header) + 1
-        rule = rules.add_import
-        findings.append(Finding(code=rule["code"], status=Status.FIXED, message=rule["message"],
-                                path=path, line=line, col=1, data={LINE_IN_OUTPUT: True}))
-    return out.bytes, findings
-
-
-def _line_count(module: cst.Module, stmt: cst.CSTNode) -> int:
-    return module.code_for_node(stmt).count("\n")
-
-
 def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileResult:
     """Migrate one file in memory; never raises for the file's own problems."""
     shown = shown or str(path)
@@ -105,18 +78,23 @@ def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileRe
     rule = rules.files.get(path.suffix)
     if rule is not None:
         return FileResult(path, UNCHANGED, data, data, [Finding(
-            code=rule["code"], status=Status.MANUAL, message=rule["message"],
-            fix=rule.get("fix", ""), path=shown, line=1, col=1)])
+            code=rule.code, status=Status.MANUAL, message=rule.message,
+            fix=rule.fix, path=shown, line=1, col=1)])
     is_py = path.suffix == ".py"
     if not is_py and not is_text_file(path):
         return FileResult(path, SKIPPED, data, data)
     if not may_match(rules, data):
         return FileResult(path, UNCHANGED, data, data)
+    suppressed: list[Finding] = []
     try:
-        new, findings = (migrate_python if is_py else migrate_text)(data, rules, shown)
+        if is_py:
+            new, findings = migrate_python(data, rules, shown, suppressed)
+        else:
+            new, findings = migrate_text(data, rules, shown)
     except cst.ParserSyntaxError as e:
+        message, line, col = parse_error(data, e)
         return FileResult(path, FAILED, data, data, [_fail(
-            PARSE_FAILED, f"does not parse, left untouched: {e.message}", shown, e.raw_line, e.raw_column + 1)])
+            PARSE_FAILED, f"does not parse, left untouched: {message}", shown, line, col)])
     except UnicodeDecodeError:
         return FileResult(path, SKIPPED, data, data)
     except (Exception, RecursionError) as e:  # noqa: BLE001 - one odd file must not stop a run
@@ -124,14 +102,14 @@ def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileRe
             TOOL_ERROR, f"left untouched: migrate failed on this file ({type(e).__name__}: {e}); "
             "please report it", shown)])
     if new == data:
-        return FileResult(path, UNCHANGED, data, data, findings)
+        return FileResult(path, UNCHANGED, data, data, findings, len(suppressed))
     if is_py:
         try:
             cst.parse_module(new)
         except cst.ParserSyntaxError as e:
             return FileResult(path, FAILED, data, data, [_fail(
                 OUTPUT_INVALID, f"migrated code would not parse ({e.message}); file left untouched", shown)])
-    return FileResult(path, CHANGED, data, new, findings)
+    return FileResult(path, CHANGED, data, new, findings, len(suppressed))
 
 
 def as_written(result: FileResult) -> list[Finding]:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from titan_doctor.migrate.scopes import full_name
+from titan_doctor.migrate.cstutil import full_name
+from titan_doctor.migrate.rulekinds import NPU_MODULE, NPU_PACKAGE
+
+_NPU = ".".join(NPU_MODULE)
 
 
 def add_torch_npu_import(module: cst.Module) -> tuple[cst.Module, int]:
@@ -27,7 +30,7 @@ def add_torch_npu_import(module: cst.Module) -> tuple[cst.Module, int]:
         if at is None and any(_imports_torch(s) for s in imports):
             at = i + 1
     at = lead if at is None else at
-    line = cst.SimpleStatementLine([cst.Import([cst.ImportAlias(cst.Name("torch_npu"))])])
+    line = cst.SimpleStatementLine([cst.Import([cst.ImportAlias(cst.Name(NPU_PACKAGE))])])
     body.insert(at, line)
     return module.with_changes(body=body), at
 
@@ -35,14 +38,13 @@ def add_torch_npu_import(module: cst.Module) -> tuple[cst.Module, int]:
 def _imports_npu(stmt) -> bool:
     """An import that needs torch_npu loaded first (torch.npu / `from torch import npu`)."""
     if isinstance(stmt, cst.Import):
-        return any(full_name(a.name).startswith("torch.npu")
-                   for a in stmt.names)
+        return any(full_name(a.name).startswith(_NPU) for a in stmt.names)
     if stmt.relative or stmt.module is None:
         return False
     module = full_name(stmt.module)
     names = [] if isinstance(stmt.names, cst.ImportStar) else [
         full_name(a.name) for a in stmt.names]
-    return module.startswith("torch.npu") or (module == "torch" and "npu" in names)
+    return module.startswith(_NPU) or (module == NPU_MODULE[0] and NPU_MODULE[1] in names)
 
 
 def _imports_torch(stmt) -> bool:

@@ -1,4 +1,5 @@
 """Import bindings per Python scope, tracked in the transformer's own single pass.
+`Scopes` is the data; `ScopeTracker` is the piece of the walk (transform.py) that feeds it.
 
 libcst's QualifiedNameProvider resolves every node of a module up front; measured on
 torchtitan it costs ~10x a parse (ScopeProvider alone ~5x), which would make migrate
@@ -15,8 +16,14 @@ UnboundLocalError there, so the rewrite cannot make working code wrong.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import libcst as cst
+
+from titan_doctor.migrate.cstutil import full_name
+
+if TYPE_CHECKING:
+    from titan_doctor.migrate.transform import Context
 
 # An import binding: (qualified name it stands for, bound under an alias?).
 Binding = tuple[str, bool]
@@ -29,17 +36,16 @@ class _Scope:
     globals: set[str] = field(default_factory=set)
 
 
-def full_name(node: cst.CSTNode) -> str:
-    return cst.helpers.get_full_name_for_node(node) or ""
-
-
 class Scopes:
     """A stack of scopes with `lookup(name)` -> the import binding visible there, or None."""
 
     def __init__(self) -> None:
         self.stack = [_Scope("module")]
         self.torch_alias: str | None = None   # module-level name bound to `torch`
+        self.imports_torch = False           # a module-level import of torch or torch.*
+        self.imports_torch_nested = False    # torch imported only inside a function/class
         self.has_torch_npu = False           # a module-level import of torch_npu exists
+        self.star_modules: list[str] = []    # `from M import *` at module level
 
     @property
     def at_module(self) -> bool:
@@ -93,9 +99,14 @@ class Scopes:
                     made.append((root, (root, False)))
         else:
             module = full_name(node.module) if node.module is not None else ""
-            if self.at_module and not node.relative and module.split(".")[0] == "torch_npu":
-                self.has_torch_npu = True
+            root = module.split(".")[0]
+            self.imports_torch_nested |= not self.at_module and not node.relative and root == "torch"
+            if self.at_module and not node.relative:
+                self.has_torch_npu |= root == "torch_npu"
+                self.imports_torch |= root == "torch"
             if isinstance(node.names, cst.ImportStar):
+                if self.at_module and not node.relative:
+                    self.star_modules.append(module)
                 return []
             for a in node.names:
                 name = full_name(a.name)
@@ -109,15 +120,28 @@ class Scopes:
         return made
 
     def _note_module(self, full: str, asname) -> None:
-        if not self.at_module:
-            return
         root = full.split(".")[0]
+        if not self.at_module:
+            self.imports_torch_nested |= root == "torch"
+            return
         if root == "torch_npu":
             self.has_torch_npu = True
+        self.imports_torch |= root == "torch"
         if full == "torch" and self.torch_alias is None:
             self.torch_alias = full_name(asname.name) if asname is not None else "torch"
         elif root == "torch" and asname is None and self.torch_alias is None:
             self.torch_alias = "torch"
+
+    def bound(self, name: str) -> bool:
+        """True when `name` has any binding visible here (an import or a plain local)."""
+        innermost = len(self.stack) - 1
+        for i in range(innermost, -1, -1):
+            scope = self.stack[i]
+            if scope.kind == "class" and i != innermost:
+                continue
+            if name in scope.names or name in scope.globals:
+                return True
+        return False
 
     def lookup(self, name: str) -> Binding | None:
         innermost = len(self.stack) - 1
@@ -130,3 +154,88 @@ class Scopes:
             if name in scope.names:
                 return scope.names[name]
         return None
+
+
+class ScopeTracker:
+    """The walk's binding hooks: imports bind qualified names, everything else binds a
+    local; names that are not references (def/class names, keywords, parameters, `as`
+    targets, `global` lists) go to ctx.inner so no rewriter treats them as uses."""
+
+    def __init__(self, ctx: "Context") -> None:
+        self.ctx = ctx
+        self.scopes = ctx.scopes
+
+    def visit_Import(self, node: cst.Import) -> None:
+        stars = len(self.scopes.star_modules)
+        for local, binding in self.scopes.bind_import(node):
+            self.ctx.positions.note_binding(local, binding[0])
+        if len(self.scopes.star_modules) > stars and self.ctx.rules.name_rule(self.scopes.star_modules[-1]):
+            self.ctx.positions.stop_skipping()   # any bare name may come from it now
+
+    visit_ImportFrom = visit_Import
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.bind(node.name.value)
+        self.ctx.inner.add(id(node.name))
+        self.visit_Lambda(node)
+
+    def visit_Lambda(self, node: cst.Lambda | cst.FunctionDef) -> None:
+        self.scopes.push("function")
+        self.scopes.bind_params(node.params)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.scopes.bind(node.name.value)
+        self.ctx.inner.add(id(node.name))
+        self.scopes.push("class")
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:  # f(cuda=1): a keyword, not a reference
+            self.ctx.inner.add(id(node.keyword))
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self.ctx.inner.add(id(node.name))
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self.ctx.inner.add(id(node.name))
+
+    def _push_comp(self, node) -> None:
+        self.scopes.push("comprehension")
+
+    def _pop_scope(self, original, updated):
+        self.scopes.pop()
+        return updated
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _push_comp
+    leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _pop_scope
+    leave_FunctionDef = leave_Lambda = leave_ClassDef = _pop_scope
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self.scopes.bind_target(node.target)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            self.scopes.bind_target(t.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self.scopes.bind_target(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.scopes.bind_target(node.target)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self.scopes.bind_target(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self.scopes.bind_target(node.target)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self.scopes.bind_target(node.asname.name)
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        if node.name is not None:
+            self.scopes.bind_target(node.name.name)
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.scopes.declare_global(node.names)
+        self.ctx.inner.update(id(n.name) for n in node.names)

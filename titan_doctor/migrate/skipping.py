@@ -34,6 +34,7 @@ class StatementMap:
     """ast statements in source order, consumed one per libcst statement visited."""
 
     def __init__(self, tree: ast.Module, data: bytes, rules: RuleSet) -> None:
+        self.tree = tree   # also read by gates.py: one stdlib parse serves both
         self._spans: list[Span] = []
         _collect(tree.body, self._spans)
         self._next = 0
@@ -41,6 +42,7 @@ class StatementMap:
         self._lines = data.split(b"\n")
         self._hot_lines = {i for i, line in enumerate(self._lines, 1) if rules.line_re.search(line)}
         self._aliases: list[re.Pattern] = []
+        self._all_hot = False
 
     def take(self) -> Span | None:
         if self._next >= len(self._spans):
@@ -55,13 +57,17 @@ class StatementMap:
     def note_binding(self, local: str, qname: str) -> None:
         """`from torch import cuda as tc`: lines using `tc` can match although they
         spell no marker word (so can `Float8LinearConfig` from torchao.float8)."""
-        at_or_below = self._rules.name_rule(qname) is not None
+        at_or_below = self._rules.name_rule(qname) is not None or qname in self._rules.implicit_callees
         aliased = local != qname.split(".")[-1]
         if at_or_below or (aliased and qname in self._rules.name_prefixes):
             self._aliases.append(re.compile(rb"(?<![\w.])" + re.escape(local.encode()) + rb"\b"))
 
+    def stop_skipping(self) -> None:
+        """`from torch.cuda import *`: any bare name may now be a rule's name."""
+        self._all_hot = True
+
     def skippable(self, node: cst.CSTNode, span: Span) -> bool:
-        if isinstance(node, _NEVER_SKIP):
+        if self._all_hot or isinstance(node, _NEVER_SKIP):
             return False
         if span.imports and not isinstance(node, _SCOPES):
             return False

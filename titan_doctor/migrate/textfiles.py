@@ -10,11 +10,14 @@ import re
 from pathlib import PurePath
 
 from titan_doctor.findings import Finding, Status
+from titan_doctor.migrate.envvalues import convert_env
 from titan_doctor.migrate.rules import RuleSet
 
 TEXT_SUFFIXES = {".sh", ".bash", ".zsh", ".env", ".yaml", ".yml", ".toml", ".cfg", ".ini"}
 TEXT_NAMES = {"Dockerfile", "Containerfile", ".env"}
 _VAR = re.compile(r"(?<![A-Za-z0-9_])[A-Z][A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9_])")
+# NAME=value / NAME: value right after a variable name (a literal value: no $, no spaces)
+_VALUE = re.compile(r"""[ \t]*(?:=|:(?=[ \t]))[ \t]*(?P<q>["']?)(?P<value>[^\s"'$`#{}]*)(?P=q)(?=\s|$|;|,|#)""")
 
 
 def is_text_file(path: PurePath) -> bool:
@@ -23,32 +26,23 @@ def is_text_file(path: PurePath) -> bool:
             or name.endswith(".env"))
 
 
-def _finding(rule: dict, status: Status, message: str, path: str, line: int, col: int) -> Finding:
-    return Finding(code=rule["code"], status=status, message=message,
-                   fix=rule.get("fix", ""), path=path, line=line, col=col)
+def _finding(rule, status: Status, message: str, path: str, line: int, col: int,
+             fix: str | None = None) -> Finding:
+    return Finding(code=rule.code, status=status, message=message,
+                   fix=rule.fix if fix is None else fix, path=path, line=line, col=col)
 
 
 def rewrite_line(line: str, rules: RuleSet, path: str, lineno: int,
                  findings: list[Finding]) -> str:
-    """One line with env names and text patterns rewritten; findings appended."""
-    def env(m: re.Match) -> str:
-        name = m.group(0)
-        rule = rules.env_rule(name)
-        if rule is None:
-            return name
-        new = rule.get("new")
-        msg = rule["message"].format(old=name, new=new or "")
-        findings.append(_finding(rule, Status.FIXED if new else Status.MANUAL, msg,
-                                 path, lineno, m.start() + 1))
-        return new or name
-
-    line = _VAR.sub(env, line)
+    """One line with env names (and the literal values set with them, converted by
+    envvalues.convert_env) and text patterns rewritten; findings appended."""
+    line = _rename_vars(line, rules, path, lineno, findings)
     for pattern, rule in rules.text:
-        new = rule.get("new")
+        new = rule.new
 
         def text(m: re.Match, rule=rule, new=new) -> str:
             status = Status.FIXED if new is not None else Status.MANUAL
-            findings.append(_finding(rule, status, rule["message"], path, lineno, m.start() + 1))
+            findings.append(_finding(rule, status, rule.message, path, lineno, m.start() + 1))
             if new is None:
                 return m.group(0)
             pre = m.groupdict().get("pre") or ""
@@ -56,6 +50,31 @@ def rewrite_line(line: str, rules: RuleSet, path: str, lineno: int,
 
         line = pattern.sub(text, line)
     return line
+
+
+def _rename_vars(line: str, rules: RuleSet, path: str, lineno: int,
+                 findings: list[Finding]) -> str:
+    out, pos = [], 0
+    for m in _VAR.finditer(line):
+        name = m.group(0)
+        if m.start() < pos or rules.env_rule(name) is None:
+            continue
+        # ${NAME:-default} reads the variable: no value is set here
+        value = None if line[m.start() - 1:m.start()] == "{" else _VALUE.match(line, m.end())
+        literal = value.group("value") if value and value.group("value") else None
+        change = convert_env(rules, name, literal, value_known=literal is not None)
+        fixed = change.status is Status.FIXED and change.new_name is not None
+        findings.append(_finding(change.rule, Status.FIXED if fixed else Status.MANUAL,
+                                 change.message, path, lineno, m.start() + 1, change.fix))
+        if not fixed:
+            continue
+        out += [line[pos:m.start()], change.new_name]
+        pos = m.end()
+        if change.new_value is not None:
+            out += [line[pos:value.start("value")], change.new_value]
+            pos = value.end("value")
+    out.append(line[pos:])
+    return "".join(out)
 
 
 def migrate_text(data: bytes, rules: RuleSet, path: str) -> tuple[bytes, list[Finding]]:

@@ -1,0 +1,111 @@
+"""Typed rules: every kind parses into its dataclass, user rule files are checked in full
+at load time (one line per problem), and the CUDA/NPU words are spelled in one place."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from titan_doctor.migrate import rules as rules_mod
+from titan_doctor.migrate.rulekinds import KINDS, LITERALS, parse_rule
+from titan_doctor.migrate.rules import load_rules
+from titan_knowledge import KnowledgeError
+
+MIGRATE = Path(rules_mod.__file__).parent
+
+
+def _load(tmp_path, text: str):
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    return load_rules([path])
+
+
+def _errors(tmp_path, text: str) -> list[str]:
+    with pytest.raises(KnowledgeError) as e:
+        _load(tmp_path, text)
+    return str(e.value).splitlines()
+
+
+def test_builtin_rules_load_typed():
+    rs = load_rules()
+    assert rs.names["torch.cuda"].new == "torch.npu"            # a Rename, read by attribute
+    assert rs.methods["cuda"].call is True and rs.methods["is_cuda"].call is False
+    assert rs.env["NCCL_BUFFSIZE"].factor == 1048576
+    assert rs.kernel_gate is not None and rs.mixed_condition is not None
+
+
+def test_method_rule_without_call_gets_the_default(tmp_path):
+    rs = _load(tmp_path, '[[rule]]\ncode = "ACME001"\nkind = "method"\nold = "to_gpu"\nnew = "to_npu"\n'
+                         'message = "m"\nsource = "s"\n')
+    assert rs.methods["to_gpu"].call is False
+
+
+@pytest.mark.parametrize("body, needle", [
+    ('kind = "rename"\nold = "acme.gpu"\nnew = "torch.npu"\ngate = "npu"\n', "a gate needs 'gate_code' and 'gate_message'"),
+    ('kind = "rename"\nold = "acme.gpu"\nnew = "torch.npu"\ngate = "members"\ngate_code = "ACME002"\n'
+     'gate_message = "g"\n', "gate = \"members\" needs a non-empty 'members' list"),
+    ('kind = "rename"\nold = "acme.gpu"\nnew = "acme.npu"\n', "'new' must start with torch. or torch_npu."),
+    ('kind = "literal_arg"\nliteral = "device"\n', "literal_arg needs 'callee' or 'method'"),
+    ('kind = "compare"\nliteral = "dev"\noperands = ["x"]\n', "'literal' must be one of device, backend"),
+    ('kind = "report"\nmatch = "acme"\nkeyword = ["x"]\n', "unknown key 'keyword'"),
+    ('kind = "report"\nmatch = "acme"\nkernel = "yes"\n', "'kernel' must be true or false"),
+    ('kind = "env"\nold = "X_BUF"\nnew = "Y_BUF"\nvalue = "scale"\n', "value = \"scale\" needs 'factor'"),
+    ('kind = "env"\nold = "X_BUF"\nnew = "Y_BUF"\nvalue = "scale"\nfactor = 2\n',
+     "a converted value needs 'old_unit' and 'new_unit'"),
+    ('kind = "env"\nold = "X_BUF"\nvalue = "map"\n', "'value' needs 'new'"),
+    ('kind = "text"\npattern = "(["\nmarker = "x"\n', "bad regex in 'pattern'"),
+    ('kind = "wat"\n', "unknown kind 'wat'"),
+])
+def test_a_bad_user_rule_is_one_line_naming_the_problem(tmp_path, body, needle):
+    errors = _errors(tmp_path, f'[[rule]]\ncode = "ACME001"\nmessage = "m"\nsource = "s"\n{body}')
+    assert any(needle in e for e in errors), errors
+    assert all(f"{tmp_path / 'mine.toml'}: rule 0 (ACME001): " in e for e in errors)
+
+
+def test_every_problem_of_every_rule_is_reported_at_once(tmp_path):
+    errors = _errors(tmp_path, '[[rule]]\ncode = "ACME001"\nkind = "rename"\nmessage = "m"\n'
+                               '[[rule]]\ncode = "x"\nkind = "method"\nold = "a"\nnew = "b"\nmessage = "m"\nsource = "s"\n')
+    assert errors == [
+        f"{tmp_path / 'mine.toml'}: rule 0 (ACME001): missing 'source'",
+        f"{tmp_path / 'mine.toml'}: rule 0 (ACME001): missing 'old'",
+        f"{tmp_path / 'mine.toml'}: rule 0 (ACME001): missing 'new'",
+        f"{tmp_path / 'mine.toml'}: rule 1 (x): code 'x' must look like NPU101",
+    ]
+
+
+def test_every_kind_has_a_frozen_schema_with_the_common_keys():
+    for name, kind in KINDS.items():
+        fields = kind.schema.__dataclass_fields__
+        assert {"kind", "code", "message", "source", "fix"} <= set(fields), name
+        assert kind.schema.__dataclass_params__.frozen, name
+
+
+def test_kernel_libraries_and_producer_names_are_derived_from_the_rules():
+    rs = load_rules()
+    assert rs.kernel_rule("flash_attn.flash_attn_func").match == "flash_attn"
+    assert rs.kernel_rule("torch.cuda.synchronize") is None
+    assert rs.value_literal("eval_device") == "device" and rs.value_literal("dist_backend") == "backend"
+    # every producer name is also a consumer name: both ends change together
+    assert rs.compare_rule("eval_device").literal == "device"
+    assert rs.compare_rule("dist_backend").literal == "backend"
+
+
+def test_cuda_and_npu_words_are_spelled_once():
+    """Only rulekinds.py spells "cuda"/"npu"/"nccl"/"hccl" as string constants in code."""
+    words = set()
+    for lit in LITERALS.values():
+        words |= {lit.cuda, lit.npu}
+    offenders = []
+    for path in MIGRATE.glob("*.py"):
+        if path.name == "rulekinds.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in words:
+                offenders.append(f"{path.name}:{node.lineno} {node.value!r}")
+    assert offenders == []
+
+
+def test_parse_rule_rejects_non_tables():
+    rule, errors = parse_rule(["not", "a", "table"], "f: rule 0")
+    assert rule is None and errors == ["f: rule 0: expected a table"]

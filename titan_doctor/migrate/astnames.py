@@ -1,0 +1,37 @@
+"""Flat name resolution over a stdlib `ast` tree, for the scans that run before the
+rewrite walk (gates.py, flows.py). Every import in the file counts everywhere: an
+over-approximation, fine for questions whose wrong answer is a manual finding."""
+from __future__ import annotations
+
+import ast
+
+
+def flat_imports(tree: ast.Module) -> dict[str, str]:
+    """local name -> qualified name, for every import in the file (relative modules
+    keep their leading dots: `from .ops.triton import f` -> ".ops.triton.f")."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    names[a.asname] = a.name
+                else:
+                    root = a.name.split(".")[0]
+                    names.setdefault(root, root)
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            for a in node.names:
+                if a.name != "*":
+                    names[a.asname or a.name] = f"{module}.{a.name}" if module else a.name
+    return names
+
+
+def qualified(node: ast.AST, imports: dict[str, str]) -> str | None:
+    """The qualified name a Name-rooted attribute chain stands for, or None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in imports:
+        return None
+    return ".".join([imports[node.id], *reversed(parts)])

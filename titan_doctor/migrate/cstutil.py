@@ -1,0 +1,80 @@
+"""Small libcst helpers shared by the transformer's pieces: dotted names and how to
+rebuild them without losing the user's layout."""
+from __future__ import annotations
+
+import libcst as cst
+
+from titan_doctor.migrate.rulekinds import NPU_MODULE, NPU_PACKAGE
+
+
+def full_name(node: cst.CSTNode) -> str:
+    return cst.helpers.get_full_name_for_node(node) or ""
+
+
+def dotted(node: cst.BaseExpression) -> list[str] | None:
+    """['th', 'cuda', 'synchronize'] for a Name-rooted attribute chain, else None."""
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return parts[::-1]
+
+
+def build_dotted(parts: list[str]) -> cst.BaseExpression:
+    node: cst.BaseExpression = cst.Name(parts[0])
+    for p in parts[1:]:
+        node = cst.Attribute(value=node, attr=cst.Name(p))
+    return node
+
+
+def respell(node: cst.BaseExpression, parts: list[str]) -> cst.BaseExpression:
+    """The chain with each name set to `parts` (same length), whitespace and comments kept."""
+    if isinstance(node, cst.Attribute):
+        attr = node.attr if node.attr.value == parts[-1] else node.attr.with_changes(value=parts[-1])
+        return node.with_changes(value=respell(node.value, parts[:-1]), attr=attr)
+    return node if node.value == parts[0] else node.with_changes(value=parts[0])
+
+
+def import_module_path(parts: list[str]) -> list[str]:
+    """torch.npu is registered in sys.modules, its submodules are not: import those from
+    torch_npu.npu (the same objects)."""
+    if tuple(parts[:2]) == NPU_MODULE and len(parts) > 2:
+        return [NPU_PACKAGE, NPU_MODULE[1]] + parts[2:]
+    return parts
+
+
+def string_value(node: cst.CSTNode) -> str | None:
+    """The text of a plain string literal (no f-string, no bytes), else None."""
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def operand_name(node: cst.BaseExpression) -> str | None:
+    """The name a compared value goes by: `x.device.type` -> "type", `device` -> "device",
+    `dist.get_backend()` -> "get_backend()", `cfg["device"]` / `cfg.get("device")` /
+    `getattr(args, "device")` -> "device"."""
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+        index = node.slice[0].slice
+        if isinstance(index, cst.Index):
+            return string_value(index.value)
+        return None
+    if isinstance(node, cst.Call):
+        func = node.func
+        keyed = ((isinstance(func, cst.Attribute) and func.attr.value == "get" and node.args)
+                 or (isinstance(func, cst.Name) and func.value == "getattr" and len(node.args) >= 2))
+        if keyed:
+            key = string_value(node.args[0 if isinstance(func, cst.Attribute) else 1].value)
+            if key is not None:
+                return key
+        inner = operand_name(func)
+        return inner + "()" if inner else None
+    return None

@@ -1,0 +1,138 @@
+"""Environment variable names in Python strings, and the values written with them.
+
+Where the code writes a variable (`os.environ["NCCL_BUFFSIZE"] = "4194304"`, a dict of
+env vars, `os.environ.setdefault(...)`, `os.putenv(...)`), name and literal value are
+converted together through envvalues.convert_env (4194304 bytes -> "4" MB); where the
+value is computed or read back (`os.environ.get("NCCL_DEBUG")`), the name moves only when
+values keep their meaning, else a person is asked to convert it.
+"""
+from __future__ import annotations
+
+import libcst as cst
+
+from titan_doctor.findings import Status
+from titan_doctor.migrate.cstutil import string_value
+from titan_doctor.migrate.envvalues import EnvChange, convert_env
+from titan_doctor.migrate.transform import Context
+
+_WRITE_CALLS = ("setdefault", "putenv", "__setitem__")
+_NAME_ONLY_CALLS = ("pop", "unsetenv")
+_NAME_ONLY = object()   # presence checks and unsets: the value is set somewhere else
+
+
+class EnvVars:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.rules = ctx.rules
+        self._written: dict[int, object] = {}     # id(name string) -> value node / _NAME_ONLY
+        self._values: dict[int, str] = {}         # id(value node) -> converted value
+
+    # -- where a name is written, and with what (pre-order) ---------------------------------
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            key = _subscript_key(t.target)
+            if key is not None:
+                self._written[id(key)] = node.value
+
+    def visit_Dict(self, node: cst.Dict) -> None:
+        for el in node.elements:
+            if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
+                self._written[id(el.key)] = el.value
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else (
+            func.value if isinstance(func, cst.Name) else None)
+        args = [a for a in node.args if a.keyword is None and not a.star]
+        if not args or not isinstance(args[0].value, cst.SimpleString):
+            return
+        if name in _WRITE_CALLS and len(args) == 2:
+            self._written[id(args[0].value)] = args[1].value
+        elif name in _NAME_ONLY_CALLS:
+            self._written[id(args[0].value)] = _NAME_ONLY
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        if isinstance(node.left, cst.SimpleString) and any(
+                isinstance(c.operator, (cst.In, cst.NotIn)) for c in node.comparisons):
+            self._written[id(node.left)] = _NAME_ONLY   # "NCCL_DEBUG" in os.environ
+
+    def visit_Del(self, node: cst.Del) -> None:
+        key = _subscript_key(node.target)
+        if key is not None:
+            self._written[id(key)] = _NAME_ONLY
+
+    # -- rewriting --------------------------------------------------------------------------
+    def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString):
+        new_value = self._values.pop(id(original), None)
+        if new_value is not None:
+            return _with_text(updated, new_value)
+        value = string_value(original)
+        if not value or not value[0].isupper() or not value.isupper():
+            return updated
+        written = self._written.get(id(original))
+        if written is not None and written is not _NAME_ONLY:
+            literal = _literal(written)
+            change = convert_env(self.rules, value, literal, value_known=literal is not None)
+        else:  # read back, checked for, or used some other way: the value is elsewhere
+            change = convert_env(self.rules, value, None, value_known=False)
+        head = len(original.prefix) + len(original.quote)
+        escaped = original.value[head:-len(original.quote)] != value   # escapes inside: a person
+        if not self._apply(change, original, escaped):
+            return updated
+        if change.new_value is not None:
+            self._values[id(written)] = change.new_value
+        return _with_text(updated, change.new_name)
+
+    def _apply(self, change: EnvChange | None, node: cst.CSTNode, manual: bool = False) -> bool:
+        """Report the change at `node`; True when the caller should rewrite."""
+        if change is None:
+            return False
+        if manual or change.status is Status.MANUAL or change.new_name is None:
+            self.ctx.emit(change.rule.code, Status.MANUAL, node, change.message, change.fix)
+            return False
+        return self.ctx.emit(change.rule.code, Status.FIXED, node, change.message, change.fix,
+                             rewrite=True, npu=False)
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg):
+        """dict(os.environ, NCCL_DEBUG="WARN") / env.update(NCCL_BUFFSIZE="...")."""
+        keyword = original.keyword
+        if keyword is None or not keyword.value.isupper():
+            return updated
+        literal = _literal(original.value)
+        change = convert_env(self.rules, keyword.value, literal, value_known=literal is not None)
+        if not self._apply(change, keyword):
+            return updated
+        value = updated.value
+        if change.new_value is not None:
+            value = (_with_text(value, change.new_value) if isinstance(value, cst.SimpleString)
+                     else value.with_changes(value=change.new_value))
+        return updated.with_changes(keyword=keyword.with_changes(value=change.new_name), value=value)
+
+    def leave_Integer(self, original: cst.Integer, updated: cst.Integer):
+        new_value = self._values.pop(id(original), None)
+        return updated if new_value is None else updated.with_changes(value=new_value)
+
+
+def _subscript_key(target: cst.BaseExpression) -> cst.SimpleString | None:
+    """The string in `x["NAME"]`, or None."""
+    if isinstance(target, cst.Subscript) and len(target.slice) == 1:
+        index = target.slice[0].slice
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+            return index.value
+    return None
+
+
+def _literal(node: object) -> str | None:
+    """The text of a literal value (a plain string or an integer), else None."""
+    if isinstance(node, cst.Integer):
+        return node.value
+    if isinstance(node, cst.SimpleString):
+        value = string_value(node)
+        head = len(node.prefix) + len(node.quote)
+        return value if value is not None and node.value[head:-len(node.quote)] == value else None
+    return None
+
+
+def _with_text(node: cst.SimpleString, text: str) -> cst.SimpleString:
+    head = len(node.prefix) + len(node.quote)
+    return node.with_changes(value=node.value[:head] + text + node.value[-len(node.quote):])

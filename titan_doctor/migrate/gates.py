@@ -1,0 +1,290 @@
+"""Which device checks in a file select a CUDA-only kernel (NPU110).
+
+`if x.device.type == "cuda":` (or `x.is_cuda`, `torch.cuda.is_available()`) often decides
+between a CUDA-only kernel (triton, flash-attn, xformers, apex, a CUDA extension) and a
+device-generic fallback. Flipping such a check to "npu" sends NPU tensors into the CUDA
+kernel; leaving it keeps NPU tensors on the generic path. So before the rewrite walk, the
+file is scanned once with the stdlib parser (its tree is already built for statement
+skipping) and every check whose guarded code reaches a CUDA-only kernel is listed by line;
+the rewriters leave those and report them.
+
+What a check guards: the branches of the `if`/`while`/conditional expression it is the
+test of, plus the rest of the function when a branch returns or raises early (or after an
+`assert`); elsewhere (`use_triton = x.is_cuda and HAS_TRITON`) the statement itself. A
+flag set from a check (`ON_GPU = torch.cuda.is_available()`) carries it to the `if ON_GPU:`
+that uses it.
+CUDA-only means: a name under a `kernel = true` report rule (resolved through the file's
+imports), a name imported from a module whose path matches the kernel_gate rule's
+`module_globs` (`from .ops.triton.layer_norm import rms_norm_fn`), a function or method of
+this file that uses one (`self._triton_forward(x)`, `kernel[grid](...)`), or an object
+built by torch.utils.cpp_extension.load. Name resolution here is flat (every import in the
+file counts everywhere): an over-approximation, which errs on the safe side (a manual
+finding, never a wrong rewrite).
+"""
+from __future__ import annotations
+
+import ast
+import fnmatch
+import re
+
+from titan_doctor.migrate.astnames import flat_imports, qualified
+from titan_doctor.migrate.rulekinds import LITERALS
+from titan_doctor.migrate.rules import RuleSet
+
+_EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+_FLAG_VALUES = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Call, ast.Attribute)
+
+
+def may_gate_kernels(rules: RuleSet, data: bytes) -> bool:
+    """Cheap text check: does the file spell a device check and a CUDA-only kernel?"""
+    return (rules.kernel_gate is not None and rules.kernel_re is not None and rules.gate_re is not None
+            and bool(rules.gate_re.search(data)) and bool(rules.kernel_re.search(data)))
+
+
+Hit = tuple[str, str]   # (what is CUDA-only, e.g. "_fused -> triton.jit"; the NPU alternative)
+
+
+def kernel_gate_lines(rules: RuleSet, tree: ast.Module) -> dict[int, Hit]:
+    """line -> the CUDA-only kernel the device check on that line selects, and its NPU
+    alternative (the fix of the kernel's report rule)."""
+    return _Scan(rules, tree).lines
+
+
+class _Scan:
+    def __init__(self, rules: RuleSet, tree: ast.Module) -> None:
+        self.rules = rules
+        gate = rules.kernel_gate
+        self.gate_names = {g for g in gate.gates if not g.startswith(".")}
+        self.gate_attrs = {g[1:] for g in gate.gates if g.startswith(".")}
+        self.module_re = re.compile("|".join(fnmatch.translate(g) for g in gate.module_globs) or r"(?!)")
+        self.device = LITERALS["device"]
+        self.bindings: dict[str, str] = {}
+        self.kernel_objects: dict[str, Hit] = {}
+        self.lines: dict[int, Hit] = {}
+        self.kernel_defs: dict[str, Hit] = {}
+        self.gate_vars: dict[str, list[int]] = {}   # ON_GPU = torch.cuda.is_available()
+        self._bind(tree)
+        self.candidates = self._candidate_lines(tree)
+        if not self.candidates:
+            return
+        self.kernel_defs = self._kernel_defs(tree)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and isinstance(node.value, _FLAG_VALUES)):   # a boolean flag, not a value using one
+                lines = self._gate_lines(node.value)
+                if lines:
+                    self.gate_vars.setdefault(node.targets[0].id, []).extend(lines)
+        self._walk_block(tree.body, [])
+
+    # -- what names mean --------------------------------------------------------------------
+    def _bind(self, tree: ast.Module) -> None:
+        self.bindings.update(flat_imports(tree))
+        for node in ast.walk(tree):  # ext = load(name=..., sources=[...]): a CUDA extension
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                builder = self._qname(node.value.func)
+                if builder in self.rules.kernel_gate.builders:
+                    rule = self.rules.names.get(builder)
+                    for t in node.targets:
+                        if isinstance(t, ast.Name):
+                            self.kernel_objects[t.id] = (f"{t.id}, built by {builder.rsplit('.', 1)[1]}",
+                                                         rule.fix if rule else "")
+
+    def _qname(self, node: ast.AST) -> str | None:
+        return qualified(node, self.bindings)
+
+    def _kernel_module(self, module: str) -> bool:
+        if module.lstrip(".").split(".")[0] == "torch":
+            return False  # torch's own modules are rewritten, not kernels
+        return any(self.module_re.match(c) for c in module.strip(".").split(".") if c)
+
+    def _kernel_name(self, qname: str) -> Hit | None:
+        """What makes a resolved name CUDA-only (and its NPU alternative), or None."""
+        shown = qname.lstrip(".")
+        rule = self.rules.kernel_rule(shown)
+        if rule is not None:
+            return shown, rule.fix
+        module = qname.rsplit(".", 1)[0] if "." in qname.strip(".") else qname
+        if self._kernel_module(module) or self._kernel_module(qname):
+            return shown, self._fix_for_module(qname)
+        return None
+
+    def _fix_for_module(self, qname: str) -> str:
+        """The fix of the kernel library a module path names (".ops.triton.x" -> triton's)."""
+        words = set(re.split(r"[._]", qname))
+        for key, rule in self.rules.names.items():
+            if getattr(rule, "kernel", False) and key.split(".")[0] in words:
+                return rule.fix
+        return self.rules.kernel_gate.fix
+
+    # -- where kernels are used -------------------------------------------------------------
+    def _kernel_defs(self, tree: ast.Module) -> dict[str, Hit]:
+        """Functions and methods of this file that use a CUDA-only kernel, directly or by
+        calling one that does (each body is walked once; calls are followed afterwards)."""
+        direct: dict[str, Hit] = {}
+        calls: dict[str, set[str]] = {}
+        for d in ast.walk(tree):
+            if not isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            called = calls.setdefault(d.name, set())
+            for top in [*d.decorator_list, *d.body]:
+                for node in ast.walk(top):
+                    if d.name not in direct:
+                        hit = self._kernel_at(node)
+                        if hit:
+                            direct[d.name] = hit
+                    name = _called_name(node)
+                    if name is not None:
+                        called.add(name)
+        found = {name: (f"{name} -> {hit[0]}", hit[1]) for name, hit in direct.items()}
+        changed = True
+        while changed:
+            changed = False
+            for name, called in calls.items():
+                via = next((c for c in called if c in found and c != name), None) if name not in found else None
+                if via is not None:
+                    found[name] = (f"{name} -> {found[via][0]}", found[via][1])
+                    changed = True
+        return found
+
+    def _uses_kernel(self, nodes: list[ast.AST]) -> Hit | None:
+        for top in nodes:
+            for node in ast.walk(top):
+                hit = self._kernel_at(node)
+                if hit:
+                    return hit
+        return None
+
+    def _kernel_at(self, node: ast.AST) -> Hit | None:
+        if isinstance(node, ast.Name):
+            if node.id in self.kernel_objects:
+                return self.kernel_objects[node.id]
+            q = self.bindings.get(node.id)
+            return self._kernel_name(q) if q else None
+        if isinstance(node, ast.Attribute):
+            q = self._qname(node)
+            return self._kernel_name(q) if q else None
+        if isinstance(node, ast.Import):
+            return next((self._kernel_name(a.name) for a in node.names if self._kernel_name(a.name)), None)
+        if isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            hit = self._kernel_name(module + ".*")
+            return (module.lstrip("."), hit[1]) if hit else None
+        name = _called_name(node)
+        if name is not None and name in self.kernel_defs:
+            return self.kernel_defs[name]
+        return None
+
+    # -- the device checks ------------------------------------------------------------------
+    def _candidate_lines(self, tree: ast.Module) -> set[int]:
+        """Lines holding a device check or a flag named like one (one walk of the file)."""
+        lines = set(self._gate_lines(tree))
+        flags = {n.targets[0].id for n in ast.walk(tree) if isinstance(n, ast.Assign) and len(n.targets) == 1
+                 and isinstance(n.targets[0], ast.Name) and n.lineno in lines}
+        if flags:  # `if ON_GPU:` is a check too
+            lines |= {n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in flags}
+        return lines
+
+    def _touches(self, node: ast.AST) -> bool:
+        end = getattr(node, "end_lineno", None) or getattr(node, "lineno", 0)
+        return any(line in self.candidates for line in range(getattr(node, "lineno", 0), end + 1))
+
+    def _gate_lines(self, expr: ast.AST) -> list[int]:
+        """Lines of the device checks inside an expression."""
+        lines = []
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Compare):
+                for side in (node.left, *node.comparators):
+                    if isinstance(side, ast.Constant) and isinstance(side.value, str) and (
+                            self.device.rewrite(side.value) is not None):
+                        lines.append(side.lineno)
+            elif isinstance(node, ast.Attribute) and node.attr in self.gate_attrs:
+                lines.append(node.end_lineno or node.lineno)
+            elif isinstance(node, ast.Call) and self._qname(node.func) in self.gate_names:
+                lines.append(node.func.lineno)
+            elif isinstance(node, ast.Name) and node.id in self.gate_vars:
+                lines.extend(self.gate_vars[node.id])   # the check made where the flag was set
+        return lines
+
+    def _mark(self, expr: ast.AST, region: list[ast.AST]) -> None:
+        lines = self._gate_lines(expr)
+        if not lines:
+            return
+        hit = self._uses_kernel(region)
+        if hit:
+            for line in lines:
+                self.lines.setdefault(line, hit)
+
+    def _walk_block(self, body: list[ast.stmt], after: list[ast.stmt]) -> None:
+        """`after`: what runs after this block in the enclosing blocks of the same function
+        (an early exit or an assert in a nested block guards that too)."""
+        for i, stmt in enumerate(body):
+            if not self._touches(stmt):
+                continue   # no device check anywhere inside: nothing to decide here
+            rest = [*body[i + 1:], *after]
+            if isinstance(stmt, (ast.If, ast.While)):
+                region = [*stmt.body, *stmt.orelse]
+                if isinstance(stmt, ast.If) and _exits(stmt):
+                    region += rest
+                self._mark(stmt.test, region)
+                self._walk_exprs(stmt.test)
+            elif isinstance(stmt, ast.Assert):
+                self._mark(stmt.test, [stmt, *rest])
+            else:
+                self._walk_exprs(stmt, skip_bodies=True)
+            scope = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            for child in _child_blocks(stmt):
+                self._walk_block(child, [] if scope else rest)
+
+    def _walk_exprs(self, node: ast.AST, skip_bodies: bool = False) -> None:
+        """Device checks outside if/while/assert tests: in a conditional expression its
+        branches are the region, elsewhere the enclosing statement."""
+        for sub in _expressions(node) if skip_bodies else [node]:
+            for inner in ast.walk(sub):
+                if isinstance(inner, ast.IfExp):
+                    self._mark(inner.test, [inner.body, inner.orelse])
+            if skip_bodies:
+                self._mark(sub, [sub])
+
+
+def _called_name(node: ast.AST) -> str | None:
+    """`f(...)`, `self.f(...)`, `cls.f(...)`, `kernel[grid](...)`: the name of a function of
+    this file that the call may run."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    if isinstance(func, ast.Subscript):  # kernel[grid](...)
+        func = func.value
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
+        return func.attr
+    return None
+
+
+def _exits(stmt: ast.If) -> bool:
+    """A branch that leaves the block early makes the rest of the block guarded too."""
+    return any(branch and isinstance(branch[-1], _EXITS) for branch in (stmt.body, stmt.orelse))
+
+
+def _child_blocks(stmt: ast.stmt):
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(stmt, name, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            yield block
+    for handler in getattr(stmt, "handlers", ()):
+        yield handler.body
+    for case in getattr(stmt, "cases", ()):
+        yield case.body
+
+
+def _expressions(stmt: ast.stmt) -> list[ast.AST]:
+    """The expressions a statement holds itself (not those of nested statements)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [*stmt.decorator_list]
+    out = []
+    for name, value in ast.iter_fields(stmt):
+        if isinstance(value, ast.AST) and not isinstance(value, ast.stmt):
+            out.append(value)
+        elif isinstance(value, list):
+            out.extend(v for v in value if isinstance(v, ast.AST) and not isinstance(v, (ast.stmt, ast.excepthandler)))
+    return out

@@ -1,0 +1,301 @@
+"""Device and backend strings ("cuda", "cuda:1", "nccl"), rewritten only where the code
+says what they are; reported anywhere else (NPU108 / NPU205).
+
+A string is a device (or backend) when it is given to a call that takes one (literal_arg
+rules), compared with a value named like one (compare rules), or bound to such a name
+(assign rules). One set of names serves both ends of a value's life, so a producer and
+its consumers always change together:
+
+    producers  device = "cuda"; self.device = ...; def f(device="cuda"); f(device="cuda");
+               {"device": "cuda"}; cfg["device"] = ...; cfg.get("device", "cuda");
+               parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"]);
+               device: str = field(default="cuda")
+    consumers  args.device == "cuda"; cfg["device"] in ("cuda", "mps");
+               args.device.startswith("cuda"); x.device.type != "cuda"
+
+Strings built at run time count by their literal head: "cuda:" + str(rank),
+"cuda:%d" % rank, "cuda:{}".format(rank), f"cuda:{rank}".
+"""
+from __future__ import annotations
+
+import libcst as cst
+
+from titan_doctor.findings import Status
+from titan_doctor.migrate.cstutil import operand_name, string_value
+from titan_doctor.migrate.rulekinds import LITERALS, Assign, Compare, fill
+from titan_doctor.migrate.transform import Context
+
+COMPARE_OPS = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)
+_FIELD_FACTORIES = ("field", "Field")
+
+
+class Literals:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.rules = ctx.rules
+        self._lits: dict[int, tuple[object, bool]] = {}   # id(string) -> (rule, composed head)
+        self._assign = {}
+        for r in ctx.rules.assigns:
+            self._assign.setdefault(r.literal, r)
+        self._any_call = [r for r in ctx.rules.literal_args if r.callee == "*"]
+        self._by_callee = [r for r in ctx.rules.literal_args if r.callee != "*"]
+        self._implicit: dict[int, object] = {}   # id(call) -> rule whose CUDA default is made explicit
+        self._device_compare = next((r for r in ctx.rules.compares if r.literal == "device"), None)
+
+    # -- marking (pre-order): which strings are in a device/backend position ----------------
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        q = self.ctx.qname(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        for rule in self._by_callee:
+            if not (_callee_matches(rule.callee, q) or (rule.method is not None and rule.method == method)):
+                continue
+            given = False
+            if rule.pos is not None and rule.pos < len(positional):
+                self._mark(positional[rule.pos].value, rule)
+                given = True
+            for a in node.args:
+                if rule.any_arg or (a.keyword is not None and a.keyword.value in rule.keywords):
+                    self._mark(a.value, rule)
+                    given = given or a.keyword is not None
+            if rule.implicit and not given and not any(a.star for a in node.args):
+                self._implicit[id(node)] = rule
+        for a in node.args:
+            if a.keyword is None:
+                continue
+            word = a.keyword.value
+            for rule in self._any_call:
+                if word in rule.keywords:
+                    self._mark(a.value, rule)
+            produced = self._producer(word)
+            if produced is not None:
+                self._mark(a.value, produced)
+        if method == "parametrize" or (q or "").endswith("mark.parametrize"):
+            self._parametrize(node, positional)
+        elif method is not None:
+            self._method_call(node, func, method, positional)
+        elif isinstance(func, cst.Name) and func.value == "getattr" and len(positional) == 3:
+            self._keyed_default(positional[1].value, positional[2].value)
+
+    def _method_call(self, node: cst.Call, func: cst.Attribute, method: str, positional) -> None:
+        if method == "add_argument":
+            self._cli_option(node, positional)
+        elif method in ("get", "setdefault", "pop") and len(positional) == 2:
+            self._keyed_default(positional[0].value, positional[1].value)
+        elif method == "startswith" and positional:
+            rule = self._consumer(func.value)
+            if rule is not None:
+                self._mark(positional[0].value, rule)
+
+    def _cli_option(self, node: cst.Call, positional) -> None:
+        """argparse: `--device` / `--dist-backend` (or dest=) names the value its default
+        and choices hold."""
+        dest = next((string_value(a.value) for a in node.args
+                     if a.keyword is not None and a.keyword.value == "dest"), None)
+        if dest is None:
+            flags = [v for v in (string_value(a.value) for a in positional) if v]
+            longs = [f for f in flags if f.startswith("--")]
+            flag = (longs or flags or [""])[0]
+            dest = flag.lstrip("-").replace("-", "_")
+        rule = self._producer(dest)
+        if rule is None:
+            return
+        for a in node.args:
+            if a.keyword is not None and a.keyword.value in ("default", "choices", "const"):
+                self._mark(a.value, rule)
+
+    def _parametrize(self, node: cst.Call, positional) -> None:
+        """@pytest.mark.parametrize("device", ["cuda", "cpu"]) binds `device` to each value."""
+        args = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+        names = args.get("argnames", positional[0].value if positional else None)
+        values = args.get("argvalues", positional[1].value if len(positional) > 1 else None)
+        text = string_value(names) if names is not None else None
+        if text is None or not isinstance(values, (cst.List, cst.Tuple)):
+            return
+        names = [n.strip() for n in text.split(",")]
+        for i, name in enumerate(names):
+            rule = self._producer(name)
+            if rule is None:
+                continue
+            for el in values.elements:
+                value = el.value
+                if isinstance(value, cst.Call) and (operand_name(value.func) or "") == "param":
+                    items = [a.value for a in value.args if a.keyword is None]   # pytest.param(...)
+                elif len(names) == 1:
+                    items = [value]
+                elif isinstance(value, (cst.Tuple, cst.List)):
+                    items = [e.value for e in value.elements]
+                else:
+                    continue
+                if i < len(items):
+                    self._mark(items[i], rule)
+
+    def _keyed_default(self, key: cst.BaseExpression, default: cst.BaseExpression) -> None:
+        """cfg.get("device", "cuda"), getattr(args, "device", "cuda")."""
+        rule = self._producer(string_value(key) or "")
+        if rule is not None:
+            self._mark(default, rule)
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        left = node.left
+        for target in node.comparisons:
+            if isinstance(target.operator, COMPARE_OPS):
+                for lit, other in ((left, target.comparator), (target.comparator, left)):
+                    rule = self._consumer(other)
+                    if rule is not None:
+                        self._mark(lit, rule)
+            left = target.comparator
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            self._assigned(t.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._assigned(node.target, node.value)
+
+    def visit_Param(self, node: cst.Param) -> None:
+        if node.default is not None:
+            self._assigned(node.name, node.default)
+
+    def visit_Dict(self, node: cst.Dict) -> None:
+        for el in node.elements:
+            if isinstance(el, cst.DictElement):
+                rule = self._producer(string_value(el.key) or "")
+                if rule is not None:
+                    self._mark(el.value, rule)
+
+    def _assigned(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        """`device = "cuda"`, `self.backend = "nccl"`, `cfg["device"] = "cuda"`,
+        `def f(device="cuda")`, `device: str = field(default="cuda")`."""
+        rule = self._producer(operand_name(target) or "")
+        if rule is None:
+            return
+        if isinstance(value, cst.Call) and (operand_name(value.func) or "").rstrip("()") in _FIELD_FACTORIES:
+            for a in value.args:
+                if a.keyword is not None and a.keyword.value == "default":
+                    self._mark(a.value, rule)
+            return
+        self._mark(value, rule)
+
+    def _producer(self, name: str) -> Assign | None:
+        literal = self.rules.value_literal(name) if name else None
+        if literal is None and name in self.ctx.device_names:
+            literal = "device"   # dev = "cuda" ... model.to(dev): see flows.py
+        return self._assign.get(literal) if literal else None
+
+    def _consumer(self, operand: cst.BaseExpression) -> Compare | None:
+        name = operand_name(operand) or ""
+        rule = self.rules.compare_rule(name)
+        if rule is None and isinstance(operand, cst.Name) and name in self.ctx.device_names:
+            rule = self._device_compare
+        return rule
+
+    def _mark(self, node: cst.BaseExpression, rule, composed: bool = False) -> None:
+        if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+            for el in node.elements:
+                self._mark(el.value, rule)
+        elif isinstance(node, cst.IfExp):  # "cuda" if torch.cuda.is_available() else "cpu"
+            self._mark(node.body, rule)
+            self._mark(node.orelse, rule)
+        elif isinstance(node, (cst.SimpleString, cst.FormattedString)):
+            self._lits.setdefault(id(node), (rule, composed))
+        elif isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Modulo)):
+            self._mark(node.left, rule, composed=True)   # "cuda:" + str(i), "cuda:%d" % i
+        elif (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+              and node.func.attr.value == "format"):
+            self._mark(node.func.value, rule, composed=True)   # "cuda:{}".format(i)
+
+    # -- rewriting --------------------------------------------------------------------------
+    def leave_Call(self, original: cst.Call, updated: cst.Call):
+        """Make a CUDA default explicit: torch.amp.GradScaler() -> GradScaler(device="npu")."""
+        rule = self._implicit.pop(id(original), None)
+        if rule is None:
+            return updated
+        literal = LITERALS[rule.literal]
+        msg = fill(rule.message, old=f"(default {literal.cuda!r})", new=repr(literal.npu),
+                   version=self.rules.npu_version)
+        if not self.ctx.emit(rule.code, Status.FIXED, original.func, msg, rule.fix, rewrite=True):
+            return updated
+        args = list(updated.args)
+        if args and args[-1].comma is cst.MaybeSentinel.DEFAULT:
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        args.append(cst.Arg(keyword=cst.Name(rule.keywords[0]), value=cst.SimpleString(f'"{literal.npu}"'),
+                            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                  whitespace_after=cst.SimpleWhitespace(""))))
+        return updated.with_changes(args=args)
+
+    def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString):
+        value = string_value(original)
+        if value is None:
+            return updated
+        entry = self._lits.get(id(original))
+        if entry is not None:
+            rule, composed = entry
+            literal = LITERALS[rule.literal]
+            new = literal.rewrite_head(value) if composed else literal.rewrite(value)
+            if new is not None:
+                return self._rewrite(rule, original, updated, value, new)
+        for kind, amb in self.rules.ambiguous.items():
+            literal = LITERALS[kind]
+            if literal.rewrite(value) is not None or literal.rewrite_head(value) is not None:
+                self.ctx.emit(amb.code, Status.MANUAL, original,
+                              fill(amb.message, old=repr(value), version=self.rules.npu_version), amb.fix)
+        return updated
+
+    def _rewrite(self, rule, original: cst.SimpleString, updated: cst.SimpleString, value: str, new: str):
+        msg = fill(rule.message, old=repr(value), new=repr(new), version=self.rules.npu_version)
+        if self._kernel_gate(rule, original, repr(value)):
+            return updated
+        head = len(original.prefix) + len(original.quote)
+        raw = original.value[head:-len(original.quote)]
+        if raw != value or getattr(rule, "report_only", False):  # escapes inside: a person
+            self.ctx.emit(rule.code, Status.MANUAL, original, msg, rule.fix)
+            return updated
+        if not self.ctx.emit(rule.code, Status.FIXED, original, msg, rule.fix, rewrite=True):
+            return updated
+        return updated.with_changes(value=original.value[:head] + new + original.value[-len(original.quote):])
+
+    def _kernel_gate(self, rule, node: cst.CSTNode, shown: str) -> bool:
+        """A device comparison that selects a CUDA-only kernel stays (NPU110)."""
+        return isinstance(rule, Compare) and rule.literal == "device" and self.ctx.kernel_gate(node, shown)
+
+    def leave_FormattedString(self, original: cst.FormattedString, updated: cst.FormattedString):
+        parts = original.parts
+        if not parts or not isinstance(parts[0], cst.FormattedStringText):
+            return updated
+        device = LITERALS["device"]
+        text = parts[0].value
+        head = device.rewrite_head(text)
+        if head is None:
+            return updated
+        entry = self._lits.get(id(original))
+        shown = cst.Module([]).code_for_node(original)
+        if entry is None or entry[0].literal != "device":
+            amb = self.rules.ambiguous.get("device")
+            if amb is not None:
+                self.ctx.emit(amb.code, Status.MANUAL, original,
+                              fill(amb.message, old=shown, version=self.rules.npu_version), amb.fix)
+            return updated
+        rule = entry[0]
+        if self._kernel_gate(rule, original, shown):
+            return updated
+        new_node = updated.with_changes(parts=[updated.parts[0].with_changes(value=head), *updated.parts[1:]])
+        msg = fill(rule.message, old=shown, new=cst.Module([]).code_for_node(new_node),
+                   version=self.rules.npu_version)
+        if getattr(rule, "report_only", False):
+            self.ctx.emit(rule.code, Status.MANUAL, original, msg, rule.fix)
+            return updated
+        if not self.ctx.emit(rule.code, Status.FIXED, original, msg, rule.fix, rewrite=True):
+            return updated
+        return new_node
+
+
+def _callee_matches(callee: str | None, qname: str | None) -> bool:
+    """`torch.device` matches itself; `torch.cuda.*` matches every name under torch.cuda."""
+    if callee is None or qname is None:
+        return False
+    if callee.endswith(".*"):
+        return qname.startswith(callee[:-1])
+    return callee == qname

@@ -1,0 +1,94 @@
+"""One Python source through the codemod: parse, scan, walk, add `import torch_npu`."""
+from __future__ import annotations
+
+import ast
+import warnings
+
+import libcst as cst
+
+from titan_doctor.findings import Finding, Status
+from titan_doctor.migrate import flows, gates
+from titan_doctor.migrate.imports import add_torch_npu_import
+from titan_doctor.migrate.rules import RuleSet
+from titan_doctor.migrate.skipping import statement_map
+from titan_doctor.migrate.suppress import suppressions
+from titan_doctor.migrate.transform import build
+
+# A finding whose line already counts in the rewritten file (the inserted import).
+LINE_IN_OUTPUT = "line_in_output"
+
+
+class _EveryLine(dict):
+    """kernel_lines when the file could not be scanned: every device check is suspect."""
+
+    def get(self, key, default=None):
+        return ("a CUDA-only kernel this file may use (the stdlib parser could not read it)", "")
+
+
+def migrate_python(data: bytes, rules: RuleSet, path: str,
+                   suppressed: list[Finding] | None = None) -> tuple[bytes, list[Finding]]:
+    """(new bytes, findings) for one Python source; raises cst.ParserSyntaxError.
+    Findings silenced by `# titan-doctor: ignore` go to `suppressed` when it is given."""
+    module = cst.parse_module(data)
+    statements = statement_map(data, rules)
+    tree = statements.tree if statements is not None else None
+    kernel_lines: dict[int, tuple[str, str]] = {}
+    if gates.may_gate_kernels(rules, data):
+        tree = tree or _stdlib_tree(data)
+        kernel_lines = gates.kernel_gate_lines(rules, tree) if tree is not None else _EveryLine()
+    device_names = frozenset()
+    if flows.may_flow(rules, data):
+        tree = tree or _stdlib_tree(data)
+        device_names = flows.device_variables(rules, tree) if tree is not None else frozenset()
+    migrator = build(rules, path, data.decode(module.encoding, errors="replace"), statements,
+                     suppressions(data), kernel_lines, device_names=device_names)
+    out = module.visit(migrator)
+    ctx = migrator.ctx
+    findings = ctx.finish()
+    if suppressed is not None:
+        suppressed.extend(ctx.suppressed)
+    if not ctx.changed:
+        return data, findings
+    scopes, rule = ctx.scopes, rules.add_import
+    if not ctx.needs_npu or scopes.has_torch_npu or rule is None:
+        return out.bytes, findings
+    if scopes.imports_torch:
+        out, index = add_torch_npu_import(out)
+        line = sum(module_lines(out, s) for s in out.body[:index]) + len(out.header) + 1
+        findings.append(Finding(code=rule.code, status=Status.FIXED, message=rule.message,
+                                path=path, line=line, col=1, data={LINE_IN_OUTPUT: True}))
+    elif scopes.imports_torch_nested:  # a lazy `import torch` stays lazy: a person places it
+        findings.append(Finding(
+            code=rule.code, status=Status.MANUAL, path=path, line=1, col=1,
+            message="torch is imported inside functions here: add `import torch_npu` next to "
+                    "that import (the rewrites need it)", fix="import torch_npu"))
+    return out.bytes, findings
+
+
+def _stdlib_tree(data: bytes) -> ast.Module | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(data)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def module_lines(module: cst.Module, stmt: cst.CSTNode) -> int:
+    return module.code_for_node(stmt).count("\n")
+
+
+def parse_error(data: bytes, error: cst.ParserSyntaxError) -> tuple[str, int, int]:
+    """(message, line, column) for a file libcst cannot parse, at the place CPython's own
+    parser names ("'(' was never closed" points at the bracket, where libcst would point
+    at the end of the file). libcst's own place when CPython accepts the file."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(data)
+    except SyntaxError as e:
+        if e.lineno:
+            return e.msg, e.lineno, max(e.offset or 1, 1)
+    except ValueError:  # null bytes
+        pass
+    return error.message, error.raw_line, error.raw_column + 1
