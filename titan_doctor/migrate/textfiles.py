@@ -1,18 +1,23 @@
-"""Rewrites launch scripts and configs (sh, .env, YAML, TOML, Dockerfile) line by line:
-environment variable names and `text` rules (backend = "nccl", nvidia-smi).
+"""Rewrites launch scripts and configs (sh, Slurm, .env, YAML, TOML, JSON, Dockerfile)
+line by line: environment variable names and `text` rules (backend = "nccl", --device cuda,
+#SBATCH --gpus-per-node, nvidia-smi).
 
 These files have no syntax tree we could trust across dialects, so only unambiguous tokens
-are touched: a known variable name as a whole word, or a rule's explicit pattern.
+are touched: a known variable name as a whole word, or a rule's explicit pattern. Formats
+that have a standard parser (JSON, TOML) are parsed again after the rewrite (`reparse_error`).
 """
 from __future__ import annotations
 
+import json
 import re
+import tomllib
 from pathlib import PurePath
 
 from titan_doctor.findings import Finding, Status
 from titan_doctor.migrate.rules import RuleSet
 
-TEXT_SUFFIXES = {".sh", ".bash", ".zsh", ".env", ".yaml", ".yml", ".toml", ".cfg", ".ini"}
+TEXT_SUFFIXES = {".sh", ".bash", ".zsh", ".env", ".yaml", ".yml", ".toml", ".cfg", ".ini",
+                 ".json", ".sbatch", ".slurm"}
 TEXT_NAMES = {"Dockerfile", "Containerfile", ".env"}
 _VAR = re.compile(r"(?<![A-Za-z0-9_])[A-Z][A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9_])")
 
@@ -28,9 +33,15 @@ def _finding(rule: dict, status: Status, message: str, path: str, line: int, col
                    fix=rule.get("fix", ""), path=path, line=line, col=col)
 
 
-def rewrite_line(line: str, rules: RuleSet, path: str, lineno: int,
-                 findings: list[Finding]) -> str:
-    """One line with env names and text patterns rewritten; findings appended."""
+def rename_env(line: str, rules: RuleSet, path: str, lineno: int,
+               findings: list[Finding]) -> str:
+    """Known environment variable names in one line renamed (or reported).
+
+    SEAM: this is where a variable's *value* must be judged too (NCCL_BUFFSIZE is bytes,
+    HCCL_BUFFSIZE is MB; NCCL_DEBUG levels are not ASCEND_GLOBAL_LOG_LEVEL numbers). The
+    value-semantics API of the rules (rules/migrate/env.toml units) plugs in here, with the
+    name, the text after `=` / `:` on this line, and the finding to emit.
+    """
     def env(m: re.Match) -> str:
         name = m.group(0)
         rule = rules.env_rule(name)
@@ -42,28 +53,68 @@ def rewrite_line(line: str, rules: RuleSet, path: str, lineno: int,
                                  path, lineno, m.start() + 1))
         return new or name
 
-    line = _VAR.sub(env, line)
+    return _VAR.sub(env, line)
+
+
+def apply_text_rules(line: str, rules: RuleSet, path: str, lineno: int,
+                     findings: list[Finding]) -> str:
+    """The `text` rules over one line. A group `opt` in a pattern is what the finding
+    points at and shows as {old}; a group `pre` is kept when `new` replaces the match."""
     for pattern, rule in rules.text:
         new = rule.get("new")
 
         def text(m: re.Match, rule=rule, new=new) -> str:
             status = Status.FIXED if new is not None else Status.MANUAL
-            findings.append(_finding(rule, status, rule["message"], path, lineno, m.start() + 1))
-            if new is None:
-                return m.group(0)
             pre = m.groupdict().get("pre") or ""
-            return pre + new
+            shown = "opt" if m.groupdict().get("opt") is not None else 0
+            replacement = m.group(0) if new is None else pre + new
+            message = rule["message"].format(old=_shown(m.group(shown)),
+                                             new=_shown(replacement) if new is not None else "")
+            findings.append(_finding(rule, status, message, path, lineno, m.start(shown) + 1))
+            return replacement
 
         line = pattern.sub(text, line)
     return line
 
 
+def _shown(text: str) -> str:
+    """Matched text for a message: quotes dropped (a match may end inside a string)."""
+    return text.replace('"', "").replace("'", "").strip()
+
+
+def rewrite_line(line: str, rules: RuleSet, path: str, lineno: int,
+                 findings: list[Finding]) -> str:
+    """One line with env names and text patterns rewritten; findings appended."""
+    return apply_text_rules(rename_env(line, rules, path, lineno, findings),
+                            rules, path, lineno, findings)
+
+
 def migrate_text(data: bytes, rules: RuleSet, path: str) -> tuple[bytes, list[Finding]]:
     """(new bytes, findings); bytes are identical when nothing changed. UTF-8 only:
-    a UnicodeDecodeError propagates and the engine reports the file as skipped."""
+    a UnicodeDecodeError propagates and the engine reports where the file stops decoding."""
     text = data.decode("utf-8")
     findings: list[Finding] = []
     out = [rewrite_line(ln, rules, path, i, findings)
            for i, ln in enumerate(text.splitlines(keepends=True), 1)]
     new = "".join(out)
     return (data if new == text else new.encode("utf-8")), findings
+
+
+def reparse_error(path: PurePath, old: bytes, new: bytes) -> str | None:
+    """Why `new` no longer parses as its format (JSON, TOML) when `old` did; else None.
+    Formats without a standard-library parser (YAML, shell) are not checked."""
+    if path.suffix == ".json":
+        load, errors = (lambda b: json.loads(b.decode("utf-8-sig"))), (ValueError,)
+    elif path.suffix == ".toml":
+        load, errors = (lambda b: tomllib.loads(b.decode("utf-8-sig"))), (tomllib.TOMLDecodeError,)
+    else:
+        return None
+    try:
+        load(old)
+    except (*errors, UnicodeDecodeError):
+        return None  # a template or a dialect (JSON with comments): nothing to compare
+    try:
+        load(new)
+    except (*errors, UnicodeDecodeError) as e:
+        return str(e)
+    return None
