@@ -31,7 +31,7 @@ def test_in_place_rewrite_exit_0_and_report(tree):
     assert res.exit_code == 0, res.output
     assert (tree / "train.py").read_text() == \
         "import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n"
-    assert "src/train.py:4:1 NPU101 [fixed] torch.cuda.synchronize -> torch.npu.synchronize" \
+    assert "src/train.py:3:1 NPU101 [fixed] torch.cuda.synchronize -> torch.npu.synchronize" \
         in res.output.replace(str(tree.parent) + "/", "")
     assert "changed (rewritten)" in res.output and "NPU101" in res.output
 
@@ -189,15 +189,23 @@ def test_parse_failure_exit_1_and_file_untouched(tree):
     assert (tree / "broken.py").read_text() == "import torch\ntorch.cuda.x(\n"
 
 
-def test_written_files_report_positions_as_written(tree):
-    (tree / "flags.py").write_text("import torch\nfrom torch.cuda import synchronize, jiterator\n"
-                                   "torch.backends.cudnn.benchmark = True\n")
-    res = run(tree)
-    line = [ln for ln in res.output.splitlines() if "NPU603" in ln][0]
-    assert "flags.py:5:1 NPU603" in line  # +1 import torch_npu, +1 split import
-    assert (tree / "flags.py").read_text().splitlines()[4].startswith("torch.backends.cudnn.benchmark")
-    res = run("--check", tree)  # nothing written: positions in the file as it is
-    assert "flags.py:5:1 NPU603" in res.output
+@pytest.mark.parametrize("mode", [["--check"], ["--diff"], [], ["--output", "OUT"],
+                                  ["--format", "json"]])
+def test_positions_are_input_lines_in_every_mode(tree, tmp_path, mode):
+    """One convention for pre-commit, CI and editors: the line in the file as it was read,
+    even when an inserted or split import moves it in the output."""
+    src = ("import torch\nfrom torch.cuda import synchronize, jiterator\n"
+           "torch.backends.cudnn.benchmark = True\n")
+    (tree / "flags.py").write_text(src)
+    args = [a if a != "OUT" else str(tmp_path / "out") for a in mode]
+    res = run(*args, tree)
+    if mode == ["--format", "json"]:
+        [f] = [f for f in json.loads(res.output)["findings"] if f["code"] == "NPU603"]
+        assert (f["line"], f["col"]) == (3, 1)
+    else:
+        line = [ln for ln in res.output.splitlines() if "NPU603" in ln and "[manual]" in ln][0]
+        assert "flags.py:3:1 NPU603" in line
+    assert src.splitlines()[2].startswith("torch.backends.cudnn.benchmark")
 
 
 def test_unwritable_output_is_one_line_exit_2(tree, tmp_path):

@@ -127,9 +127,8 @@ def _run(paths, show_diff, check, output, allow_dirty, jobs, fmt, exclude, selec
     except OSError as e:
         raise MigrateError(f"cannot write {e.filename or output}: {e.strerror}") from e
 
-    # positions refer to the files as they are after this run
-    per_file = [engine.as_written(r) if writes else r.findings for r in results]
-    findings = sorted((f for fs in per_file for f in fs),
+    # positions are the input file's lines, in every mode
+    findings = sorted((f for r in results for f in r.findings),
                       key=lambda f: (f.path or "", f.line or 0, f.col or 0, f.code))
     diffs = [_diff(r) for r in changed] if show_diff else []
     _report(fmt, findings, results, engine, diffs, writes, output, rules.help)

@@ -1,17 +1,23 @@
-"""Runs the migration over a tree: discovery, the cheap pre-filter, parsing, the
-transformer, re-parse of every output, parallel workers, and the write modes.
+"""Runs the migration over files: dispatch by kind, the cheap pre-filter, parsing, the
+transformer, re-parse of every output, parallel workers.
 
-Each file ends in exactly one state: changed, unchanged, skipped (not a file we handle,
-or not UTF-8 text) or failed (does not parse, or our output would not parse: left as is).
+Each file ends in exactly one state: changed, unchanged or failed (does not parse or
+decode, or our output would not parse: left as is). Which files are read, and what was
+left out and why, is discovery.py; writing them is writes.py.
+
+Line numbers: every finding points into the INPUT file as it was read, in every mode
+(--check, --diff, in place, --output), so pre-commit, CI and an editor agree.
 """
 from __future__ import annotations
 
-import dataclasses
+import codecs
 import difflib
 import fnmatch
+import io
 import os
 import subprocess
 import tempfile
+import tokenize
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,19 +26,25 @@ from typing import Callable, Iterable, Iterator
 import libcst as cst
 
 from titan_doctor.findings import Finding, Status
+from titan_doctor.migrate import kinds
+from titan_doctor.migrate.imports import add_torch_npu_import
+from titan_doctor.migrate.notebooks import NotebookError, OutputInvalid, migrate_notebook
 from titan_doctor.migrate.rules import RuleSet, may_match
 from titan_doctor.migrate.skipping import statement_map
-from titan_doctor.migrate.textfiles import is_text_file, migrate_text
-from titan_doctor.migrate.imports import add_torch_npu_import
+from titan_doctor.migrate.textfiles import is_text_file, migrate_text, reparse_error
 from titan_doctor.migrate.transform import Migrator
 
-SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".tox",
-             ".mypy_cache", ".pytest_cache", "site-packages", "build", "dist", ".eggs"}
 PARSE_FAILED = "NPU001"
 OUTPUT_INVALID = "NPU002"
 TOOL_ERROR = "NPU003"
+UNDECODABLE = "NPU004"
 
+SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".tox",
+             ".mypy_cache", ".pytest_cache", "site-packages", "build", "dist", ".eggs"}
 CHANGED, UNCHANGED, SKIPPED, FAILED = "changed", "unchanged", "skipped", "failed"
+STATES = (CHANGED, UNCHANGED, FAILED)
+
+_WIDE_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 
 
 @dataclass
@@ -65,12 +77,8 @@ def discover(paths: Iterable[Path], rules: RuleSet, exclude: Iterable[str] = ())
                 p = Path(dirpath, name)
                 if excluded(p.relative_to(root).as_posix()):
                     continue
-                if p.suffix == ".py" or is_text_file(p) or p.suffix in rules.files:
+                if kinds.kind_of(p, rules) is not None:
                     yield p
-
-
-# A finding whose line already counts in the rewritten file (the inserted import).
-LINE_IN_OUTPUT = "line_in_output"
 
 
 def migrate_python(data: bytes, rules: RuleSet, path: str) -> tuple[bytes, list[Finding]]:
@@ -83,16 +91,52 @@ def migrate_python(data: bytes, rules: RuleSet, path: str) -> tuple[bytes, list[
     if not migrator.changed:
         return data, findings
     if migrator.needs_npu and not migrator.scopes.has_torch_npu and rules.add_import is not None:
+        before = out
         out, index = add_torch_npu_import(out)
-        line = sum(_line_count(out, s) for s in out.body[:index]) + len(out.header) + 1
         rule = rules.add_import
         findings.append(Finding(code=rule["code"], status=Status.FIXED, message=rule["message"],
-                                path=path, line=line, col=1, data={LINE_IN_OUTPUT: True}))
+                                path=path, line=_insert_line(data, before, index), col=1))
     return out.bytes, findings
 
 
-def _line_count(module: cst.Module, stmt: cst.CSTNode) -> int:
-    return module.code_for_node(stmt).count("\n")
+def _insert_line(data: bytes, out: cst.Module, index: int) -> int:
+    """Input line before which the import was inserted: the line after the statement it
+    follows (1 when it goes first).
+
+    The statements before it are imports the transformer may have split onto more lines,
+    so the output line is mapped back through a line diff of that prefix."""
+    if index == 0:
+        return 1
+    # codegen of the leading statements only (a whole-module codegen costs a parse)
+    prefix = out.with_changes(body=out.body[:index], footer=()).bytes
+    last = prefix.count(b"\n")
+    a = data.splitlines()[:last]
+    b = prefix.splitlines()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if j1 < last <= j2:
+            return (i1 + last - j1 if tag == "equal" else max(i2, i1 + 1)) + 1
+    return last + 1
+
+
+def _decode_problem(data: bytes, kind: str, wide: bool) -> tuple[str, int, int] | None:
+    """(message, line, col) when a file of `kind` cannot be read as text; else None.
+    Python honours its coding cookie; everything else must be UTF-8."""
+    if wide:
+        return "not UTF-8 text (UTF-16/32 or binary): not migrated; convert it to UTF-8", 1, 1
+    encoding = "utf-8"
+    if kind == kinds.PYTHON:
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError as e:
+            return f"cannot decode: {e}; not migrated", 1, 1
+    try:
+        data.decode(encoding)
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        return (f"cannot decode as {encoding} (byte 0x{data[e.start]:02x}): not migrated; "
+                f"convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)"), line, col
+    return None
 
 
 def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileResult:
@@ -101,52 +145,68 @@ def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileRe
     try:
         data = path.read_bytes()
     except OSError as e:
-        return FileResult(path, FAILED, findings=[_fail(PARSE_FAILED, f"cannot read: {e.strerror}", shown)])
-    rule = rules.files.get(path.suffix)
-    if rule is not None:
+        return FileResult(path, FAILED, findings=[_fail(TOOL_ERROR, f"cannot read: {e.strerror}", shown)])
+    kind = kinds.kind_of(path, rules)
+    if kind == kinds.REPORT:
+        rule = rules.files[path.suffix]
         return FileResult(path, UNCHANGED, data, data, [Finding(
             code=rule["code"], status=Status.MANUAL, message=rule["message"],
             fix=rule.get("fix", ""), path=shown, line=1, col=1)])
-    is_py = path.suffix == ".py"
-    if not is_py and not is_text_file(path):
-        return FileResult(path, SKIPPED, data, data)
-    if not may_match(rules, data):
+    if kind is None:
         return FileResult(path, UNCHANGED, data, data)
+    # Rule markers are ASCII, so an ASCII-compatible file without them needs no decoding;
+    # a wide (UTF-16/32) or binary file would hide them, so it is reported unread.
+    wide = data.startswith(_WIDE_BOMS) or b"\0" in data
+    if not wide and not may_match(rules, data):
+        return FileResult(path, UNCHANGED, data, data)
+    problem = _decode_problem(data, kind, wide)
+    if problem is not None:
+        message, line, col = problem
+        return FileResult(path, FAILED, data, data, [_fail(UNDECODABLE, message, shown, line, col)])
     try:
-        new, findings = (migrate_python if is_py else migrate_text)(data, rules, shown)
+        new, findings = _migrate(kind, data, rules, shown)
     except cst.ParserSyntaxError as e:
         return FileResult(path, FAILED, data, data, [_fail(
             PARSE_FAILED, f"does not parse, left untouched: {e.message}", shown, e.raw_line, e.raw_column + 1)])
-    except UnicodeDecodeError:
-        return FileResult(path, SKIPPED, data, data)
+    except NotebookError as e:
+        return FileResult(path, FAILED, data, data, [_fail(
+            PARSE_FAILED, f"{e}, left untouched", shown, e.line, e.col)])
+    except OutputInvalid as e:
+        return FileResult(path, FAILED, data, data, [_fail(
+            OUTPUT_INVALID, f"migrated notebook would not be the same document ({e}); file left untouched", shown)])
     except (Exception, RecursionError) as e:  # noqa: BLE001 - one odd file must not stop a run
         return FileResult(path, FAILED, data, data, [_fail(
             TOOL_ERROR, f"left untouched: migrate failed on this file ({type(e).__name__}: {e}); "
             "please report it", shown)])
     if new == data:
         return FileResult(path, UNCHANGED, data, data, findings)
-    if is_py:
-        try:
-            cst.parse_module(new)
-        except cst.ParserSyntaxError as e:
-            return FileResult(path, FAILED, data, data, [_fail(
-                OUTPUT_INVALID, f"migrated code would not parse ({e.message}); file left untouched", shown)])
+    invalid = _output_problem(kind, path, data, new)
+    if invalid is not None:
+        return FileResult(path, FAILED, data, data, [_fail(OUTPUT_INVALID, invalid, shown)])
     return FileResult(path, CHANGED, data, new, findings)
 
 
-def as_written(result: FileResult) -> list[Finding]:
-    """Findings with lines moved to where they are in the rewritten file (an inserted
-    `import torch_npu` or a split import shifts what follows)."""
-    if result.state != CHANGED:
-        return result.findings
-    a = result.original.splitlines()
-    b = result.new.splitlines()
-    where: dict[int, int] = {}
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        for k in range(i2 - i1):
-            where[i1 + k + 1] = j1 + min(k, max(j2 - j1 - 1, 0)) + 1
-    return [f if f.line is None or f.data.get(LINE_IN_OUTPUT) else
-            dataclasses.replace(f, line=where.get(f.line, f.line)) for f in result.findings]
+def _migrate(kind: str, data: bytes, rules: RuleSet, shown: str) -> tuple[bytes, list[Finding]]:
+    if kind == kinds.PYTHON:
+        return migrate_python(data, rules, shown)
+    if kind == kinds.NOTEBOOK:
+        return migrate_notebook(data, rules, shown, python=migrate_python, text_kind=is_text_file)
+    return migrate_text(data, rules, shown)
+
+
+def _output_problem(kind: str, path: Path, old: bytes, new: bytes) -> str | None:
+    """Why the rewritten bytes must not be written (they would not parse), else None."""
+    if kind == kinds.PYTHON:
+        try:
+            cst.parse_module(new)
+        except cst.ParserSyntaxError as e:
+            return f"migrated code would not parse ({e.message}); file left untouched"
+        return None
+    if kind == kinds.TEXT:
+        error = reparse_error(path, old, new)
+        if error is not None:
+            return f"migrated file would not parse as {path.suffix[1:].upper()} ({error}); file left untouched"
+    return None
 
 
 def _fail(code: str, message: str, shown: str, line: int | None = 1, col: int | None = 1) -> Finding:
