@@ -3,7 +3,8 @@ parse + codegen of the same Python files, single process. Figures, not pass/fail
 
     python benchmarks/migrate_speed.py TREE [-j N]
 
-Nothing is written: migrate runs in memory (like --check). Reference measured on the
+Nothing is written: migrate runs in memory (like --check). Discovery (the walk, git's
+ignore list or the .gitignore reader, file kinds) is timed on its own row. Reference measured on the
 2-core dev machine: TorchFix 0.7.0 over torchtitan (476 files) took 112 s wall with -j 2;
 "TorchFix/this" scales that reference to this tree's Python file count.
 """
@@ -18,7 +19,7 @@ import libcst as cst
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from titan_doctor.migrate import engine  # noqa: E402
+from titan_doctor.migrate import discovery, engine  # noqa: E402
 from titan_doctor.migrate.rules import load_rules  # noqa: E402
 
 TORCHFIX_REFERENCE = (476, 112.0)  # files, seconds (-j 2), measured separately
@@ -52,10 +53,14 @@ def main() -> int:
         return 2
 
     tf_files, tf_wall = TORCHFIX_REFERENCE
-    files = list(engine.discover([args.tree], load_rules()))
+    start = time.perf_counter()
+    found = discovery.discover([args.tree], load_rules())
+    walk = time.perf_counter() - start
+    files = [e.path for e in found.files]
     py = [p for p in files if p.suffix == ".py"]
     floor = parse_floor(py)
-    rows = [("libcst parse+codegen (floor)", len(py), floor)]
+    rows = [("libcst parse+codegen (floor)", len(py), floor),
+            ("discovery (walk, git ignores, kinds)", len(files), walk)]
     t1, results = migrate(files, 1)
     rows.append(("titan-doctor migrate -j 1", len(files), t1))
     if args.jobs > 1:
@@ -69,9 +74,14 @@ def main() -> int:
               f"{tf_wall * len(py) / tf_files / wall:13.1f}x")
     print(f"{'TorchFix 0.7.0 -j 2 (reference)':34} {tf_files:6d} {tf_wall:8.2f} "
           f"{tf_files / tf_wall:8.1f}   (measured separately on the dev machine)")
-    states = {s: sum(r.state == s for r in results) for s in
-              (engine.CHANGED, engine.UNCHANGED, engine.SKIPPED, engine.FAILED)}
+    states = {s: sum(r.state == s for r in results) for s in engine.STATES}
     print("migrate outcome: " + ", ".join(f"{k} {v}" for k, v in states.items()))
+    print("not read: " + (", ".join(f"{k} {len(v)}" for k, v in sorted(found.skipped.items()))
+                          or "nothing"))
+    kinds = {}
+    for e in found.files:
+        kinds[e.kind] = kinds.get(e.kind, 0) + 1
+    print("kinds read: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
     return 0
 
 

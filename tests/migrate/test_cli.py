@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+from pathlib import Path, PurePosixPath
 
 import pytest
 from click.testing import CliRunner
@@ -112,6 +114,7 @@ def test_json_format(tree):
     data = json.loads(res.output)
     assert res.exit_code == 1
     assert data["files"] == {"changed": 1, "unchanged": 1, "skipped": 0, "failed": 0}
+    assert data["skipped"] == {}
     assert {f["code"] for f in data["findings"]} == {"NPU100", "NPU101"}
     assert data["findings"][0]["status"] == "fixed"
 
@@ -227,10 +230,45 @@ def test_progress_bar_on_a_terminal(tree, monkeypatch):
     assert [r.state for r in results] == [engine.UNCHANGED, engine.CHANGED]
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _hook() -> str:
+    return (ROOT / ".pre-commit-hooks.yaml").read_text()
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
 def test_pre_commit_hook_runs_check():
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[2]
-    text = (root / ".pre-commit-hooks.yaml").read_text()
+    text = _hook()
     assert "id: titan-doctor-migrate-check" in text
     assert "entry: titan-doctor migrate --check" in text
-    assert 'titan-doctor = "titan_doctor.cli:main"' in (root / "pyproject.toml").read_text()
+    assert 'titan-doctor = "titan_doctor.cli:main"' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_summary_says_what_was_skipped_and_why(tmp_path):
+    src = tmp_path / "proj"
+    src.mkdir()
+    (src / "train.py").write_text(CUDA_SRC)
+    (src / ".venv").mkdir()
+    (src / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (src / ".venv" / "lib.py").write_text(CUDA_SRC)
+    (src / "dist").mkdir()
+    (src / "dist" / "launch.sh").write_text("export CUDA_VISIBLE_DEVICES=0\n")
+    (src / ".gitignore").write_text("wandb/\n")
+    (src / "wandb").mkdir()
+    (src / "wandb" / "cfg.yaml").write_text("backend: nccl\n")
+    res = run("--check", src)
+    assert "dist/launch.sh:1:8 NPU301" in res.output  # dist/ is not skipped by name
+    assert re.search(r"skipped \(not read\)\s+2\n", res.output)
+    rows = {ln.split()[0]: ln for ln in res.output.splitlines()
+            if ln.startswith(("ignored", "virtualenv"))}
+    assert "git ignores it" in rows["ignored"] and "wandb/" in rows["ignored"]
+    assert "pyvenv.cfg" in rows["virtualenv"] and ".venv/" in rows["virtualenv"]
+    data = json.loads(run("--check", "--format", "json", src).output)
+    assert data["files"]["skipped"] == 2
+    assert data["skipped"]["virtualenv"]["count"] == 1
+    assert data["skipped"]["virtualenv"]["paths"][0].endswith(".venv/")
+    assert data["skipped"]["ignored"]["why"].startswith("git ignores it")

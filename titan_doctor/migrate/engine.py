@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import codecs
 import difflib
-import fnmatch
 import io
-import os
-import subprocess
-import tempfile
 import tokenize
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable
 
 import libcst as cst
 
@@ -39,9 +35,7 @@ OUTPUT_INVALID = "NPU002"
 TOOL_ERROR = "NPU003"
 UNDECODABLE = "NPU004"
 
-SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".tox",
-             ".mypy_cache", ".pytest_cache", "site-packages", "build", "dist", ".eggs"}
-CHANGED, UNCHANGED, SKIPPED, FAILED = "changed", "unchanged", "skipped", "failed"
+CHANGED, UNCHANGED, FAILED = "changed", "unchanged", "failed"
 STATES = (CHANGED, UNCHANGED, FAILED)
 
 _WIDE_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
@@ -54,31 +48,6 @@ class FileResult:
     original: bytes = b""
     new: bytes = b""
     findings: list[Finding] = field(default_factory=list)
-
-
-def discover(paths: Iterable[Path], rules: RuleSet, exclude: Iterable[str] = ()) -> Iterator[Path]:
-    """Python, text and CUDA source files under `paths`, sorted. Skips tool and hidden
-    folders (.git, .github, venv, build, ...) and paths matching an `exclude` glob."""
-    exclude = list(exclude)
-
-    def excluded(rel: str) -> bool:
-        return any(fnmatch.fnmatch(rel, pat) or fnmatch.fnmatch(rel, pat.rstrip("/") + "/*")
-                   for pat in exclude)
-
-    for root in paths:
-        if root.is_file():
-            if not excluded(root.as_posix()):
-                yield root
-            continue
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS
-                                 and not d.startswith(".") and not d.endswith(".egg-info"))
-            for name in sorted(filenames):
-                p = Path(dirpath, name)
-                if excluded(p.relative_to(root).as_posix()):
-                    continue
-                if kinds.kind_of(p, rules) is not None:
-                    yield p
 
 
 def migrate_python(data: bytes, rules: RuleSet, path: str) -> tuple[bytes, list[Finding]]:
@@ -242,45 +211,3 @@ def run(files: list[tuple[Path, str]], rules: RuleSet, jobs: int = 1,
             if progress:
                 progress(1)
     return results
-
-
-def dirty_files(paths: list[Path]) -> list[Path]:
-    """Those of `paths` with uncommitted changes in their git working tree ([] outside git)."""
-    dirty: list[Path] = []
-    by_dir: dict[Path, list[Path]] = {}
-    for p in paths:
-        by_dir.setdefault(p.resolve().parent, []).append(p)
-    for folder, group in by_dir.items():
-        try:
-            out = subprocess.run(
-                ["git", "status", "--porcelain", "--", *[str(p.resolve()) for p in group]],
-                cwd=folder, capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if out.returncode != 0:
-            continue  # not a git tree
-        if out.stdout.strip():
-            changed = {ln[3:].strip().strip('"') for ln in out.stdout.splitlines()}
-            top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=folder,
-                                 capture_output=True, text=True).stdout.strip()
-            for p in group:
-                rel = os.path.relpath(p.resolve(), top) if top else p.name
-                if rel in changed or any(c.endswith("/") and rel.startswith(c) for c in changed):
-                    dirty.append(p)
-    return dirty
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Temp file in the same folder, then rename over the original, keeping its mode."""
-    mode = path.stat().st_mode if path.exists() else None
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        if mode is not None:
-            os.chmod(tmp, mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
