@@ -248,6 +248,32 @@ def test_pre_commit_hook_runs_check():
     assert 'titan-doctor = "titan_doctor.cli:main"' in (ROOT / "pyproject.toml").read_text()
 
 
+def test_help_readme_and_hook_say_the_same_about_check_exit_1():
+    from titan_doctor.migrate.command import CHECK_EXIT_1
+    sentence = _flat(CHECK_EXIT_1)
+    help_text = _flat(CliRunner().invoke(main, ["migrate", "--help"]).output)
+    readme = _flat((ROOT / "README.md").read_text())
+    [description] = re.findall(r'^  description: "(.*)"$', _hook(), re.M)
+    assert sentence in help_text
+    assert sentence in readme
+    assert _flat(description) == sentence
+    for case in ("would change", "[manual]", "parsed or decoded", "titan-doctor: ignore[CODE]"):
+        assert case in sentence
+
+
+@pytest.mark.parametrize("name", [
+    "a.py", "nb/x.ipynb", "run.sh", "r.bash", "r.zsh", "job.sbatch", "job.slurm", "c.json",
+    "c.yaml", "c.yml", "c.toml", "setup.cfg", "t.ini", "k.cu", "k.cuh", "Dockerfile",
+    "docker/Containerfile", ".env", ".env.local", "prod.env", "README.md", "notes.txt",
+    "x.pyc", "Makefile", "a.py.bak", "data.jsonl", "lib.so", "docker/Dockerfile.dev"])
+def test_hook_files_pattern_matches_exactly_what_migrate_reads(name):
+    from titan_doctor.migrate import kinds
+    from titan_doctor.migrate.rules import load_rules
+    [pattern] = re.findall(r"^  files: '(.*)'$", _hook(), re.M)
+    reads = kinds.kind_of(PurePosixPath(name), load_rules()) is not None
+    assert bool(re.search(pattern, name)) == reads
+
+
 def test_summary_says_what_was_skipped_and_why(tmp_path):
     src = tmp_path / "proj"
     src.mkdir()
