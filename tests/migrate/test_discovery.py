@@ -169,6 +169,8 @@ def test_symlinks_are_never_followed_and_files_are_read_once(tmp_path):
     (tree / "outdir").symlink_to(outside / "pkg")
     (tree / "gone.py").symlink_to(tree / "missing.py")
     os.link(tree / "real.py", tree / "hard.py")
+    (tree / "README.md").write_text("docs\n")
+    (tree / "AGENTS.md").symlink_to("README.md")  # not a kind migrate reads: not counted
     found = discovery.discover([tree, tree / "real.py"], rules())
     # real.py and hard.py are one file (a hard link): read once, under the first name met
     assert [e.path for e in found.files] == [(tree / "hard.py").resolve(),
@@ -178,7 +180,7 @@ def test_symlinks_are_never_followed_and_files_are_read_once(tmp_path):
     assert sk["symlink-outside"] == ["tree/out.py", "tree/outdir"]
     assert sk["broken-symlink"] == ["tree/gone.py"]
     assert sk["duplicate"] == ["tree/real.py", "tree/real.py"]  # hard link, and named twice
-    assert len(found.links) == 5
+    assert len(found.links) == 6  # all kept for --output
 
 
 def test_named_link_out_of_its_folder_is_not_followed(tmp_path):

@@ -115,6 +115,15 @@ def test_json_output_is_parsed_again(tmp_path, monkeypatch):
     assert "would not parse as JSON" in res.findings[0].message
 
 
+def test_toml_device_and_backend_keys_rewritten_and_parsed_again(tmp_path):
+    import tomllib
+    data = b'[training]\ndevice = "cuda:0"\ndevice_map = "cuda"\n[comm]\nbackend = "nccl"\n'
+    res = _process(tmp_path, "job.toml", data)
+    assert tomllib.loads(res.new.decode()) == {"training": {"device": "npu:0", "device_map": "cuda"},
+                                               "comm": {"backend": "hccl"}}
+    assert [(f.code, f.line) for f in res.findings] == [("NPU901", 2), ("NPU802", 5)]
+
+
 def test_inserted_import_is_reported_at_an_input_line(tmp_path):
     src = (b'"""doc."""\nfrom torch.cuda import synchronize, jiterator\nimport torch\n\n'
            b"torch.cuda.manual_seed(0)\n")

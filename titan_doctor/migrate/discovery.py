@@ -228,12 +228,16 @@ class _Walker:
             stack.extend(reversed(subfolders))
 
     def link(self, path: Path, root: Path, rel: PurePosixPath) -> None:
+        """Never followed; counted when it could hold something migrate reads (a folder,
+        or a file of a kind it reads), and kept for --output either way."""
         try:
             target = path.resolve(strict=True)
         except (OSError, RuntimeError):
-            self.skip("broken-symlink", path)
+            if kinds.kind_of(path, self.rules) is not None:
+                self.skip("broken-symlink", path)
             self.found.links.append(Link(path, root, rel, inside=False))
             return
         inside = _inside(target, self.trees)
-        self.skip("symlink" if inside else "symlink-outside", path)
+        if target.is_dir() or kinds.kind_of(path, self.rules) or kinds.kind_of(target, self.rules):
+            self.skip("symlink" if inside else "symlink-outside", path)
         self.found.links.append(Link(path, root, rel, inside))
