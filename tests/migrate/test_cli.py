@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path, PurePosixPath
 
 import pytest
 from click.testing import CliRunner
 
 from titan_doctor.cli import main
+
+from .gitrepo import commit_all, git
 
 CUDA_SRC = "import torch\n\ntorch.cuda.synchronize()\n"
 MANUAL_SRC = "import torch\n\ntorch.backends.cudnn.benchmark = True\n"
@@ -78,17 +79,9 @@ def test_output_inside_input_refused(tree):
     assert "must be outside" in res.output
 
 
-def _git(cwd, *args):
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                        "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin:/usr/local/bin",
-                        "HOME": str(cwd)})
-
-
 def _commit_all(tree):
-    _git(tree, "init", "-q")
-    _git(tree, "add", ".")
-    _git(tree, "commit", "-qm", "init")
+    git(tree, "init", "-q")
+    commit_all(tree)
 
 
 def test_dirty_git_files_refused_unless_allowed(tree):

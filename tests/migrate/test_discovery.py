@@ -11,24 +11,8 @@ import pytest
 from titan_doctor.migrate import discovery
 from titan_doctor.migrate.gitignore import IgnoreReader
 
+from .gitrepo import GIT_ENV, git, make
 from .helpers import rules
-
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-           "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1"}
-
-
-def git(cwd, *args, **kw):
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                          env=GIT_ENV, **kw)
-
-
-def make(root, files):
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-
 
 TREE = {
     ".gitignore": "outputs/\n*.log\n/data\n!keep.log\n",

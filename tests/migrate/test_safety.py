@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from titan_doctor.cli import main
 from titan_doctor.migrate import command, writes
 
-from .test_discovery import git, make
+from .gitrepo import commit_all as commit
+from .gitrepo import git, make
 
 CUDA = "import torch\n\ntorch.cuda.synchronize()\n"
 NPU = "import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n"
@@ -21,11 +22,6 @@ NPU = "import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n"
 
 def run(*args):
     return CliRunner().invoke(main, ["migrate", *map(str, args)])
-
-
-def commit(repo):
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "x")
 
 
 @pytest.fixture
