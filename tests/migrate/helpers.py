@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from titan_doctor.findings import Finding
-from titan_doctor.migrate.engine import migrate_python
+from titan_doctor.migrate.pyfile import migrate_python
 from titan_doctor.migrate.rules import RuleSet, load_rules
 from titan_doctor.migrate.textfiles import migrate_text
 
