@@ -23,9 +23,10 @@ TEXT_SUFFIXES = {".sh", ".bash", ".zsh", ".env", ".yaml", ".yml", ".toml", ".cfg
 TEXT_NAMES = {"Dockerfile", "Containerfile", ".env"}
 _VAR = re.compile(r"(?<![A-Za-z0-9_])[A-Z][A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9_])")
 # NAME=value / NAME: value right after a variable name (a literal value: no $, no spaces);
-# a quoted key ("NAME": "value" in JSON/YAML) closes its quote first
+# a quoted key ("NAME": "value" in JSON/YAML) closes its quote first; a comma that
+# ends a JSON/YAML item is not part of the value (one inside it, 0,1,2, is)
 _VALUE = re.compile(r"""(?P<kq>["']?)[ \t]*(?:=|:(?=[ \t"']|\d))[ \t]*(?P<q>["']?)"""
-                    r"""(?P<value>[^\s"'$`#{}]*)(?P=q)(?=\s|$|[;,#}\]])""")
+                    r"""(?P<value>[^\s"'$`#{}]*?)(?P=q)(?=\s|$|[;#}\]]|,(?:\s|$))""")
 
 
 def is_text_file(path: PurePath) -> bool:
