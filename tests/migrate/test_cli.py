@@ -250,7 +250,8 @@ def test_help_readme_and_hook_say_the_same_about_check_exit_1():
     assert sentence in help_text
     assert sentence in readme
     assert _flat(description) == sentence
-    for case in ("would change", "[manual]", "parsed or decoded", "titan-doctor: ignore[CODE]"):
+    for case in ("would change", "[manual]", "parsed or decoded", "titan-doctor: ignore[CODE]",
+                 "Suppressed lines do not count", "shell and Slurm scripts"):
         assert case in sentence
 
 

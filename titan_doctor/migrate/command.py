@@ -16,9 +16,11 @@ PROGRESS_MIN_FILES = 100
 
 # What --check exits 1 for, said once: --help, README and .pre-commit-hooks.yaml carry this
 # sentence word for word (tests/migrate/test_cli.py compares them).
-CHECK_EXIT_1 = ("--check exits 1 when a file would change, a [manual] finding remains "
-                "(one silenced by an inline `# titan-doctor: ignore[CODE]` comment does "
-                "not count), or a file could not be parsed or decoded.")
+CHECK_EXIT_1 = ("--check exits 1 when a file would change, a [manual] finding remains, or a "
+                "file could not be parsed or decoded. Suppressed lines do not count: a line "
+                "with an inline `# titan-doctor: ignore[CODE]` comment (in Python, notebooks, "
+                "shell and Slurm scripts, .env, YAML or TOML) is neither changed nor reported "
+                "for CODE.")
 
 
 class MigrateError(Exception):
@@ -53,11 +55,9 @@ person as `[manual]`, with the NPU alternative. Line numbers are always those of
 input file as it was read, in every mode. Files that do not parse or decode are left
 untouched and reported; every output is parsed again before it is written.
 
-A line ending in `# titan-doctor: ignore[NPU108]` (or a bare `# titan-doctor: ignore`)
-is neither rewritten nor reported for those codes; the summary counts what was
+{CHECK_EXIT_1} Codes may be prefixes or lists (`ignore[NPU1,NPU301]`); the
+comment without [CODE] silences every code on its line. The summary counts what was
 suppressed.
-
-{CHECK_EXIT_1}
 
 \b
 Exit codes:

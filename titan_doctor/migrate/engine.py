@@ -123,8 +123,9 @@ def _migrate(kind: str, data: bytes, rules: RuleSet, shown: str,
     if kind == kinds.PYTHON:
         return migrate_python(data, rules, shown, suppressed)
     if kind == kinds.NOTEBOOK:
-        return migrate_notebook(data, rules, shown, python=migrate_python, text_kind=is_text_file)
-    return migrate_text(data, rules, shown)
+        return migrate_notebook(data, rules, shown, python=migrate_python, text_kind=is_text_file,
+                                suppressed=suppressed)
+    return migrate_text(data, rules, shown, suppressed)
 
 
 def _output_problem(kind: str, path: Path, old: bytes, new: bytes) -> str | None:

@@ -33,11 +33,13 @@ from titan_doctor.migrate.ipython import (PYTHON_CELL_MAGICS, SHELL_CELL_MAGICS,
 from titan_doctor.migrate.nbjson import (Cell, NotebookError, OutputInvalid, escapes_non_ascii,
                                          patch, read_cells, split_lines, verify)
 from titan_doctor.migrate.rules import RuleSet
+from titan_doctor.migrate.suppress import codes_on, silences
 from titan_doctor.migrate.textfiles import rewrite_line
 
 NOT_MIGRATED = "NPU005"
 
-Migrate = Callable[[bytes, RuleSet, str], "tuple[bytes, list[Finding]]"]
+# the engine's Python migration: (data, rules, path, suppressed) -> (new, findings)
+Migrate = Callable[[bytes, RuleSet, str, "list[Finding] | None"], "tuple[bytes, list[Finding]]"]
 __all__ = ["NotebookError", "OutputInvalid", "migrate_notebook"]
 
 
@@ -61,11 +63,13 @@ def _kernel_language(doc: dict) -> str:
 
 
 def migrate_notebook(data: bytes, rules: RuleSet, path: str, python: Migrate,
-                     text_kind: Callable[[PurePath], bool]) -> tuple[bytes, list[Finding]]:
+                     text_kind: Callable[[PurePath], bool],
+                     suppressed: list[Finding] | None = None) -> tuple[bytes, list[Finding]]:
     """(new bytes, findings) for one .ipynb. A cell that does not parse is a finding;
     NotebookError (not a notebook) and OutputInvalid (our result would not be the same
     document) are raised for the engine to report. `python` is the engine's Python
-    migration; `text_kind` says whether a %%writefile target is a text file."""
+    migration; `text_kind` says whether a %%writefile target is a text file. Findings
+    silenced by `# titan-doctor: ignore` (Python or shell lines) go to `suppressed`."""
     bom = data.startswith(b"\xef\xbb\xbf")
     raw = data.decode("utf-8-sig")
     try:
@@ -74,7 +78,7 @@ def migrate_notebook(data: bytes, rules: RuleSet, path: str, python: Migrate,
         raise NotebookError(f"not valid JSON: {e.msg}", e.lineno, e.colno) from e
     if not isinstance(doc, dict) or not isinstance(doc.get("cells", []), list):
         raise NotebookError("not a Jupyter notebook (no top-level \"cells\" list)")
-    nb = _Notebook(raw, rules, path)
+    nb = _Notebook(raw, rules, path, suppressed)
     version = doc.get("nbformat", 4)
     if (isinstance(version, int) and version < 4) or "cells" not in doc:
         nb.report(None, 1, 1, "nbformat 3 notebook (worksheets): not migrated",
@@ -104,8 +108,10 @@ def migrate_notebook(data: bytes, rules: RuleSet, path: str, python: Migrate,
 class _Notebook:
     """Per-notebook state: findings in file coordinates and the cells' new lines."""
 
-    def __init__(self, raw: str, rules: RuleSet, path: str) -> None:
+    def __init__(self, raw: str, rules: RuleSet, path: str,
+                 suppressed: list[Finding] | None = None) -> None:
         self.raw, self.rules, self.path = raw, rules, path
+        self.suppressed = suppressed if suppressed is not None else []
         self.token = "titan-doctor-" + hashlib.sha1(raw.encode("utf-8")).hexdigest()[:12]
         self.findings: list[Finding] = []
         self._lines: dict[int, list[str]] = {}    # cell number -> its lines, as edited
@@ -208,7 +214,7 @@ class _Notebook:
 
     def _rewrite_magic_line(self, cell: Cell, cell_line: int, line: str) -> str:
         found: list[Finding] = []
-        new = rewrite_line(line, self.rules, self.path, cell_line, found)
+        new = rewrite_line(line, self.rules, self.path, cell_line, found, self.suppressed)
         for f in found:
             self.findings.append(self.place(f, cell, cell_line, f.col or 1))
         if new != line:
@@ -220,9 +226,10 @@ class _Notebook:
         for i, magic in list(magics.items()):
             if magic.prefix:
                 continue
-            found_before = len(self.findings)
+            seen = len(self.findings) + len(self.suppressed)
             new = self._rewrite_magic_line(cell, first + i, magic.original)
-            if len(self.findings) == found_before:
+            if (len(self.findings) + len(self.suppressed) == seen
+                    and not silences(codes_on(magic.original), NOT_MIGRATED)):
                 self.report(cell, first + i, 1, "IPython magic line not migrated",
                             "migrate this line by hand", needs_marker=magic.original)
             magics[i] = Magic(new)
@@ -231,7 +238,8 @@ class _Notebook:
     def _separate_python(self, cell: Cell, lines: list[str], python: Migrate, name: str) -> None:
         """%%writefile x.py: its own module (own imports), not the notebook's namespace."""
         try:
-            new, found = python("".join(lines).encode("utf-8"), self.rules, self.path)
+            new, found = python("".join(lines).encode("utf-8"), self.rules, self.path,
+                                self.suppressed)
         except cst.ParserSyntaxError as e:
             self.report(cell, 1 + e.raw_line, e.raw_column + 1,
                         f"%%writefile {name} does not parse, left as is: {e.message}", "",
@@ -256,7 +264,7 @@ class _Notebook:
                 line += 1 + len(u.lines)
             text = "".join(parts)
             try:
-                new, found = python(text.encode("utf-8"), self.rules, self.path)
+                new, found = python(text.encode("utf-8"), self.rules, self.path, self.suppressed)
             except cst.ParserSyntaxError as e:
                 bad = self._broken(units)
                 if not bad:  # only the join fails to parse: blame the cell the parser names

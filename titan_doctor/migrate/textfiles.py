@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import PurePath
 
 from titan_doctor.findings import Finding, Status
 from titan_doctor.migrate.envvalues import convert_env
 from titan_doctor.migrate.rulekinds import fill
 from titan_doctor.migrate.rules import RuleSet
+from titan_doctor.migrate.suppress import codes_on, silences
 
 TEXT_SUFFIXES = {".sh", ".bash", ".zsh", ".env", ".yaml", ".yml", ".toml", ".cfg", ".ini",
                  ".json", ".sbatch", ".slurm"}
@@ -41,8 +43,26 @@ def _finding(rule, status: Status, message: str, path: str, line: int, col: int,
                    fix=rule.fix if fix is None else fix, path=path, line=line, col=col)
 
 
-def rename_env(line: str, rules: RuleSet, path: str, lineno: int,
-               findings: list[Finding]) -> str:
+@dataclass
+class _Sink:
+    """Where one line's findings go: `findings`, or `suppressed` when the line's
+    `# titan-doctor: ignore[...]` comment names the code (that change is then not made)."""
+
+    findings: list[Finding]
+    ignore: frozenset[str] | None
+    suppressed: list[Finding] | None
+
+    def add(self, finding: Finding) -> bool:
+        """Record `finding`; False when it is suppressed and the text must stay as is."""
+        if silences(self.ignore, finding.code):
+            if self.suppressed is not None:
+                self.suppressed.append(finding)
+            return False
+        self.findings.append(finding)
+        return True
+
+
+def _rename_env(line: str, rules: RuleSet, path: str, lineno: int, sink: _Sink) -> str:
     """Known environment variable names in one line renamed (or reported), with the
     literal value set with them converted by envvalues.convert_env (NCCL_BUFFSIZE bytes ->
     HCCL_BUFFSIZE MB, NCCL_DEBUG levels -> ASCEND_GLOBAL_LOG_LEVEL numbers)."""
@@ -59,9 +79,9 @@ def rename_env(line: str, rules: RuleSet, path: str, lineno: int,
         literal = value.group("value") if value and value.group("value") else None
         change = convert_env(rules, name, literal, value_known=literal is not None)
         fixed = change.status is Status.FIXED and change.new_name is not None
-        findings.append(_finding(change.rule, Status.FIXED if fixed else Status.MANUAL,
-                                 change.message, path, lineno, m.start() + 1, change.fix))
-        if not fixed:
+        shown = sink.add(_finding(change.rule, Status.FIXED if fixed else Status.MANUAL,
+                                  change.message, path, lineno, m.start() + 1, change.fix))
+        if not (fixed and shown):
             continue
         out += [line[pos:m.start()], change.new_name]
         pos = m.end()
@@ -72,8 +92,7 @@ def rename_env(line: str, rules: RuleSet, path: str, lineno: int,
     return "".join(out)
 
 
-def apply_text_rules(line: str, rules: RuleSet, path: str, lineno: int,
-                     findings: list[Finding]) -> str:
+def _apply_text_rules(line: str, rules: RuleSet, path: str, lineno: int, sink: _Sink) -> str:
     """The `text` rules over one line. A group `opt` in a pattern is what the finding
     points at and shows as {old}; a group `pre` is kept when `new` replaces the match."""
     for pattern, rule in rules.text:
@@ -86,7 +105,8 @@ def apply_text_rules(line: str, rules: RuleSet, path: str, lineno: int,
             replacement = m.group(0) if new is None else pre + new
             message = fill(rule.message, old=_shown(m.group(shown)),
                            new=_shown(replacement) if new is not None else "")
-            findings.append(_finding(rule, status, message, path, lineno, m.start(shown) + 1))
+            if not sink.add(_finding(rule, status, message, path, lineno, m.start(shown) + 1)):
+                return m.group(0)
             return replacement
 
         line = pattern.sub(text, line)
@@ -98,20 +118,24 @@ def _shown(text: str) -> str:
     return text.replace('"', "").replace("'", "").strip()
 
 
-def rewrite_line(line: str, rules: RuleSet, path: str, lineno: int,
-                 findings: list[Finding]) -> str:
+def rewrite_line(line: str, rules: RuleSet, path: str, lineno: int, findings: list[Finding],
+                 suppressed: list[Finding] | None = None) -> str:
     """One line with env names (and their values) and text patterns rewritten; findings
-    appended."""
-    return apply_text_rules(rename_env(line, rules, path, lineno, findings),
-                            rules, path, lineno, findings)
+    appended. What the line's `# titan-doctor: ignore[CODE]` comment names is left as it
+    is and goes to `suppressed` (when given) instead."""
+    sink = _Sink(findings, codes_on(line), suppressed)
+    return _apply_text_rules(_rename_env(line, rules, path, lineno, sink),
+                             rules, path, lineno, sink)
 
 
-def migrate_text(data: bytes, rules: RuleSet, path: str) -> tuple[bytes, list[Finding]]:
+def migrate_text(data: bytes, rules: RuleSet, path: str,
+                 suppressed: list[Finding] | None = None) -> tuple[bytes, list[Finding]]:
     """(new bytes, findings); bytes are identical when nothing changed. UTF-8 only:
-    a UnicodeDecodeError propagates and the engine reports where the file stops decoding."""
+    a UnicodeDecodeError propagates and the engine reports where the file stops decoding.
+    Findings silenced by `# titan-doctor: ignore` go to `suppressed` when it is given."""
     text = data.decode("utf-8")
     findings: list[Finding] = []
-    out = [rewrite_line(ln, rules, path, i, findings)
+    out = [rewrite_line(ln, rules, path, i, findings, suppressed)
            for i, ln in enumerate(text.splitlines(keepends=True), 1)]
     new = "".join(out)
     return (data if new == text else new.encode("utf-8")), findings
