@@ -109,7 +109,7 @@ def test_json_output_is_parsed_again(tmp_path, monkeypatch):
     res = _process(tmp_path, "train.json", data)
     assert res.state == engine.CHANGED
     assert json.loads(res.new) == {"device": "npu", "backend": "hccl"}
-    monkeypatch.setattr(engine, "migrate_text", lambda d, r, p: (d[:-3], []))
+    monkeypatch.setattr(engine, "migrate_text", lambda d, r, p, suppressed=None: (d[:-3], []))
     res = _process(tmp_path, "train.json", data)
     assert res.state == engine.FAILED and res.findings[0].code == "NPU002"
     assert "would not parse as JSON" in res.findings[0].message
@@ -172,3 +172,40 @@ def test_a_crash_on_one_file_is_a_failed_file_not_a_crash(tmp_path, monkeypatch)
     assert res.state == engine.FAILED and res.new == data
     assert res.findings[0].code == "NPU003"
     assert "RecursionError" in res.findings[0].message
+
+
+SCRIPT_WORDS = (b'# job template: "#SBATCH --gres=gpu:8" and srun --gpus-per-node=8\n'
+                b'JOB = "#SBATCH --nodes=2"\n')
+
+
+def test_script_only_words_do_not_make_a_python_file_worth_parsing(tmp_path, monkeypatch):
+    """SBATCH, gres, gpus are markers of script rules only: a Python file that spells
+    them (and nothing a Python rule reads) is not parsed at all."""
+    def no_parse(*args, **kwargs):
+        raise AssertionError("parsed a file no Python rule can match")
+    monkeypatch.setattr(cst, "parse_module", no_parse)
+    res = _process(tmp_path, "make_job.py", SCRIPT_WORDS)
+    assert (res.state, res.findings) == (engine.UNCHANGED, [])
+
+
+def test_the_same_words_are_read_in_scripts_and_notebook_shell_lines(tmp_path):
+    res = _process(tmp_path, "job.sbatch", b"#SBATCH --gres=gpu:8\nsrun --gpus=8 python t.py\n")
+    assert [f.code for f in res.findings] == ["NPU902", "NPU903"]
+    cell = {"cell_type": "code", "execution_count": None, "id": "a", "metadata": {},
+            "outputs": [], "source": ["!srun --gpus=8 python train.py"]}
+    nb = json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    res = _process(tmp_path, "launch.ipynb", nb.encode())
+    assert [f.code for f in res.findings] == ["NPU903"]
+
+
+def test_each_rewriter_prefilter_holds_only_its_rules_words():
+    from titan_doctor.migrate.rulekinds import KINDS, PYTHON_CODE, SCRIPT_LINES
+    rs = rules()
+    py, lines = rs.prefilters[PYTHON_CODE], rs.prefilters[SCRIPT_LINES]
+    script_only = {w for r in (rule for _, rule in rs.text) for w in KINDS[r.kind].markers(r)}
+    python_words = {w for conj in py.markers for w in conj}
+    assert {"SBATCH", "gres", "gpus"} <= script_only
+    assert not {"SBATCH", "gres", "gpus"} & python_words
+    assert not py.may_match(SCRIPT_WORDS) and lines.may_match(SCRIPT_WORDS)
+    # env names are read by both: os.environ in Python, export in scripts
+    assert py.may_match(b"os.environ['NCCL_DEBUG']") and lines.may_match(b"export NCCL_DEBUG=INFO")

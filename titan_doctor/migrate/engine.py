@@ -87,7 +87,7 @@ def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileRe
     # Rule markers are ASCII, so an ASCII-compatible file without them needs no decoding;
     # a wide (UTF-16/32) or binary file would hide them, so it is reported unread.
     wide = data.startswith(_WIDE_BOMS) or b"\0" in data
-    if not wide and not may_match(rules, data):
+    if not wide and not may_match(rules, data, kinds.REWRITERS[kind]):
         return FileResult(path, UNCHANGED, data, data)
     problem = _decode_problem(data, kind, wide)
     if problem is not None:

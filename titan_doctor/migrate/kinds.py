@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
+from titan_doctor.migrate.rulekinds import PYTHON_CODE, SCRIPT_LINES
 from titan_doctor.migrate.rules import RuleSet
 from titan_doctor.migrate.textfiles import TEXT_NAMES, TEXT_SUFFIXES, is_text_file
 
@@ -14,6 +15,9 @@ PYTHON = "python"        # the libcst transformer
 NOTEBOOK = "notebook"    # Jupyter: code cells through the same transformer
 TEXT = "text"            # launch scripts and configs, line by line (textfiles.py)
 REPORT = "report"        # a `file` rule: reported as a whole (.cu)
+
+# which rewriters' rules can apply to each kind (their pre-filters decide what is read)
+REWRITERS = {PYTHON: (PYTHON_CODE,), NOTEBOOK: (PYTHON_CODE, SCRIPT_LINES), TEXT: (SCRIPT_LINES,)}
 
 PYTHON_SUFFIXES = (".py",)
 NOTEBOOK_SUFFIXES = (".ipynb",)

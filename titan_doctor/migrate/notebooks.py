@@ -157,7 +157,7 @@ class _Notebook:
                needs_marker: str | None = None, status: Status = Status.MANUAL,
                code: str = NOT_MIGRATED) -> None:
         """A finding of our own; with `needs_marker`, only if that text could match a rule."""
-        if needs_marker is not None and not self.rules.line_re.search(needs_marker.encode()):
+        if needs_marker is not None and not self.rules.mentions(needs_marker.encode()):
             return
         f = Finding(code=code, status=status, message=message, fix=fix)
         if cell is None:

@@ -360,6 +360,15 @@ def _no_check(rule) -> list[str]:
     return []
 
 
+# The two rewriters a rule can apply in: the libcst transformer (Python files, notebook
+# code cells) and the line rewriter (scripts, configs, notebook shell lines; textfiles.py).
+# Each has its own pre-filter, so a word only a script rule needs (SBATCH, gres) never
+# makes a Python file worth a full parse.
+PYTHON_CODE = "python"
+SCRIPT_LINES = "lines"
+REWRITERS = (PYTHON_CODE, SCRIPT_LINES)
+
+
 @dataclass(frozen=True)
 class Kind:
     """One rule kind: its schema and what it contributes to a RuleSet."""
@@ -370,6 +379,7 @@ class Kind:
     describe: Callable[[Rule], str]              # one line for --list-rules / SARIF
     check: Callable[[Rule], list[str]]           # more load-time checks, one line each
     index: Callable[["RuleSet", Rule], None]     # where the transformer finds it
+    rewriters: tuple[str, ...] = (PYTHON_CODE,)  # which rewriters apply it (pre-filters)
 
 
 def _words(rule) -> list[str]:
@@ -430,9 +440,12 @@ KINDS: dict[str, Kind] = {
                    lambda rs, r: rs.methods.__setitem__(r.old, r)),
     "ambiguous": Kind(Ambiguous, _literal_word, _words, _describe_literal, _check_literal,
                       lambda rs, r: rs.ambiguous.__setitem__(r.literal, r)),
-    "env": Kind(Env, lambda r: (r.old.rstrip("*"),), _words, _describe_plain, _check_env, _index_env),
-    "text": Kind(Text, lambda r: (r.marker,), _words, _describe_plain, _check_text, _index_text),
-    "file": Kind(File, lambda r: (), lambda r: [], _describe_plain, _no_check, _index_files),
+    "env": Kind(Env, lambda r: (r.old.rstrip("*"),), _words, _describe_plain, _check_env, _index_env,
+                rewriters=REWRITERS),
+    "text": Kind(Text, lambda r: (r.marker,), _words, _describe_plain, _check_text, _index_text,
+                 rewriters=(SCRIPT_LINES,)),
+    "file": Kind(File, lambda r: (), lambda r: [], _describe_plain, _no_check, _index_files,
+                 rewriters=()),
     "add_import": Kind(AddImport, lambda r: (), lambda r: [], _describe_plain, _no_check,
                        _set("add_import")),
     "kernel_gate": Kind(KernelGate, lambda r: (), lambda r: [], _describe_plain, _no_check,
