@@ -10,6 +10,7 @@ kind is one dataclass plus one table entry; nothing reads a rule as a dict. The 
 from __future__ import annotations
 
 import re
+import string
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable
 
@@ -193,8 +194,14 @@ class Env(Rule):
 
 @dataclass(frozen=True, kw_only=True)
 class Text(Rule):
-    """Regex `pattern` in sh/.env/YAML/TOML files -> `new` (None: reported); `marker` is
-    plain text the pattern needs (the pre-filter)."""
+    """Regex `pattern` searched in every line of scripts and configs (sh, Slurm, .env, YAML,
+    TOML, JSON, Dockerfiles, notebook shell lines; textfiles.py), never in Python code.
+    Each match is replaced by `new`, or only reported when `new` is absent. Named groups:
+    `pre` is text the match needs as context and keeps (`--device ` before `cuda`: the
+    match becomes pre + new); `opt` is the part the finding points at (its column) and
+    shows. `message` may use {old} (the `opt` group, else the whole match) and {new} (the
+    whole replacement, pre + new), quotes dropped. `marker` is plain text every match spells (the line
+    rewriter's pre-filter)."""
 
     pattern: str
     marker: str
@@ -342,8 +349,23 @@ def _check_env(rule: Env) -> list[str]:
     return errors
 
 
+TEXT_GROUPS = ("pre", "opt")
+TEXT_FIELDS = ("old", "new")
+
+
 def _check_text(rule: Text) -> list[str]:
-    return _regex_errors([rule.pattern], "pattern")
+    errors = _regex_errors([rule.pattern], "pattern")
+    if not errors:
+        unknown = sorted(set(re.compile(rule.pattern).groupindex) - set(TEXT_GROUPS))
+        if unknown:
+            errors.append(f"pattern group(s) {', '.join(unknown)} mean nothing here "
+                          f"(named groups: {', '.join(TEXT_GROUPS)})")
+    fields = sorted({f for _, f, _, _ in string.Formatter().parse(rule.message) if f}
+                    - set(TEXT_FIELDS))
+    if fields:
+        errors.append(f"message field(s) {{{'}, {'.join(fields)}}} are not filled for text "
+                      f"rules (fields: {{old}}, {{new}})")
+    return errors
 
 
 def _regex_errors(patterns: Iterable[str], key: str) -> list[str]:
