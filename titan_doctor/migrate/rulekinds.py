@@ -234,6 +234,21 @@ class KernelGate(Rule):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Capability(Rule):
+    """A CUDA compute-capability check, never rewritten and reported at each use: the
+    call `match` itself when `attrs` is empty (torch.cuda.get_device_capability: its result
+    is the capability), else those attributes read from its result
+    (`get_device_properties(0).major`), directly or through a name the result is bound to
+    (`props = ...; props.major`). torch_npu answers both with None (or a configured stand-in),
+    so a comparison raises or lies on Ascend and only a person knows what the check was for:
+    `fix` names what to ask instead. A condition holding one is left whole (NPU111).
+    Other uses of the call (`.name`, `.total_memory`) are rewritten as usual."""
+
+    match: str
+    attrs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class MixedCondition(Rule):
     """A condition that mixes a rewritable CUDA call with a CUDA-only one is left whole."""
 
@@ -243,7 +258,7 @@ def _rule_name(rule) -> str:
     """The qualified name a name rule (or an implicit-default call rule) is about."""
     if isinstance(rule, Rename):
         return rule.old
-    return rule.match if isinstance(rule, Report) else rule.callee
+    return rule.match if isinstance(rule, (Report, Capability)) else rule.callee
 
 
 def _name_words(rule) -> tuple[str, ...]:
@@ -458,6 +473,8 @@ KINDS: dict[str, Kind] = {
     "compare": Kind(Compare, _literal_word, _words, _describe_literal, _check_literal,
                     _append("compares")),
     "assign": Kind(Assign, _literal_word, _words, _describe_literal, _check_literal, _index_assign),
+    "capability": Kind(Capability, _name_words, _name_line, _describe_name, _no_check,
+                       lambda rs, r: rs.capabilities.__setitem__(r.match, r)),
     "method": Kind(Method, lambda r: (r.old,), _words, _describe_plain, _no_check,
                    lambda rs, r: rs.methods.__setitem__(r.old, r)),
     "ambiguous": Kind(Ambiguous, _literal_word, _words, _describe_literal, _check_literal,

@@ -11,7 +11,7 @@ from typing import Iterable
 
 from titan_knowledge import KnowledgeError, load_toml, rules_dir
 from titan_doctor.migrate.rulekinds import (KINDS, LITERALS, NPU_MODULE, PYTHON_CODE, REWRITERS,
-                                            AddImport, Assign, Compare, Env,
+                                            AddImport, Assign, Capability, Compare, Env,
                                             KernelGate, LiteralArg, Method, MixedCondition, Rename,
                                             Report, Rule, Text, File, Ambiguous, _word, parse_rule)
 
@@ -39,6 +39,7 @@ class RuleSet:
     """Validated rules, indexed the way the transformer and text rewriters look them up."""
 
     names: dict[str, Rename | Report] = field(default_factory=dict)   # by old/match
+    capabilities: dict[str, Capability] = field(default_factory=dict)  # by match
     literal_args: list[LiteralArg] = field(default_factory=list)
     compares: list[Compare] = field(default_factory=list)
     assigns: list[Assign] = field(default_factory=list)
@@ -162,7 +163,7 @@ def _derive(rs: RuleSet, rules: list[Rule]) -> None:
     rs.prefilters = {w: _prefilter([r for r in rules if w in KINDS[r.kind].rewriters])
                      for w in REWRITERS}
     rs.implicit_callees = frozenset(r.callee for r in rs.literal_args if r.implicit)
-    named = [*rs.names, *rs.implicit_callees]
+    named = [*rs.names, *rs.capabilities, *rs.implicit_callees]
     rs.name_prefixes = frozenset(".".join(k.split(".")[:i]) for k in named
                                  for i in range(1, k.count(".") + 2))
     rs.kernel_re = _kernel_prefilter(rs)
