@@ -58,7 +58,6 @@ REQUIRED: dict[tuple[str, str], tuple[str, ...]] = {
     ("error_codes", "pta_module"): ("digits", "name", "meaning"),
     ("error_codes", "pta_error"): ("code", "meaning"),
     ("hccl_env", "range"): ("name", "min", "max", "default", "unit", "why"),
-    ("hccl_env", "leftover"): ("name", "equivalent"),
     ("versions", "compat"): ("cann", "torch", "torch_npu"),
     ("versions", "python"): ("torch", "python"),
 }

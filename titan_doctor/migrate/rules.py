@@ -4,6 +4,7 @@ transformer and the text rewriters look them up (RuleSet)."""
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,6 +123,12 @@ def _selected(code: str, select: Iterable[str], ignore: Iterable[str]) -> bool:
 
 def _glob_re(globs: Iterable[str]) -> re.Pattern:
     return re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in sorted(set(globs))) or r"(?!)")
+
+
+@functools.lru_cache(maxsize=1)
+def builtin_rules() -> RuleSet:
+    """The built-in rules, loaded once per process (diagnose reads the env mapping here)."""
+    return load_rules()
 
 
 def load_rules(extra: Iterable[Path | str] = (), select: Iterable[str] = (),
