@@ -144,10 +144,10 @@ def test_user_rules_file(tree, tmp_path):
 
 @pytest.mark.parametrize("content, needle", [
     ('[[rule]]\ncode = "NPU999"\nkind = "rename"\nold = "a"\nmessage = "m"\nsource = "s"\n',
-     "missing 'new'"),
+     "lacks new"),
     ('[[rule]]\ncode = "bad"\nkind = "report"\nmatch = "a"\nmessage = "m"\nsource = "s"\n',
      "must look like NPU101"),
-    ('[[rule]]\ncode = "NPU999"\nkind = "report"\nmatch = "a"\nmessage = "m"\n', "missing 'source'"),
+    ('[[rule]]\ncode = "NPU999"\nkind = "report"\nmatch = "a"\nmessage = "m"\n', "lacks source"),
     ("not toml [", "invalid TOML"),
 ])
 def test_bad_rules_file_is_one_line_exit_2(tree, tmp_path, content, needle):

@@ -67,9 +67,7 @@ def test_every_problem_of_every_rule_is_reported_at_once(tmp_path):
     errors = _errors(tmp_path, '[[rule]]\ncode = "ACME001"\nkind = "rename"\nmessage = "m"\n'
                                '[[rule]]\ncode = "x"\nkind = "method"\nold = "a"\nnew = "b"\nmessage = "m"\nsource = "s"\n')
     assert errors == [
-        f"{tmp_path / 'mine.toml'}: rule 0 (ACME001): missing 'source'",
-        f"{tmp_path / 'mine.toml'}: rule 0 (ACME001): missing 'old'",
-        f"{tmp_path / 'mine.toml'}: rule 0 (ACME001): missing 'new'",
+        f"{tmp_path / 'mine.toml'}: rule 0 (ACME001) lacks source, old, new",
         f"{tmp_path / 'mine.toml'}: rule 1 (x): code 'x' must look like NPU101",
     ]
 
