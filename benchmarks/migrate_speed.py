@@ -70,7 +70,7 @@ def main() -> int:
     py = [p for p in files if p.suffix == ".py"]
     floor, floor_cpu = parse_floor(py)
     rows = [("libcst parse+codegen (floor)", len(py), floor, floor_cpu),
-            ("discovery (walk, git ignores, kinds)", len(files), walk, walk_cpu)]
+            ("discovery (walk, ignores, kinds)", len(files), walk, walk_cpu)]
     t1, c1, results = migrate(files, 1)
     rows.append(("titan-doctor migrate -j 1", len(files), t1, c1))
     if args.jobs > 1:
