@@ -19,17 +19,20 @@ import libcst as cst
 from titan_doctor.migrate.transform import Context
 
 
-def readers(source: str, attrs: frozenset[str]) -> dict[str, str]:
-    """name -> the capability attribute the file reads from it (`props.major`); the key
+def readers(source: str, attrs: frozenset[str]) -> dict[str, tuple[str, ...]]:
+    """name -> the capability attributes the file reads from it (`props.major`); the key
     ")" stands for a read straight off a call (`get_device_properties(0).major`)."""
     if not attrs or not any(a in source for a in attrs):
         return {}
-    found = re.finditer(r"(\b[A-Za-z_]\w*|\))\s*\.\s*(" + "|".join(map(re.escape, sorted(attrs)))
-                        + r")\b", source)
-    return {m.group(1): m.group(2) for m in found}
+    found: dict[str, set[str]] = {}
+    for m in re.finditer(r"(\b[A-Za-z_]\w*|\))\s*\.\s*(" + "|".join(map(re.escape, sorted(attrs)))
+                         + r")\b", source):
+        found.setdefault(m.group(1), set()).add(m.group(2))
+    return {name: tuple(sorted(read)) for name, read in found.items()}
 
 
-def read_through(source: str, callee: str, readers_: dict[str, str], attrs: frozenset[str]) -> bool:
+def read_through(source: str, callee: str, readers_: dict[str, tuple[str, ...]],
+                 attrs: frozenset[str]) -> bool:
     """Does the file read a capability attribute off the result of calls spelled by the
     regex `callee` (an imported name, `tc.get_device_properties`): straight off the call,
     or through a name it is bound to that the file reads one from? Used for the import
@@ -50,21 +53,37 @@ class Capabilities:
         self.attrs = frozenset(a for r in ctx.rules.capabilities.values() for a in r.attrs)
         ctx.capability_readers = readers("\n".join(ctx.positions.source_lines), self.attrs)
 
+    # The expression that reads a capability is a group (transform.Group): when names.py
+    # keeps the call, rewrites inside it (`get_device_properties("cuda")`) go back too.
+    def _hold(self, call: cst.Call, how: str, whole: cst.CSTNode) -> None:
+        self.ctx.capability_reads[id(call.func)] = how
+        if not self.ctx.groups and not self.ctx.positions.skipping(whole):
+            self.ctx.open_group(whole)
+
+    def _leave(self, original: cst.CSTNode, updated: cst.CSTNode):
+        groups = self.ctx.groups
+        if groups and groups[0].node is original:
+            _, undone = self.ctx.close_group()
+            return original if undone else updated
+        return updated
+
+    leave_Attribute = leave_Call = _leave
+
     def visit_Attribute(self, node: cst.Attribute) -> None:
         value = node.value
         if isinstance(value, cst.NamedExpr):   # (p := get_device_properties(0)).major
             value = value.value
         if node.attr.value in self.attrs and isinstance(value, cst.Call):
-            self.ctx.capability_reads[id(value.func)] = "." + node.attr.value
+            self._hold(value, "." + node.attr.value, node)
 
     def _bound(self, target: cst.CSTNode, value: cst.CSTNode | None) -> None:
         if not isinstance(value, cst.Call) or not self.ctx.capability_readers:
             return
         name = target.value if isinstance(target, cst.Name) else (
             target.attr.value if isinstance(target, cst.Attribute) else None)
-        attr = self.ctx.capability_readers.get(name) if name else None
-        if attr is not None:
-            self.ctx.capability_reads[id(value.func)] = f"{name}.{attr}"
+        read = self.ctx.capability_readers.get(name) if name else None
+        if read:
+            self._hold(value, "/".join(f"{name}.{a}" for a in read), value)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for t in node.targets:

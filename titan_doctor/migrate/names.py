@@ -280,9 +280,11 @@ class Names:
         bound = alias.asname.name if alias.asname is not None else alias.name
         if cap is not None and isinstance(bound, cst.Name) and self._reads_capability(cap, re.escape(bound.value)):
             if cap.attrs:  # its uses keep this binding: say why the other uses stay CUDA
+                read = sorted({a for attrs in self.ctx.capability_readers.values() for a in attrs
+                               if a in cap.attrs})
                 self.ctx.emit(cap.code, Status.MANUAL, alias, fill(
                     cap.message, old=f"{full} (imported here; this file reads "
-                    f"{'/'.join('.' + a for a in cap.attrs)} of its result)",
+                    f"{'/'.join('.' + a for a in read)} of its result)",
                     version=self.rules.npu_version), cap.fix)
             return None  # reported where it is used
         # a third-party import fails on an NPU host by itself; torch's own names are

@@ -235,14 +235,16 @@ class KernelGate(Rule):
 
 @dataclass(frozen=True, kw_only=True)
 class Capability(Rule):
-    """A CUDA compute-capability check, never rewritten and reported at each use: the
-    call `match` itself when `attrs` is empty (torch.cuda.get_device_capability: its result
-    is the capability), else those attributes read from its result
-    (`get_device_properties(0).major`), directly or through a name the result is bound to
-    (`props = ...; props.major`). torch_npu answers both with None (or a configured stand-in),
-    so a comparison raises or lies on Ascend and only a person knows what the check was for:
-    `fix` names what to ask instead. A condition holding one is left whole (NPU111).
-    Other uses of the call (`.name`, `.total_memory`) are rewritten as usual."""
+    """A CUDA compute-capability (or other hardware property) check, never rewritten and
+    reported at each use: the call `match` itself when `attrs` is empty
+    (torch.cuda.get_device_capability: its result is the capability), else those
+    attributes read from its result (`get_device_properties(0).major`,
+    `.multi_processor_count`), directly or through a name the result is bound to
+    (`props = ...; props.major`). torch_npu answers these with None (or a configured
+    stand-in), so a comparison raises or lies on Ascend and only a person knows what the
+    check was for: `fix` names what to ask instead. The expression or condition holding
+    one is left whole (a condition with NPU111). Other uses of the call (`.name`,
+    `.total_memory`) are rewritten as usual."""
 
     match: str
     attrs: tuple[str, ...] = ()

@@ -63,7 +63,7 @@ class Context:
         # capability.py: id(call func) -> how its result is read as a CUDA capability
         # (".major", "props.major"), and the names the file reads a capability from
         self.capability_reads: dict[int, str] = {}
-        self.capability_readers: dict[str, str] = {}
+        self.capability_readers: dict[str, tuple[str, ...]] = {}
         self.findings: list[Finding] = []
         self.suppressed: list[Finding] = []
         self.groups: list[Group] = []
