@@ -34,6 +34,14 @@ def render(findings: list[Finding]) -> str:
     return "".join(f"{f.line}:{f.col} {f.code} [{f.status.value}] {f.message}\n" for f in findings)
 
 
+def run(*args):
+    """`titan-doctor migrate ARGS...` through click (paths may be Path objects)."""
+    from click.testing import CliRunner
+
+    from titan_doctor.cli import main
+    return CliRunner().invoke(main, ["migrate", *map(str, args)])
+
+
 def migrate_fixture(src: Path) -> tuple[bytes, list[Finding]]:
     data = src.read_bytes()
     run = migrate_python if src.suffix == ".py" else migrate_text

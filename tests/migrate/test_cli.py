@@ -6,18 +6,12 @@ import re
 from pathlib import Path, PurePosixPath
 
 import pytest
-from click.testing import CliRunner
-
-from titan_doctor.cli import main
 
 from .gitrepo import commit_all, git
+from .helpers import run
 
 CUDA_SRC = "import torch\n\ntorch.cuda.synchronize()\n"
 MANUAL_SRC = "import torch\n\ntorch.backends.cudnn.benchmark = True\n"
-
-
-def run(*args):
-    return CliRunner().invoke(main, ["migrate", *map(str, args)])
 
 
 @pytest.fixture
@@ -166,7 +160,7 @@ def test_missing_path_is_one_line_exit_2(tmp_path):
 
 
 def test_help_documents_modes_and_exit_codes():
-    res = CliRunner().invoke(main, ["migrate", "--help"])
+    res = run("--help")
     for text in ("--diff", "--check", "--output", "--allow-dirty", "Exit codes", "usage or tool error"):
         assert text in res.output
 
@@ -244,7 +238,7 @@ def test_pre_commit_hook_runs_check():
 def test_help_readme_and_hook_say_the_same_about_check_exit_1():
     from titan_doctor.migrate.command import CHECK_EXIT_1
     sentence = _flat(CHECK_EXIT_1)
-    help_text = _flat(CliRunner().invoke(main, ["migrate", "--help"]).output)
+    help_text = _flat(run("--help").output)
     readme = _flat((ROOT / "README.md").read_text())
     [description] = re.findall(r'^  description: "(.*)"$', _hook(), re.M)
     assert sentence in help_text

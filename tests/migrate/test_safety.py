@@ -8,20 +8,15 @@ import os
 import stat
 
 import pytest
-from click.testing import CliRunner
 
-from titan_doctor.cli import main
 from titan_doctor.migrate import command, writes
 
 from .gitrepo import commit_all as commit
 from .gitrepo import git, make
+from .helpers import run
 
 CUDA = "import torch\n\ntorch.cuda.synchronize()\n"
 NPU = "import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n"
-
-
-def run(*args):
-    return CliRunner().invoke(main, ["migrate", *map(str, args)])
 
 
 @pytest.fixture
@@ -79,7 +74,7 @@ def test_ignored_files_need_allow_ignored_in_place_only(repo):
 
 
 def test_help_names_the_ignored_flag():
-    res = CliRunner().invoke(main, ["migrate", "--help"])
+    res = run("--help")
     assert "--allow-ignored" in res.output and "git ignores" in res.output
 
 

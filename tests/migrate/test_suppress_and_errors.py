@@ -5,20 +5,14 @@ import json
 
 import pytest
 
-from click.testing import CliRunner
 
-from titan_doctor.cli import main
 from titan_doctor.migrate import engine
 from titan_doctor.migrate.suppress import is_suppressed, suppressions
 
-from .helpers import rules
+from .helpers import rules, run
 
 REVIEWED = ('import torch\n\nNAMES = {"cuda": "NVIDIA"}  # titan-doctor: ignore[NPU108]\n'
             'torch.cuda.synchronize()  # titan-doctor: ignore\n')
-
-
-def run(*args):
-    return CliRunner().invoke(main, ["migrate", *map(str, args)])
 
 
 def test_comment_forms():
