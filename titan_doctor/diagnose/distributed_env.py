@@ -265,10 +265,12 @@ def check_leftovers(env: Mapping[str, str], on_npu: bool) -> list[Finding]:
     """NCCL_* / CUDA_* settings do nothing on Ascend; name the variable that does and its
     value. Names and value conversions are migrate's (rules/migrate/env.toml through
     envvalues.convert_env): the advice here is what `migrate` would write."""
-    from titan_doctor.migrate.rules import builtin_rules
-
-    rules = builtin_rules()
-    found = sorted(k for k in env if _is_leftover(k, rules))
+    candidates = [k for k in env if "CUDA" in k or "NCCL" in k]
+    found = []
+    if candidates:  # the migrate rules are loaded only when something could match
+        from titan_doctor.migrate.rules import builtin_rules
+        rules = builtin_rules()
+        found = sorted(k for k in candidates if _is_leftover(k, rules))
     if not found:
         return [Finding("dist.leftovers", Status.OK, "no NCCL_*/CUDA_* leftovers in the environment")]
     if not on_npu:
