@@ -47,11 +47,18 @@ def read_through(source: str, callee: str, readers_: dict[str, tuple[str, ...]],
                re.finditer(rf"([A-Za-z_]\w*)\s*(?::=|=)\s*{callee}\s*\(", source))
 
 
+def piece(ctx: Context) -> "Capabilities | None":
+    """The walk's piece for this file, or None when the file reads no capability
+    attribute at all (most files: the walk then pays nothing for this class)."""
+    attrs = frozenset(a for r in ctx.rules.capabilities.values() for a in r.attrs)
+    ctx.capability_readers = readers(ctx.positions.source, attrs)
+    return Capabilities(ctx, attrs) if ctx.capability_readers else None
+
+
 class Capabilities:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, attrs: frozenset[str]) -> None:
         self.ctx = ctx
-        self.attrs = frozenset(a for r in ctx.rules.capabilities.values() for a in r.attrs)
-        ctx.capability_readers = readers("\n".join(ctx.positions.source_lines), self.attrs)
+        self.attrs = attrs
 
     # The expression that reads a capability is a group (transform.Group): when names.py
     # keeps the call, rewrites inside it (`get_device_properties("cuda")`) go back too.

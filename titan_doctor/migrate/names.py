@@ -32,7 +32,6 @@ class Names:
         self._calls: dict[int, cst.Call] = {}          # id(func) -> its call
         self._star: list[tuple] = []                    # (original, rule, finding index, new node)
         self._free: dict[str, cst.Name] = {}            # names only a star import can bind
-        self._source: str | None = None
 
     # -- marking (pre-order) ----------------------------------------------------------------
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -334,9 +333,7 @@ class Names:
         return read_through(self._text(), callee, self.ctx.capability_readers, frozenset(cap.attrs))
 
     def _text(self) -> str:
-        if self._source is None:
-            self._source = "\n".join(self.ctx.positions.source_lines)
-        return self._source
+        return self.ctx.positions.source
 
     def _star_import(self, original: cst.ImportFrom, updated: cst.ImportFrom, module: str):
         """`from torch.cuda import *` -> `from torch.npu import *`; whether every name the

@@ -234,7 +234,7 @@ def build(rules: RuleSet, path: str, source: str, statements: StatementMap | Non
           kernel_lines: dict[int, tuple[str, str]] | None = None, trace: bool = False,
           device_names: frozenset[str] = frozenset()) -> Migrator:
     """A Migrator with every piece, ready for `module.visit(...)`."""
-    from titan_doctor.migrate.capability import Capabilities
+    from titan_doctor.migrate import capability
     from titan_doctor.migrate.conditions import Conditions
     from titan_doctor.migrate.envvars import EnvVars
     from titan_doctor.migrate.literals import Literals
@@ -243,5 +243,5 @@ def build(rules: RuleSet, path: str, source: str, statements: StatementMap | Non
 
     ctx = Context(rules, path, source, statements, suppressed_lines, kernel_lines, trace, device_names)
     pieces = [ScopeTracker(ctx), Conditions(ctx), EnvVars(ctx), Literals(ctx), Methods(ctx),
-              Capabilities(ctx), Names(ctx)]
-    return Migrator(ctx, pieces)
+              capability.piece(ctx), Names(ctx)]
+    return Migrator(ctx, [p for p in pieces if p is not None])
