@@ -22,9 +22,13 @@ _PREFIXES = (
     re.compile(r"[A-Za-z][\w.]*-\d+(?=: )"),                                   # pdsh / mpirun host: "worker-1: "
 )
 _PID_LINE = re.compile(r"\(PID:\s*\d+,\s*Device:\s*(-?\d+),\s*RankID:\s*(-?\d+)\)")
-# c10d "[Rank 3]", lmdeploy "Rank[2]", "aborted on rank 0", torchrun's summary "rank      : 0 (local_rank: 0)"
-_RANK_MARK = re.compile(r"\bRank[ \[](\d+)\]|\bon rank (\d+)\b|^\s*rank\s*:\s*(\d+) \(local_rank")
-_WEAK_DEVICE = re.compile(r"\b(?:deviceId|device_id|devId)\s?=\s?(\d+)\b")
+# c10d "[Rank 3]", lmdeploy "Rank[2]", "aborted on rank 0", torchrun's summary "rank      : 0 (local_rank: 0)",
+# HCCL/MindIE "HcclCommInitRootInfo fail, error:2, rank:1, rankSize:4"
+_RANK_MARK = re.compile(r"\bRank[ \[](\d+)\]|\bon rank (\d+)\b|^\s*rank\s*:\s*(\d+) \(local_rank|\brank:(\d+), rankSize:")
+# the device CANN's own text names: "deviceId=3", "device_id=3", the device-error report
+# "The error from device(chipId:7, dieId:0)" / "device(2)", "open device 2 failed", "invalid device=1"
+_WEAK_DEVICE = re.compile(r"\b(?:deviceId|device_id|devId)\s?=\s?(\d+)\b|\bdevice\((?:chipId:)?(\d+)[,)]"
+                          r"|\bopen device (\d+) failed|\binvalid device=(\d+)")
 _RANK_IN_PATH = (re.compile(r"rank[_-]?(\d+)", re.I), re.compile(r"[/\\](\d+)[/\\]error\.json$"))
 # (month, day, hour, minute, second[, fraction]) in the formats the stack prints
 _TIMES = (
@@ -170,7 +174,7 @@ def parse(path: str, no: int, text: str, parent: str | None = None) -> Line:
             rank = int(next(g for g in m.groups() if g is not None))
     if rank is None:
         rank = prefix_rank
-    if "=" in text:
+    if "evice" in text:
         w = _WEAK_DEVICE.search(text)
-        weak = int(w.group(1)) if w else None
+        weak = int(next(g for g in w.groups() if g is not None)) if w else None
     return Line(path, no, text, stream, rank, device, weak, timestamp(text))
