@@ -119,7 +119,12 @@ def _dtype(e: Event) -> dict[str, Any]:
             "supported_note": f"; it supports {', '.join(supported)}" if supported else ""}
 
 
-_PARSERS = {"oom": _oom, "state_dict_keys": _state_dict_keys, "keyerror": _keyerror, "size_mismatch": _size_mismatch,
+def _kernel_unit(e: Event) -> dict[str, Any]:
+    """The unit the fault report names, whichever of its two spellings matched."""
+    return {"unit": e.groups.get("unit") or e.groups.get("unit2") or "compute"}
+
+
+_PARSERS = {"kernel_unit": _kernel_unit, "oom": _oom, "state_dict_keys": _state_dict_keys, "keyerror": _keyerror, "size_mismatch": _size_mismatch,
             "ping_answer": _ping_answer, "nnal": _nnal, "python_package": _python_package, "soc": _soc,
             "dtype": _dtype}
 
