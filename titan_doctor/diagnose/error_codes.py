@@ -23,7 +23,7 @@ RANK_ECODE_USER = 35
 RANK_ECODE_INTERNAL = 60
 RANK_HCCL_DEFAULT = 70
 RANK_PTA_WRAPPER = 85
-RANK_PTA_OTHER = 50
+RANK_PTA_OTHER = 75     # torch_npu raises these with the CANN text (E-code, aclnn detail) that says why
 
 # An E-code stands alone: "EI0006: ...", "Get_Socket_Timeout(EI0006):", "EZ9999[PID: 1]",
 # "detail:EZ1001:". Not inside a word, a hex number or a path.

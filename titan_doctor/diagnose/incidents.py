@@ -157,10 +157,13 @@ class Incident:
         for ln in lines:
             if ln.device is not None:
                 return ln.device
-        dev = self.cause.groups.get("dev")
-        if dev not in (None, ""):
+        dev = str(self.cause.groups.get("dev", ""))
+        if dev.isdigit():          # a signature's (?P<dev>...) group names the device index
             return int(dev)
         weak = next((ln.weak_device for ln in lines if ln.weak_device is not None), None)
+        if weak is None:     # the message lines under a code: "Aicpu kernel execute failed, device_id=0"
+            weak = next((d for e in self.events for m in e.more for d in [log_lines.weak_device(m)]
+                         if d is not None), None)
         return weak if weak is not None else self.near_device
 
     @property
