@@ -186,3 +186,60 @@ def test_unexpected_keys_alone_point_at_extra_entries():
 def test_missing_whole_layers_alone_still_mean_the_layer_count():
     v = state_dict_errors.judge_keys(["layers.31.attention.wq.weight", "layers.31.ffn.w1.weight"], [])
     assert "n_layers differs" in v["prefix_note"]
+
+
+# ---- from the second blind batch ----------------------------------------------------------
+
+def test_a_missing_op_binary_is_the_kernel_package_not_the_torch_npu_wrapper(tmp_path):
+    (f, *rest) = explain(tmp_path, (
+        "[E OpParamMaker.cpp:273] call aclnnCast failed, detail:EZ9999: Inner Error!\n"
+        "EZ9999: 2024-05-17-01:30:26.960.959  Op Cast does not has any binary.\n"
+        "        launch failed for Cast, errno:561000.\n"
+        "[ERROR] 2024-05-17-01:30:26 (PID:41961, Device:0, RankID:-1) ERR01005 OPS internal error\n"))
+    assert f.code == "log.cann.kernel_package" and f.data["device"] == 0
+    assert [r.code for r in rest][-1] == "log.torch_npu.ERR01005"      # reported, ranked last
+
+
+def test_the_device_in_the_message_lines_under_a_code(tmp_path):
+    (f, *_) = explain(tmp_path, (
+        "EZ9999: Inner Error!\n"
+        "EZ9999  Kernel task happen error, retCode=0x2a, [aicpu exception].[FUNC:PreCheckTaskErr]\n"
+        "        Aicpu kernel execute failed, device_id=0, stream_id=28, task_id=1726, errorCode=2a.\n"))
+    assert f.code == "log.device.kernel_fault" and f.data["device"] == 0 and "aicpu unit" in f.detail
+
+
+def test_npu_device_string_without_torch_npu(tmp_path):
+    (f,) = explain(tmp_path, "RuntimeError: Expected one of cpu, cuda, ipu, xpu, mkldnn, opengl, opencl, ideep, hip, ve, "
+                             "fpga, ort, xla, lazy, vulkan, mps, meta, hpu, mtia, privateuseone device type at start of "
+                             "device string: npu\n")
+    assert f.code == "log.import.torch_npu_not_loaded" and "import torch_npu" in f.fix and f.data["device"] is None
+
+
+def test_a_cuda_device_assert_names_its_condition(tmp_path):
+    (f,) = explain(tmp_path, "/work/aten/src/ATen/native/cuda/Indexing.cu:1231: indexSelectSmallIndex: block: [31,0,0], "
+                             "thread: [29,0,0] Assertion `srcIndex < srcSelectDimSize` failed.\n")
+    assert f.code == "log.cuda.device_assert" and "srcIndex < srcSelectDimSize" in f.detail
+    assert "resize_token_embeddings" in f.fix
+
+
+def test_waiting_for_rank_0s_communicator_id_names_both_ranks(tmp_path):
+    (f,) = explain(tmp_path, "torch.distributed.DistBackendError: [4] is setting up NCCL communicator and retrieving "
+                             "ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: "
+                             "Socket Timeout\n")
+    assert f.code == "log.dist.unique_id_timeout" and f.data["rank"] == 4
+    assert "Read rank 0's log" in f.fix and f.data["consequence"]
+
+
+def test_cuda_oom_with_cuda_graph_private_pools(tmp_path):
+    (f,) = explain(tmp_path, "CUDA out of memory. Tried to allocate 1.96 GiB. GPU 1 has a total capacity of 63.29 GiB of "
+                             "which 1.82 GiB is free. Including non-PyTorch memory, this process has 61.46 GiB memory in "
+                             "use. Of the allocated memory 22.97 GiB is allocated by PyTorch, with 2.14 GiB allocated in "
+                             "private pools (e.g., CUDA Graphs), and 37.00 GiB is reserved by PyTorch but unallocated.\n")
+    assert f.code == "log.oom.cuda" and f.data["device"] == 1 and "fragmentation" in f.detail
+
+
+def test_a_signature_group_named_dev_that_is_not_a_number_is_no_device():
+    from titan_doctor.diagnose import incidents
+    line = log_lines.parse("x", 1, "some error on npu")
+    e = incidents.Event("x", "t", "c", "f", 10, False, "s", line, {"dev": "npu"}, [line])
+    assert incidents.Incident("x", "", [e]).device is None
