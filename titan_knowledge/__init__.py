@@ -55,6 +55,7 @@ REQUIRED: dict[tuple[str, str], tuple[str, ...]] = {
     ("error_codes", "component"): ("char", "module", "fix"),
     ("error_codes", "ecode"): ("code", "title", "cause", "fix"),
     ("error_codes", "hccl_result"): ("code", "name", "fix"),
+    ("error_codes", "nccl_result"): ("code", "name", "text", "cause", "fix"),
     ("error_codes", "pta_module"): ("digits", "name", "meaning"),
     ("error_codes", "pta_error"): ("code", "meaning"),
     ("hccl_env", "range"): ("name", "min", "max", "default", "unit", "why"),
