@@ -80,6 +80,7 @@ SCHEMAS: dict[tuple[str, str], type] = {
     ("error_codes", "component"): record("Component", "char", "module", "fix"),
     ("error_codes", "ecode"): record("ECode", "code", "title", "cause", "fix"),
     ("error_codes", "hccl_result"): record("HcclResult", "code", "name", "fix"),
+    ("error_codes", "nccl_result"): record("NcclResult", "code", "name", "text", "cause", "fix"),
     ("error_codes", "pta_module"): record("PtaModule", "digits", "name", "meaning"),
     ("error_codes", "pta_error"): record("PtaError", "code", "meaning"),
     ("hccl_env", "range"): record("HcclRange", "name", "min", "max", "default", "unit", "why"),

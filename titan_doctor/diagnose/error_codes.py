@@ -5,6 +5,7 @@ structure, so a code nobody listed still says which component failed and how bad
   aclError  507033, 107002: class digit + module digits + number
   HcclResult the small number of "HCCL function error: ..., error code is 5"
   ERRxxyyy  torch_npu's submodule + error type, e.g. ERR02200 = DIST, call hccl api failed
+  ncclResult NVIDIA NCCL's result, by number ("NCCL Error 2"), name (ncclSystemError) or text
 
 `find_codes(line)` returns every code a line reports, each decoded into a `Code`.
 """
@@ -22,7 +23,7 @@ RANK_ECODE_USER = 35
 RANK_ECODE_INTERNAL = 60
 RANK_HCCL_DEFAULT = 70
 RANK_PTA_WRAPPER = 85
-RANK_PTA_OTHER = 50
+RANK_PTA_OTHER = 75     # torch_npu raises these with the CANN text (E-code, aclnn detail) that says why
 
 # An E-code stands alone: "EI0006: ...", "Get_Socket_Timeout(EI0006):", "EZ9999[PID: 1]",
 # "detail:EZ1001:". Not inside a word, a hex number or a path.
@@ -30,10 +31,14 @@ _ECODE = re.compile(r"(?<![\w.\-/])(E[0-9A-Z]\d{4})(?=[\s:\[\]()]|$)")
 # aclError codes after the phrases torch_npu and CANN print them with.
 _ACL = re.compile(r"(?:error code is:?|error code:|error no is|runtime result =|result =|ret =|failed:)"
                   r"\s*(\d{6})\b", re.I)
-_HCCL = re.compile(r"(?i)hccl\w*.*?error code is (\d{1,3})\b")
+# "HCCL function error: HcclAllreduce, error code is 6"; MindIE/ATB: "HcclCommInitRootInfo fail, error:2"
+_HCCL = re.compile(r"(?i)hccl\w*.*?error code is (\d{1,3})\b|\b(?P<call>hccl\w+) fail(?:ed)?, error:\s?(\d{1,3})\b")
+_NCCL = re.compile(r"\bNCCL Error (\d)\b|\b(nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage))\b"
+                   r"|\bNCCL (?:error|failure)\b.*?[:,]\s*(unhandled cuda error|unhandled system error|internal error"
+                   r"|invalid argument|invalid usage|remote process exited or there was a network error)")
 _PTA = re.compile(r"\bERR(\d{2})(\d{3})\b")
 # Text one of which a line that prints an aclError, HcclResult or ERR code contains.
-NEEDLES = ("error code", "rror no is", "result =", "ret =", "failed:", "ERR")
+NEEDLES = ("error code", "rror no is", "result =", "ret =", "failed:", "ERR", ", error:", "NCCL", "nccl")
 _MESSAGE_NOISE = re.compile(r"^[\s:)\]]*(?:\[PID: ?\d+\]\s*)?(?:\d{4}-\d\d-\d\d-[\d:.]+\s*)?(?:\w*\(E\w\d{4}\):?\s*)?")
 
 
@@ -62,6 +67,7 @@ def _tables() -> dict[str, Any]:
         "hccl": {int(e["code"]): e for e in d.get("hccl_result", [])},
         "pta_module": {str(e["digits"]): e for e in d.get("pta_module", [])},
         "pta_error": {int(e["code"]): e for e in d.get("pta_error", [])},
+        "nccl": {k: e for e in d.get("nccl_result", []) for k in (int(e["code"]), e["name"], e["text"])},
     }
 
 
@@ -112,6 +118,15 @@ def decode_hccl(n: int) -> Code:
                 (e or {}).get("source", ""))
 
 
+def decode_nccl(key: int | str) -> Code | None:
+    """An ncclResult_t by number, name or the text ncclGetErrorString gives it."""
+    e = _tables()["nccl"].get(key)
+    if e is None:
+        return None
+    return Code(f"nccl.{e['name']}", str(e["code"]), f"NCCL error {e['code']} {e['name']}: {e['text']}", e["cause"],
+                e["fix"], int(e.get("rank", RANK_HCCL_DEFAULT)), bool(e.get("consequence", False)), e["source"])
+
+
 def decode_pta(module: str, err: int) -> Code:
     t = _tables()
     m = t["pta_module"].get(module)
@@ -150,9 +165,16 @@ def find_codes(line: str) -> list[Code]:
     if "rror" in line or "esult" in line or "ret =" in line or "failed:" in line:
         for m in _ACL.finditer(line):
             out.setdefault(m.group(1), decode_acl(int(m.group(1))))
-        h = _HCCL.search(line)
-        if h and len(h.group(1)) < 4:
-            out.setdefault("hccl." + h.group(1), decode_hccl(int(h.group(1))))
+        h = _HCCL.search(line) if ("rror" in line or ", error:" in line) else None
+        n = h and (h.group(1) or h.group(3))
+        if n:
+            out.setdefault("hccl." + n, decode_hccl(int(n)))
+    if "NCCL" in line or "nccl" in line:
+        for m in _NCCL.finditer(line):
+            key = m.group(1) or m.group(2) or m.group(3)
+            c = decode_nccl(int(key) if key.isdigit() else key)
+            if c:
+                out.setdefault(c.id, c)
     if "ERR" in line:
         for m in _PTA.finditer(line):
             code = decode_pta(m.group(1), int(m.group(2)))

@@ -45,7 +45,9 @@ class Event:
     parse: str = ""
     merge: bool = False
     message: str = ""
+    note: str = ""                                     # why it is a consequence, when it is one
     more: list[str] = field(default_factory=list)      # continuation lines of an E-code's message
+    repeats: list[Line] = field(default_factory=list)  # lines that reported it again (they may name the device)
 
 
 @functools.lru_cache(maxsize=None)
@@ -62,26 +64,56 @@ def _needles() -> tuple[str, ...] | None:
 def might_report(text: str) -> bool:
     """Cheap test run on every line: False means no signature or code can match it."""
     needles = _needles()
-    return needles is None or any(n in text for n in needles) or error_codes.has_ecode(text)
+    if needles is None:
+        return True
+    for n in needles:           # a plain loop: ~40% faster than any() over a generator here
+        if n in text:
+            return True
+    return error_codes.has_ecode(text)
 
 
 def event_of_match(m: signatures.Match, line: Line | None = None) -> Event:
     s = m.sig
     line = line or log_lines.parse("", 0, m.line)
+    # a pointer that names its subject (torchrun's "rank : 1 (local_rank: 1)") collects the
+    # lines under it (exitcode, traceback) as its message does
+    message = " ".join(line.body.split()) if s.only_in else ""
     return Event(s.id, s.title, s.cause, s.fix, s.rank, s.consequence, s.source, line, dict(m.groups),
-                 [line], [dict(m.groups)], s.parse, s.merge)
+                 [line], [dict(m.groups)], s.parse, s.merge, message)
 
 
-def events_of(line: Line) -> list[Event]:
+def events_of(line: Line, section: str = "") -> list[Event]:
     text = line.text
     out = []
-    m = signatures.best_match(text)
+    m = signatures.best_match(text, section)
     if m:
         out.append(event_of_match(m, line))
     for c in error_codes.find_codes(text):
         out.append(Event(c.id, c.title, c.cause, c.fix, c.rank, c.consequence, c.source, line,
                          {"code": c.code}, [line], [], "", False, c.message))
+    if section == LAUNCHER_FAILURES:
+        for e in out:
+            e.consequence = True
+            e.note = "listed after the first failure in torchrun's summary: the launcher stopped it, or it failed later"
     return out
+
+
+# torchrun's failure summary (torch.distributed.elastic ChildFailedError): the "Root Cause
+# (first observed failure)" block names the rank that failed first; the "Failures:" block lists
+# the ranks that failed or were stopped after it.
+LAUNCHER_ROOT = "launcher_root"
+LAUNCHER_FAILURES = "launcher_failures"
+
+
+def launcher_section(text: str, section: str) -> str:
+    """Which block of torchrun's failure summary `text` is in, given the block of the line before."""
+    if "Root Cause (first observed failure)" in text:
+        return LAUNCHER_ROOT
+    if "Failures:" in text and text.rstrip().endswith("Failures:"):
+        return LAUNCHER_FAILURES
+    if section and "=====" in text:
+        return ""
+    return section
 
 
 @dataclass
@@ -92,6 +124,7 @@ class Incident:
     context: list[Line] = field(default_factory=list)   # lines above it: its traceback, the log line before
     order: int = 0
     near_ranks: dict[int, str] = field(default_factory=dict)  # rank -> stream of rank-prefixed lines around it
+    near_device: int | None = None   # torch_npu's "(PID:.., Device:N, ..)" line printed right after it
 
     @property
     def last_no(self) -> int:
@@ -102,7 +135,7 @@ class Incident:
         return min(self.events, key=lambda e: (e.rank, self.events.index(e)))
 
     def _lines(self) -> list[Line]:
-        return [ln for e in self.events for ln in e.lines] + self.context
+        return [ln for e in self.events for ln in e.lines + e.repeats] + self.context
 
     @property
     def rank(self) -> int | None:
@@ -124,10 +157,14 @@ class Incident:
         for ln in lines:
             if ln.device is not None:
                 return ln.device
-        dev = self.cause.groups.get("dev")
-        if dev not in (None, ""):
+        dev = str(self.cause.groups.get("dev", ""))
+        if dev.isdigit():          # a signature's (?P<dev>...) group names the device index
             return int(dev)
-        return next((ln.weak_device for ln in lines if ln.weak_device is not None), None)
+        weak = next((ln.weak_device for ln in lines if ln.weak_device is not None), None)
+        if weak is None:     # the message lines under a code: "Aicpu kernel execute failed, device_id=0"
+            weak = next((d for e in self.events for m in e.more for d in [log_lines.weak_device(m)]
+                         if d is not None), None)
+        return weak if weak is not None else self.near_device
 
     @property
     def time(self) -> tuple | None:
@@ -161,6 +198,7 @@ def _dedupe(events: list[Event]) -> list[Event]:
             seen[key] = e
             out.append(e)
             continue
+        first.repeats.extend(e.lines)
         for m in ([e.message] if e.message else []) + e.more:
             if m not in first.more and m != first.message:
                 first.more.append(m)
@@ -185,6 +223,17 @@ def _near_ranks(path: str, recent: collections.deque, no: int) -> dict[int, str]
             if ln.rank is not None:
                 out.setdefault(ln.rank, ln.stream)
     return out
+
+
+def _lend(line: Line, above: Incident) -> None:
+    """A line of another stream right after an incident may name who printed it: a rank
+    prefix, or torch_npu's "(PID:.., Device:N, RankID:R)" line that follows a Python error
+    (printed without the [rankN]: prefix of the traceback above it)."""
+    if line.rank is not None:
+        above.near_ranks.setdefault(line.rank, line.stream)
+    if line.device is not None and above.near_device is None and (
+            line.rank is None or above.rank is None or line.rank == above.rank):
+        above.near_device = line.device
 
 
 def _opens_incident(cur: Incident | None, line: Line) -> bool:
@@ -215,14 +264,17 @@ def incidents(paths: Iterable[Path]) -> tuple[list[Incident], int]:
         recent: collections.deque = collections.deque(maxlen=CONTEXT)
         cur: Incident | None = None
         coded: Event | None = None          # the last E-code event, collecting its message lines
+        section = ""                        # the block of torchrun's failure summary we are in
         for no, text, parent in log_lines.raw_lines(path):
             total += 1
-            evs = events_of(log_lines.parse(str(path), no, text, parent)) if might_report(text) else []
+            if section or "Fail" in text or "Root Cause" in text:
+                section = launcher_section(text, section)
+            evs = events_of(log_lines.parse(str(path), no, text, parent), section) if might_report(text) else []
             if evs:
                 line = evs[0].line
                 if _opens_incident(cur, line):
-                    if cur is not None and line.rank is not None and no - cur.last_no <= NEAR:
-                        cur.near_ranks.setdefault(line.rank, line.stream)   # it may name the block above
+                    if cur is not None and no - cur.last_no <= NEAR:
+                        _lend(line, cur)     # it may name the rank / device of the block just above
                     cur = Incident(str(path), line.stream, context=_context(str(path), recent, line.stream),
                                    order=len(out), near_ranks=_near_ranks(str(path), recent, no))
                     out.append(cur)

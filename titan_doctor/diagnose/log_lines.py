@@ -22,9 +22,14 @@ _PREFIXES = (
     re.compile(r"[A-Za-z][\w.]*-\d+(?=: )"),                                   # pdsh / mpirun host: "worker-1: "
 )
 _PID_LINE = re.compile(r"\(PID:\s*\d+,\s*Device:\s*(-?\d+),\s*RankID:\s*(-?\d+)\)")
-# c10d "[Rank 3]", lmdeploy "Rank[2]", "aborted on rank 0", torchrun's summary "rank      : 0 (local_rank: 0)"
-_RANK_MARK = re.compile(r"\bRank[ \[](\d+)\]|\bon rank (\d+)\b|^\s*rank\s*:\s*(\d+) \(local_rank")
-_WEAK_DEVICE = re.compile(r"\b(?:deviceId|device_id|devId)\s?=\s?(\d+)\b")
+# c10d "[Rank 3]", lmdeploy "Rank[2]", "aborted on rank 0", torchrun's summary "rank      : 0 (local_rank: 0)",
+# HCCL/MindIE "HcclCommInitRootInfo fail, error:2, rank:1, rankSize:4", c10d "[4] is setting up NCCL communicator"
+_RANK_MARK = re.compile(r"\bRank[ \[](\d+)\]|\bon rank (\d+)\b|^\s*rank\s*:\s*(\d+) \(local_rank|\brank:(\d+), rankSize:"
+                        r"|\[(\d+)\] is setting up [NH]CCL communicator")
+# the device CANN's own text names: "deviceId=3", "device_id=3", the device-error report
+# "The error from device(chipId:7, dieId:0)" / "device(2)", "open device 2 failed", "invalid device=1"
+_WEAK_DEVICE = re.compile(r"\b(?:deviceId|device_id|devId)\s?=\s?(\d+)\b|\bdevice\((?:chipId:)?(\d+)[,)]"
+                          r"|\bopen device (\d+) failed|\binvalid device=(\d+)")
 _RANK_IN_PATH = (re.compile(r"rank[_-]?(\d+)", re.I), re.compile(r"[/\\](\d+)[/\\]error\.json$"))
 # (month, day, hour, minute, second[, fraction]) in the formats the stack prints
 _TIMES = (
@@ -137,6 +142,12 @@ def timestamp(text: str) -> tuple | None:
     return None
 
 
+def weak_device(text: str) -> int | None:
+    """The device CANN's own text names (see _WEAK_DEVICE), if any."""
+    w = _WEAK_DEVICE.search(text) if "evice" in text else None
+    return int(next(g for g in w.groups() if g is not None)) if w else None
+
+
 def has_prefix_rank(text: str) -> bool:
     """Cheap test: might this line carry a rank prefix?"""
     return "[rank" in text or "rank=" in text or "[default" in text
@@ -164,13 +175,11 @@ def parse(path: str, no: int, text: str, parent: str | None = None) -> Line:
     if pid:
         device = int(pid.group(1)) if int(pid.group(1)) >= 0 else None
         rank = int(pid.group(2)) if int(pid.group(2)) >= 0 else None
-    if rank is None and ("ank" in text):
+    if rank is None and ("ank" in text or "is setting up" in text):
         m = _RANK_MARK.search(text)
         if m:
             rank = int(next(g for g in m.groups() if g is not None))
     if rank is None:
         rank = prefix_rank
-    if "=" in text:
-        w = _WEAK_DEVICE.search(text)
-        weak = int(w.group(1)) if w else None
+    weak = weak_device(text)
     return Line(path, no, text, stream, rank, device, weak, timestamp(text))

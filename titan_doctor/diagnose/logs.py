@@ -112,14 +112,19 @@ def _soc(e: Event) -> dict[str, Any]:
 
 def _dtype(e: Event) -> dict[str, Any]:
     g = e.groups
-    dtype = g.get("dtype") or (g.get("dt") or "").lower()
+    dtype = g.get("dtype") or (g.get("dt") or g.get("st") or "").lower()
     supported = [x.replace("DT_", "").lower() for x in (g.get("supported") or "").split(",") if x.strip()]
     return {"dtype_name": dtype or "this dtype",
             "op_note": f" ({g['op']})" if g.get("op") else "",
             "supported_note": f"; it supports {', '.join(supported)}" if supported else ""}
 
 
-_PARSERS = {"oom": _oom, "state_dict_keys": _state_dict_keys, "keyerror": _keyerror, "size_mismatch": _size_mismatch,
+def _kernel_unit(e: Event) -> dict[str, Any]:
+    """The unit the fault report names, whichever of its two spellings matched."""
+    return {"unit": e.groups.get("unit") or e.groups.get("unit2") or "compute"}
+
+
+_PARSERS = {"kernel_unit": _kernel_unit, "oom": _oom, "state_dict_keys": _state_dict_keys, "keyerror": _keyerror, "size_mismatch": _size_mismatch,
             "ping_answer": _ping_answer, "nnal": _nnal, "python_package": _python_package, "soc": _soc,
             "dtype": _dtype}
 
@@ -138,13 +143,13 @@ def enrich(e: Event | signatures.Match) -> dict[str, Any]:
 
 # ---- findings -----------------------------------------------------------------------
 
-def _where(e: Event, inc: Incident, with_rank: bool = True) -> str:
-    bits = []
-    if with_rank and inc.rank is not None:
-        bits.append(f"rank {inc.rank}")
-    if inc.device is not None:
-        bits.append(f"device {inc.device}")
-    return f"{e.line.path}:{e.line.no}" + (f" ({', '.join(bits)})" if bits else "")
+def _who(inc: Incident) -> str:
+    bits = [f"{k} {v}" for k, v in (("rank", inc.rank), ("device", inc.device)) if v is not None]
+    return f" ({', '.join(bits)})" if bits else ""
+
+
+def _where(e: Event, inc: Incident) -> str:
+    return f"{e.line.path}:{e.line.no}{_who(inc)}"
 
 
 def _quote(e: Event) -> str:
@@ -189,6 +194,43 @@ def first_exception(paths: list[Path]) -> tuple[str, str, int] | None:
     return None
 
 
+def exception_behind(inc: Incident) -> tuple[str, str, int] | None:
+    """The Python exception a wrapper event reports ("ERR99999 UNKNOWN application
+    exception", torchrun's "rank 1 failed first"): the last exception of the traceback just
+    above it, else the first one earlier in the same file (not the launcher's own)."""
+    for ln in reversed(inc.context):
+        m = _EXCEPTION.search(ln.text) if ("Error" in ln.text or "Exception" in ln.text) else None
+        if m and not _LAUNCHER_EXCEPTION.search(m.group(1)):
+            return f"{m.group(1)}: {m.group(2).strip()}", ln.path, ln.no
+    first_no = min(e.line.no for e in inc.events)
+    for no, text, _ in raw_lines(Path(inc.path)):
+        if no >= first_no:
+            break
+        m = _EXCEPTION.search(text) if ("Error" in text or "Exception" in text) else None
+        if m and not _LAUNCHER_EXCEPTION.search(m.group(1)):
+            return f"{m.group(1)}: {m.group(2).strip()}", inc.path, no
+    return None
+
+
+_LAUNCHER_EXCEPTION = re.compile(r"ChildFailedError|ProcessRaisedException|ProcessExitedException")
+
+
+def _unexplained(exc: tuple[str, str, int], root: Incident) -> Finding:
+    """An exception nobody listed, behind a code that only says a call failed: name it."""
+    text, path, no = exc
+    wrapper = root.cause
+    return Finding("log.exception", Status.FAIL,
+                   f"root cause: {text[:200]} — first at {path}:{no}" + _who(root),
+                   detail=f"Not in titan-doctor's list of known errors. {wrapper.title} ({wrapper.line.path}:"
+                          f"{wrapper.line.no}) only reports that something failed; this exception is the error "
+                          f"it reports.\n> {text[:300]}",
+                   fix=f"Read the traceback that ends at {path}:{no}: its last frame in your code is where it "
+                       f"failed, and the message says what was wrong",
+                   path=path, line=no,
+                   data={"signature": "exception", "rank": root.rank, "device": root.device, "exception": text,
+                         "wrapper": wrapper.id})
+
+
 def explain(paths: list[Path]) -> list[Finding]:
     paths = expand(paths)
     found, lines = incidents.incidents(paths)
@@ -213,7 +255,11 @@ def explain(paths: list[Path]) -> list[Finding]:
             seen.setdefault(e.id, []).append(e)
             rank_of[id(e)] = r
     cause = root.cause
-    out = [_finding(cause, root, "root cause", seen, rank_of)]
+    exc = exception_behind(root) if cause.rank >= incidents.WRAPPER_RANK else None
+    if exc:
+        out = [_unexplained(exc, root), _finding(cause, root, "also", seen, rank_of)]
+    else:
+        out = [_finding(cause, root, "root cause", seen, rank_of)]
     reported = {cause.id}
     ordered = sorted(root.events, key=lambda e: e.rank) + [
         e for inc in sorted(found, key=lambda i: (i.cause.rank, i.order)) if inc is not root
@@ -226,6 +272,6 @@ def explain(paths: list[Path]) -> list[Finding]:
         inc = owner[id(e)]
         note = ""
         if e.consequence and inc is not root and inc.rank is not None and inc.rank != root.rank:
-            note = " (a consequence of the root cause: it waited for the failed rank)"
+            note = f" (a consequence of the root cause: {e.note or 'it waited for the failed rank'})"
         out.append(_finding(e, inc, "also", seen, rank_of, note))
     return out

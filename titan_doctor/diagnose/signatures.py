@@ -32,6 +32,7 @@ class Signature:
     consequence: bool = False   # what a rank sees when another rank failed first
     merge: bool = False         # a message spanning lines: one error's lines are judged together
     needles: tuple[str, ...] | None = None   # a line holds one of these, or the pattern cannot match
+    only_in: str = ""           # report it only inside this part of a log (e.g. "launcher_root")
 
 
 def _runs(items: list) -> list[str]:
@@ -85,14 +86,17 @@ def load() -> tuple[Signature, ...]:
             raise knowledge.KnowledgeError(f"log_signatures.toml: {e.get('id')}: bad pattern: {err}") from err
         sigs.append(Signature(e["id"], e["title"], rx, int(e.get("rank", 50)), e["cause"], e["fix"],
                               e["source"], e.get("parse", ""), bool(e.get("consequence", False)),
-                              bool(e.get("merge", False)), needles(e["pattern"], rx.flags)))
+                              bool(e.get("merge", False)), needles(e["pattern"], rx.flags), e.get("only_in", "")))
     return tuple(sigs)
 
 
-def match_line(line: str) -> list[Match]:
-    """Every signature that matches this line."""
+def match_line(line: str, section: str = "") -> list[Match]:
+    """Every signature that matches this line; `section` is the part of the log it is in
+    (signatures with `only_in` match only there)."""
     out = []
     for sig in load():
+        if sig.only_in and sig.only_in != section:
+            continue
         if sig.needles and not any(n in line for n in sig.needles):
             continue
         m = sig.regex.search(line)
@@ -101,10 +105,10 @@ def match_line(line: str) -> list[Match]:
     return out
 
 
-def best_match(line: str) -> Match | None:
+def best_match(line: str, section: str = "") -> Match | None:
     """The most specific signature of this line (lowest rank): one message, one reading
     (an undefined atb:: symbol is NNAL, not also a torch mismatch)."""
-    return min(match_line(line), key=lambda m: m.sig.rank, default=None)
+    return min(match_line(line, section), key=lambda m: m.sig.rank, default=None)
 
 
 def classify(text: str) -> Match | None:

@@ -88,6 +88,9 @@ def judge_keys(missing: list[str], unexpected: list[str]) -> dict[str, Any]:
             f"sd = {{k.replace('{c}.', '{m}.', 1): v for k, v in sd.items()}}" for m, c in renames)
                              + " (or load with the code version the checkpoint was saved from)")
         return out
+    only_layers = all(_LAYER.search(k) for k in missing + unexpected)
+    if not (missing and unexpected) and not only_layers:
+        return _one_sided(out, missing, unexpected)
     lm, lu = _max_layer(missing), _max_layer(unexpected)
     if lm is not None and (lu is None or lm > lu):
         out["prefix_note"] = (f"No wrapper prefix: the model has more layers than the checkpoint (model expects "
@@ -98,6 +101,28 @@ def judge_keys(missing: list[str], unexpected: list[str]) -> dict[str, Any]:
     else:
         out["prefix_note"] = "No wrapper prefix involved: the checkpoint is from a different model or config."
     out["prefix_fix"] = "Load with the same model config the checkpoint was saved with (check n_layers / dim / vocab_size)"
+    return out
+
+
+def _one_sided(out: dict[str, Any], missing: list[str], unexpected: list[str]) -> dict[str, Any]:
+    """Only one list is known (the other is empty, or was not in the log) and it is not just
+    whole layers: the keys alone cannot say why, so say what they show and how to see the rest."""
+    if missing:
+        out["prefix_note"] = ("Only missing keys are shown: the model's parameters listed are not in the checkpoint under "
+                              "these names. If the checkpoint's keys carry a prefix (module., _orig_mod., model.) the "
+                              "'Unexpected key(s)' line shows it; a checkpoint with no unexpected keys lacks these "
+                              "parameters (a partial or another model's checkpoint, or a nested dict such as "
+                              "{'model': ...}).")
+        out["prefix_fix"] = ("Print the checkpoint's keys: sd = torch.load(path, map_location='cpu'); print(list(sd)[:5]). "
+                             "A common prefix: strip it (torch.nn.modules.utils.consume_prefix_in_state_dict_if_present"
+                             "(sd, '<prefix>')); a nested dict: load sd['model'] / sd['state_dict']; a partial "
+                             "checkpoint on purpose: load_state_dict(sd, strict=False)")
+    else:
+        out["prefix_note"] = ("Only unexpected keys are shown: the checkpoint has parameters the model does not, and every "
+                              "parameter of the model was found: the checkpoint is from a larger model (extra layers or "
+                              "heads) or holds extra entries (optimizer state, EMA weights).")
+        out["prefix_fix"] = ("Build the model the checkpoint was saved from, or drop the extra keys: "
+                             "model.load_state_dict(sd, strict=False) after checking which keys are extra")
     return out
 
 
