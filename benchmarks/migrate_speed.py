@@ -3,10 +3,11 @@ parse + codegen of the same Python files, single process. Figures, not pass/fail
 
     python benchmarks/migrate_speed.py TREE [-j N]
 
-Nothing is written: migrate runs in memory (like --check). Wall and CPU seconds are both
-printed: on a shared machine the CPU column is the steadier comparison. Reference measured on the
-2-core dev machine: TorchFix 0.7.0 over torchtitan (476 files) took 112 s wall with -j 2;
-"TorchFix/this" scales that reference to this tree's Python file count.
+Nothing is written: migrate runs in memory (like --check). Discovery (the walk, git's
+ignore list or the .gitignore reader, file kinds) is timed on its own row. Wall and CPU
+seconds are both printed: on a shared machine the CPU column is the steadier comparison.
+Reference measured on the 2-core dev machine: TorchFix 0.7.0 over torchtitan (476 files)
+took 112 s wall with -j 2; "TorchFix/this" scales that reference to this tree's Python file count.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import libcst as cst
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from titan_doctor.migrate import engine  # noqa: E402
+from titan_doctor.migrate import discovery, engine  # noqa: E402
 from titan_doctor.migrate.rules import load_rules  # noqa: E402
 
 TORCHFIX_REFERENCE = (476, 112.0)  # files, seconds (-j 2), measured separately
@@ -62,10 +63,14 @@ def main() -> int:
         return 2
 
     tf_files, tf_wall = TORCHFIX_REFERENCE
-    files = list(engine.discover([args.tree], load_rules()))
+    start, cpu = time.perf_counter(), _cpu()
+    found = discovery.discover([args.tree], load_rules())
+    walk, walk_cpu = time.perf_counter() - start, _cpu() - cpu
+    files = [e.path for e in found.files]
     py = [p for p in files if p.suffix == ".py"]
     floor, floor_cpu = parse_floor(py)
-    rows = [("libcst parse+codegen (floor)", len(py), floor, floor_cpu)]
+    rows = [("libcst parse+codegen (floor)", len(py), floor, floor_cpu),
+            ("discovery (walk, ignores, kinds)", len(files), walk, walk_cpu)]
     t1, c1, results = migrate(files, 1)
     rows.append(("titan-doctor migrate -j 1", len(files), t1, c1))
     if args.jobs > 1:
@@ -80,9 +85,14 @@ def main() -> int:
               f"{cpu / floor_cpu:11.2f}x {tf_wall * len(py) / tf_files / wall:13.1f}x")
     print(f"{'TorchFix 0.7.0 -j 2 (reference)':34} {tf_files:6d} {tf_wall:8.2f} "
           f"{tf_files / tf_wall:8.1f}   (measured separately on the dev machine)")
-    states = {s: sum(r.state == s for r in results) for s in
-              (engine.CHANGED, engine.UNCHANGED, engine.SKIPPED, engine.FAILED)}
+    states = {s: sum(r.state == s for r in results) for s in engine.STATES}
     print("migrate outcome: " + ", ".join(f"{k} {v}" for k, v in states.items()))
+    print("not read: " + (", ".join(f"{k} {len(v)}" for k, v in sorted(found.skipped.items()))
+                          or "nothing"))
+    kinds = {}
+    for e in found.files:
+        kinds[e.kind] = kinds.get(e.kind, 0) + 1
+    print("kinds read: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
     return 0
 
 

@@ -5,15 +5,20 @@ signatures; the trainer its device table), so this package imports neither of th
 nothing heavier than the standard library. In a checkout the data is the repository's
 rules/ folder; an installed wheel carries it as titan_knowledge/rules.
 
-Every [[table]] entry carries a `source` (a citation, or a key of the file's [sources]
-table, which is expanded here); entries of the tables in REQUIRED carry those keys too.
-A file that fails to parse or breaks either rule is a `KnowledgeError` naming the file and
-entry, which the tools turn into exit 2 instead of a traceback.
+Every [[table]] entry is checked by one mechanism, `check_entry` against a schema: the
+migrate rules as frozen dataclasses (typed_entry), the other tables as `record`s that name
+the keys their readers need (SCHEMAS). Every entry carries a `source` (a citation, or a
+key of the file's [sources] table, which is expanded here). A file that fails to parse or
+breaks its schema is a `KnowledgeError` naming the file and entry, which the tools turn
+into exit 2 instead of a traceback.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -45,38 +50,65 @@ def load_toml(path: Path) -> dict[str, Any]:
         raise KnowledgeError(f"{path}: invalid TOML: {e}") from e
 
 
-# Keys every entry of a table must have: (file, table) -> keys. Checked at load so a
-# broken entry is one clear line, not a KeyError deep inside a check.
-REQUIRED: dict[tuple[str, str], tuple[str, ...]] = {
-    ("log_signatures", "signature"): ("id", "title", "pattern", "cause", "fix"),
-    ("error_codes", "acl"): ("code", "name", "meaning"),
-    ("error_codes", "acl_class"): ("digit", "meaning", "rank", "fix"),
-    ("error_codes", "acl_module"): ("digits", "module"),
-    ("error_codes", "component"): ("char", "module", "fix"),
-    ("error_codes", "ecode"): ("code", "title", "cause", "fix"),
-    ("error_codes", "hccl_result"): ("code", "name", "fix"),
-    ("error_codes", "nccl_result"): ("code", "name", "text", "cause", "fix"),
-    ("error_codes", "pta_module"): ("digits", "name", "meaning"),
-    ("error_codes", "pta_error"): ("code", "meaning"),
-    ("hccl_env", "range"): ("name", "min", "max", "default", "unit", "why"),
-    ("hccl_env", "leftover"): ("name", "equivalent"),
-    ("versions", "compat"): ("cann", "torch", "torch_npu"),
-    ("versions", "python"): ("torch", "python"),
+# -- one way to check an entry ------------------------------------------------------------
+# Every [[table]] entry under rules/ is checked against a schema: a dataclass whose fields
+# are the entry's keys (no default: required; a type: checked and converted). The migrate
+# rules are read AS their schema (typed_entry: frozen dataclasses, unknown keys refused);
+# the other tables stay dicts for their readers and are checked by a `record` schema that
+# names the keys they need (other keys allowed, so a new optional key needs no change here).
+_OPEN = "__titan_open__"   # a record: keys beyond its fields are allowed
+
+
+def record(name: str, *keys: str) -> type:
+    """A schema for a table read as dicts: `source` (a non-empty string) and `keys`
+    required, any value type, other keys allowed."""
+    fields = [("source", str)] + [(k, Any) for k in keys if k != "source"]
+    schema = dataclasses.make_dataclass(name, fields, frozen=True)
+    setattr(schema, _OPEN, True)
+    return schema
+
+
+ENTRY = record("Entry")   # any table not named below: a source is enough
+
+# (file, table) -> schema. Checked at load so a broken entry is one clear line, not a
+# KeyError deep inside a check.
+SCHEMAS: dict[tuple[str, str], type] = {
+    ("log_signatures", "signature"): record("Signature", "id", "title", "pattern", "cause", "fix"),
+    ("error_codes", "acl"): record("AclCode", "code", "name", "meaning"),
+    ("error_codes", "acl_class"): record("AclClass", "digit", "meaning", "rank", "fix"),
+    ("error_codes", "acl_module"): record("AclModule", "digits", "module"),
+    ("error_codes", "component"): record("Component", "char", "module", "fix"),
+    ("error_codes", "ecode"): record("ECode", "code", "title", "cause", "fix"),
+    ("error_codes", "hccl_result"): record("HcclResult", "code", "name", "fix"),
+    ("error_codes", "nccl_result"): record("NcclResult", "code", "name", "text", "cause", "fix"),
+    ("error_codes", "pta_module"): record("PtaModule", "digits", "name", "meaning"),
+    ("error_codes", "pta_error"): record("PtaError", "code", "meaning"),
+    ("hccl_env", "range"): record("HcclRange", "name", "min", "max", "default", "unit", "why"),
+    ("versions", "compat"): record("Compat", "cann", "torch", "torch_npu"),
+    ("versions", "python"): record("PythonCompat", "torch", "python"),
+    ("devices", "device"): record("Device", "name", "match", "memory_gib", "peak_tflops"),
 }
 
 
 @functools.lru_cache(maxsize=None)
 def load(name: str) -> dict[str, Any]:
-    """rules/<name>.toml as a dict, every [[table]] entry checked for a `source` and the
-    keys REQUIRED of its table (cached: every caller shares one parse and one check)."""
+    """rules/<name>.toml as a dict, every [[table]] entry checked against its schema
+    (SCHEMAS, else a `source` is required) and its source expanded (cached: every caller
+    shares one parse and one check)."""
     data = load_toml(rules_dir() / f"{name}.toml")
     sources = data.get("sources", {})
+    errors = []
     for key, entries in data.items():
         if isinstance(entries, list) and all(isinstance(e, dict) for e in entries):
-            require_sources(entries, f"{name}.toml [[{key}]]")
-            require_keys(entries, REQUIRED.get((name, key), ()), f"{name}.toml [[{key}]]")
-            for e in entries:
-                e["source"] = expand_source(e["source"], sources)
+            schema = SCHEMAS.get((name, key), ENTRY)
+            for i, e in enumerate(entries):
+                label = e.get("id") or e.get("code") or e.get("name") or "?"
+                _, problems = check_entry(e, schema, f"{name}.toml [[{key}]]: entry {i} ({label})")
+                errors += problems
+                if not problems:
+                    e["source"] = expand_source(e["source"], sources)
+    if errors:
+        raise KnowledgeError("\n".join(errors))
     return data
 
 
@@ -88,29 +120,9 @@ def expand_source(source: Any, sources: dict[str, str]) -> Any:
     return sources[head] + sep + rest if head in sources else source
 
 
-def require_keys(entries: list[dict[str, Any]], keys: tuple[str, ...], file: str) -> None:
-    for i, e in enumerate(entries):
-        missing = [k for k in keys if k not in e]
-        if missing:
-            raise KnowledgeError(f"{file}: entry {i} ({e.get('id') or e.get('code') or e.get('name') or '?'}) "
-                                 f"lacks {', '.join(missing)}")
-
-
-def require_sources(entries: list[dict[str, Any]], file: str) -> None:
-    """Knowledge without a source cannot be reviewed: refuse it."""
-    for i, e in enumerate(entries):
-        if not e.get("source"):
-            raise KnowledgeError(f"{file}: entry {i} ({e.get('id') or e.get('code') or '?'}) has no 'source'")
-
-
 def devices() -> list[dict[str, Any]]:
     """rules/devices.toml's [[device]] entries (memory and peak FLOPs per card)."""
-    entries = load("devices").get("device", [])
-    for e in entries:
-        missing = [k for k in ("name", "match", "memory_gib", "peak_tflops") if k not in e]
-        if missing:
-            raise KnowledgeError(f"devices.toml: {e.get('name', '?')}: missing {', '.join(missing)}")
-    return entries
+    return load("devices").get("device", [])
 
 
 def lookup_device(device_name: str, table: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
@@ -122,33 +134,38 @@ def lookup_device(device_name: str, table: list[dict[str, Any]] | None = None) -
     return None
 
 
-def typed_entry(entry: dict[str, Any], schema: type, where: str) -> tuple[Any, list[str]]:
-    """One TOML table as an instance of the frozen dataclass `schema`, checked in full.
-
-    Returns (instance or None, errors). Every problem is its own one-line error naming
-    `where` and the key: a missing required key, a key the schema does not know (a typo
-    such as `keyword =` would otherwise be ignored silently), a value of the wrong type.
-    Lists become tuples and tables become dicts, so the instance is hashable-ish and
-    cannot be changed after loading.
-    """
-    import dataclasses
-    import typing
-
+def check_entry(entry: dict[str, Any], schema: type, where: str) -> tuple[dict[str, Any], list[str]]:
+    """(the entry's values converted to the schema's field types, the problems), each
+    problem one line naming `where`: the required keys it lacks (one line for all), a key
+    the schema does not know (unless the schema is an open `record`: a typo such as
+    `keyword =` would otherwise be ignored silently), a value of the wrong type."""
     hints = typing.get_type_hints(schema)
     fields = {f.name: f for f in dataclasses.fields(schema) if f.init}
-    errors = [f"{where}: unknown key '{k}' (known: {', '.join(sorted(fields))})"
-              for k in entry if k not in fields]
+    errors = []
+    missing = [name for name, f in fields.items() if name not in entry
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        errors.append(f"{where} lacks {', '.join(missing)}")
+    if not getattr(schema, _OPEN, False):
+        errors += [f"{where}: unknown key '{k}' (known: {', '.join(sorted(fields))})"
+                   for k in entry if k not in fields]
     values: dict[str, Any] = {}
-    for name, f in fields.items():
+    for name in fields:
         if name not in entry:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                errors.append(f"{where}: missing '{name}'")
             continue
         value, problem = _coerce(entry[name], hints[name])
         if problem:
             errors.append(f"{where}: '{name}' {problem}")
         else:
             values[name] = value
+    return values, errors
+
+
+def typed_entry(entry: dict[str, Any], schema: type, where: str) -> tuple[Any, list[str]]:
+    """One TOML table as an instance of the frozen dataclass `schema`, checked in full by
+    check_entry. Returns (instance or None, errors). Lists become tuples and tables become
+    dicts, so the instance cannot be changed after loading."""
+    values, errors = check_entry(entry, schema, where)
     if errors:
         return None, errors
     return schema(**values), []
@@ -156,9 +173,6 @@ def typed_entry(entry: dict[str, Any], schema: type, where: str) -> tuple[Any, l
 
 def _coerce(value: Any, hint: Any) -> tuple[Any, str]:
     """(value converted to `hint`, "" ) or (None, what is wrong)."""
-    import types
-    import typing
-
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):

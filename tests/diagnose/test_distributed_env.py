@@ -162,3 +162,43 @@ def test_port_of_a_remote_rank0_is_not_bind_tested(busy_port):
     addr, port = fs
     assert addr.status is Status.OK and addr.data["addresses"] == ["203.0.113.7"]
     assert port.status is Status.OK and "rank 0 is another host" in port.message
+
+
+def test_leftover_advice_is_migrates_env_mapping():
+    """One source of truth: every NCCL/CUDA variable migrate renames gets the same name
+    here, and a value migrate converts gets the same value."""
+    from titan_doctor.migrate.envvalues import convert_env
+    from titan_doctor.migrate.rules import builtin_rules
+
+    rules = builtin_rules()
+    renamed = [r for r in rules.env.values() if r.new]
+    assert len(renamed) > 15
+    for rule in renamed:
+        (f,) = d.check_leftovers({rule.old: "1"}, on_npu=True)
+        assert f.data["equivalent"] == rule.new, rule.old
+        change = convert_env(rules, rule.old, "1")
+        if change.new_name is not None:
+            assert f.data["value"] == (change.new_value or "1"), rule.old
+        else:
+            assert f.data["value"] is None and "by hand" in f.fix, rule.old
+
+
+@pytest.mark.parametrize("var,value,fix", [
+    ("NCCL_ASYNC_ERROR_HANDLING", "1", "export TORCH_HCCL_ASYNC_ERROR_HANDLING=1; unset NCCL_ASYNC_ERROR_HANDLING"),
+    ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True",
+     "export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True; unset PYTORCH_CUDA_ALLOC_CONF"),
+    ("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync",
+     "unset PYTORCH_CUDA_ALLOC_CONF; set PYTORCH_NPU_ALLOC_CONF by hand: torch_npu does not accept the setting 'backend'"),
+    ("NCCL_BUFFSIZE", "1000000", "unset NCCL_BUFFSIZE; set HCCL_BUFFSIZE by hand: 1000000 bytes is not a whole number of MB"),
+    ("NCCL_IB_HCA", "mlx5", "unset NCCL_IB_HCA   (no Ascend equivalent); HCCL uses RoCE"),
+])
+def test_leftover_values_follow_the_migrate_rules(var, value, fix):
+    (f,) = d.check_leftovers({var: value}, on_npu=True)
+    assert f.fix.startswith(fix), f.fix
+
+
+def test_hccl_buffsize_byte_count_that_is_no_whole_mb():
+    (f,) = d.check_hccl_env({"HCCL_BUFFSIZE": "5000000"})
+    assert f.status is Status.FAIL and "given in bytes" in f.message
+    assert f.fix.startswith("export HCCL_BUFFSIZE=<MB>: 5000000 bytes is not a whole number of MB")
+    assert f.data["as_mb"] is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from titan_doctor.findings import Finding
-from titan_doctor.migrate.engine import migrate_python
+from titan_doctor.migrate.pyfile import migrate_python
 from titan_doctor.migrate.rules import RuleSet, load_rules
 from titan_doctor.migrate.textfiles import migrate_text
 
@@ -32,6 +32,14 @@ def expected_paths(src: Path) -> tuple[Path, Path]:
 
 def render(findings: list[Finding]) -> str:
     return "".join(f"{f.line}:{f.col} {f.code} [{f.status.value}] {f.message}\n" for f in findings)
+
+
+def run(*args):
+    """`titan-doctor migrate ARGS...` through click (paths may be Path objects)."""
+    from click.testing import CliRunner
+
+    from titan_doctor.cli import main
+    return CliRunner().invoke(main, ["migrate", *map(str, args)])
 
 
 def migrate_fixture(src: Path) -> tuple[bytes, list[Finding]]:

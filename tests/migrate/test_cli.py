@@ -2,19 +2,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
+import re
+from pathlib import Path, PurePosixPath
 
 import pytest
-from click.testing import CliRunner
 
-from titan_doctor.cli import main
+from .gitrepo import commit_all, git
+from .helpers import run
 
 CUDA_SRC = "import torch\n\ntorch.cuda.synchronize()\n"
 MANUAL_SRC = "import torch\n\ntorch.backends.cudnn.benchmark = True\n"
-
-
-def run(*args):
-    return CliRunner().invoke(main, ["migrate", *map(str, args)])
 
 
 @pytest.fixture
@@ -31,7 +28,7 @@ def test_in_place_rewrite_exit_0_and_report(tree):
     assert res.exit_code == 0, res.output
     assert (tree / "train.py").read_text() == \
         "import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n"
-    assert "src/train.py:4:1 NPU101 [fixed] torch.cuda.synchronize -> torch.npu.synchronize" \
+    assert "src/train.py:3:1 NPU101 [fixed] torch.cuda.synchronize -> torch.npu.synchronize" \
         in res.output.replace(str(tree.parent) + "/", "")
     assert "changed (rewritten)" in res.output and "NPU101" in res.output
 
@@ -76,17 +73,9 @@ def test_output_inside_input_refused(tree):
     assert "must be outside" in res.output
 
 
-def _git(cwd, *args):
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                        "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin:/usr/local/bin",
-                        "HOME": str(cwd)})
-
-
 def _commit_all(tree):
-    _git(tree, "init", "-q")
-    _git(tree, "add", ".")
-    _git(tree, "commit", "-qm", "init")
+    git(tree, "init", "-q")
+    commit_all(tree)
 
 
 def test_dirty_git_files_refused_unless_allowed(tree):
@@ -112,6 +101,7 @@ def test_json_format(tree):
     data = json.loads(res.output)
     assert res.exit_code == 1
     assert data["files"] == {"changed": 1, "unchanged": 1, "skipped": 0, "failed": 0}
+    assert data["skipped"] == {}
     assert {f["code"] for f in data["findings"]} == {"NPU100", "NPU101"}
     assert data["findings"][0]["status"] == "fixed"
 
@@ -148,10 +138,10 @@ def test_user_rules_file(tree, tmp_path):
 
 @pytest.mark.parametrize("content, needle", [
     ('[[rule]]\ncode = "NPU999"\nkind = "rename"\nold = "a"\nmessage = "m"\nsource = "s"\n',
-     "missing 'new'"),
+     "lacks new"),
     ('[[rule]]\ncode = "bad"\nkind = "report"\nmatch = "a"\nmessage = "m"\nsource = "s"\n',
      "must look like NPU101"),
-    ('[[rule]]\ncode = "NPU999"\nkind = "report"\nmatch = "a"\nmessage = "m"\n', "missing 'source'"),
+    ('[[rule]]\ncode = "NPU999"\nkind = "report"\nmatch = "a"\nmessage = "m"\n', "lacks source"),
     ("not toml [", "invalid TOML"),
 ])
 def test_bad_rules_file_is_one_line_exit_2(tree, tmp_path, content, needle):
@@ -170,7 +160,7 @@ def test_missing_path_is_one_line_exit_2(tmp_path):
 
 
 def test_help_documents_modes_and_exit_codes():
-    res = CliRunner().invoke(main, ["migrate", "--help"])
+    res = run("--help")
     for text in ("--diff", "--check", "--output", "--allow-dirty", "Exit codes", "usage or tool error"):
         assert text in res.output
 
@@ -189,15 +179,23 @@ def test_parse_failure_exit_1_and_file_untouched(tree):
     assert (tree / "broken.py").read_text() == "import torch\ntorch.cuda.x(\n"
 
 
-def test_written_files_report_positions_as_written(tree):
-    (tree / "flags.py").write_text("import torch\nfrom torch.cuda import synchronize, jiterator\n"
-                                   "torch.backends.cudnn.benchmark = True\n")
-    res = run(tree)
-    line = [ln for ln in res.output.splitlines() if "NPU603" in ln][0]
-    assert "flags.py:5:1 NPU603" in line  # +1 import torch_npu, +1 split import
-    assert (tree / "flags.py").read_text().splitlines()[4].startswith("torch.backends.cudnn.benchmark")
-    res = run("--check", tree)  # nothing written: positions in the file as it is
-    assert "flags.py:5:1 NPU603" in res.output
+@pytest.mark.parametrize("mode", [["--check"], ["--diff"], [], ["--output", "OUT"],
+                                  ["--format", "json"]])
+def test_positions_are_input_lines_in_every_mode(tree, tmp_path, mode):
+    """One convention for pre-commit, CI and editors: the line in the file as it was read,
+    even when an inserted or split import moves it in the output."""
+    src = ("import torch\nfrom torch.cuda import synchronize, jiterator\n"
+           "torch.backends.cudnn.benchmark = True\n")
+    (tree / "flags.py").write_text(src)
+    args = [a if a != "OUT" else str(tmp_path / "out") for a in mode]
+    res = run(*args, tree)
+    if mode == ["--format", "json"]:
+        [f] = [f for f in json.loads(res.output)["findings"] if f["code"] == "NPU603"]
+        assert (f["line"], f["col"]) == (3, 1)
+    else:
+        line = [ln for ln in res.output.splitlines() if "NPU603" in ln and "[manual]" in ln][0]
+        assert "flags.py:3:1 NPU603" in line
+    assert src.splitlines()[2].startswith("torch.backends.cudnn.benchmark")
 
 
 def test_unwritable_output_is_one_line_exit_2(tree, tmp_path):
@@ -219,10 +217,72 @@ def test_progress_bar_on_a_terminal(tree, monkeypatch):
     assert [r.state for r in results] == [engine.UNCHANGED, engine.CHANGED]
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _hook() -> str:
+    return (ROOT / ".pre-commit-hooks.yaml").read_text()
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
 def test_pre_commit_hook_runs_check():
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[2]
-    text = (root / ".pre-commit-hooks.yaml").read_text()
+    text = _hook()
     assert "id: titan-doctor-migrate-check" in text
     assert "entry: titan-doctor migrate --check" in text
-    assert 'titan-doctor = "titan_doctor.cli:main"' in (root / "pyproject.toml").read_text()
+    assert 'titan-doctor = "titan_doctor.cli:main"' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_help_readme_and_hook_say_the_same_about_check_exit_1():
+    from titan_doctor.migrate.command import CHECK_EXIT_1
+    sentence = _flat(CHECK_EXIT_1)
+    help_text = _flat(run("--help").output)
+    readme = _flat((ROOT / "README.md").read_text())
+    [description] = re.findall(r'^  description: "(.*)"$', _hook(), re.M)
+    assert sentence in help_text
+    assert sentence in readme
+    assert _flat(description) == sentence
+    for case in ("would change", "[manual]", "parsed or decoded", "titan-doctor: ignore[CODE]",
+                 "Suppressed lines do not count", "shell and Slurm scripts"):
+        assert case in sentence
+
+
+@pytest.mark.parametrize("name", [
+    "a.py", "nb/x.ipynb", "run.sh", "r.bash", "r.zsh", "job.sbatch", "job.slurm", "c.json",
+    "c.yaml", "c.yml", "c.toml", "setup.cfg", "t.ini", "k.cu", "k.cuh", "Dockerfile",
+    "docker/Containerfile", ".env", ".env.local", "prod.env", "README.md", "notes.txt",
+    "x.pyc", "Makefile", "a.py.bak", "data.jsonl", "lib.so", "docker/Dockerfile.dev"])
+def test_hook_files_pattern_matches_exactly_what_migrate_reads(name):
+    from titan_doctor.migrate import kinds
+    from titan_doctor.migrate.rules import load_rules
+    [pattern] = re.findall(r"^  files: '(.*)'$", _hook(), re.M)
+    reads = kinds.kind_of(PurePosixPath(name), load_rules()) is not None
+    assert bool(re.search(pattern, name)) == reads
+
+
+def test_summary_says_what_was_skipped_and_why(tmp_path):
+    src = tmp_path / "proj"
+    src.mkdir()
+    (src / "train.py").write_text(CUDA_SRC)
+    (src / ".venv").mkdir()
+    (src / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (src / ".venv" / "lib.py").write_text(CUDA_SRC)
+    (src / "dist").mkdir()
+    (src / "dist" / "launch.sh").write_text("export CUDA_VISIBLE_DEVICES=0\n")
+    (src / ".gitignore").write_text("wandb/\n")
+    (src / "wandb").mkdir()
+    (src / "wandb" / "cfg.yaml").write_text("backend: nccl\n")
+    res = run("--check", src)
+    assert "dist/launch.sh:1:8 NPU301" in res.output  # dist/ is not skipped by name
+    assert re.search(r"skipped \(not read\)\s+2\n", res.output)
+    rows = {ln.split()[0]: ln for ln in res.output.splitlines()
+            if ln.startswith(("ignored", "virtualenv"))}
+    assert "git ignores it" in rows["ignored"] and "wandb/" in rows["ignored"]
+    assert "pyvenv.cfg" in rows["virtualenv"] and ".venv/" in rows["virtualenv"]
+    data = json.loads(run("--check", "--format", "json", src).output)
+    assert data["files"]["skipped"] == 2
+    assert data["skipped"]["virtualenv"]["count"] == 1
+    assert data["skipped"]["virtualenv"]["paths"][0].endswith(".venv/")
+    assert data["skipped"]["ignored"]["why"].startswith("git ignores it")

@@ -18,6 +18,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProv
 from libcst._metadata_dependent import LazyValue
 
 from titan_doctor.migrate import gates
+from titan_doctor.migrate.cstutil import dotted
 from titan_doctor.migrate.skipping import statement_map
 from titan_doctor.migrate.suppress import suppressions
 from titan_doctor.migrate.transform import build
@@ -75,6 +76,8 @@ def test_every_rule_name_libcst_resolves_is_seen(src):
     for node, names in qnames.items():
         if not isinstance(node, (cst.Name, cst.Attribute)) or id(node) in ctx.inner:
             continue
+        if dotted(node) is None:
+            continue  # `f(0).total_memory`: libcst names it f.total_memory, but it is no name
         for q in names:
             if q.source is QualifiedNameSource.IMPORT and rules().name_rule(q.name) and id(node) not in seen:
                 missed.append(f"{cst.Module([]).code_for_node(node)} ({q.name})")

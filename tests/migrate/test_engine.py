@@ -1,11 +1,11 @@
-"""Engine safety: untouched bytes, unparseable input, output re-parse, atomic writes,
-parallel runs, file discovery."""
+"""Engine safety: untouched bytes, unparseable or undecodable input, output re-parse,
+parallel runs, the input-line convention of findings."""
 from __future__ import annotations
 
-import os
-import stat
+import json
 
 import libcst as cst
+import pytest
 
 from titan_doctor.findings import Status
 from titan_doctor.migrate import engine
@@ -67,19 +67,74 @@ def test_cuda_source_file_reported(tmp_path):
     assert [(f.code, f.status) for f in res.findings] == [("NPU706", Status.MANUAL)]
 
 
-def test_non_utf8_text_file_skipped(tmp_path):
-    res = _process(tmp_path, "run.sh", b"export CUDA_VISIBLE_DEVICES=0 \xff\n")
-    assert res.state == engine.SKIPPED
+@pytest.mark.parametrize("name, data, where", [
+    ("run.sh", b"export CUDA_VISIBLE_DEVICES=0 # caf\xe9\n", (1, 36)),
+    ("cfg.yaml", b"a: 1\nbackend: nccl  \xff\n", (2, 16)),
+    ("train.py", b"import torch\ns = 'caf\xe9'\ntorch.cuda.synchronize()\n", (2, 9)),
+    ("nb.ipynb", b'{"cells": [{"source": "x.cuda() \xe9"}]}', (1, 33)),
+])
+def test_undecodable_file_is_a_failed_finding_with_its_position(tmp_path, name, data, where):
+    res = _process(tmp_path, name, data)
+    assert res.state == engine.FAILED and res.new == data
+    [f] = res.findings
+    assert (f.code, f.status, (f.line, f.col)) == ("NPU004", Status.FAIL, where)
+    assert "cannot decode as utf-8" in f.message and "convert" in f.message
 
 
-def test_discover_skips_tool_folders_and_unknown_files(tmp_path):
-    for rel in ["a.py", "run.sh", "notes.txt", ".git/x.py", "venv/lib/y.py", "pkg/b.py",
-                "k/kernel.cu", "build/c.py", ".env", ".github/ci.yml", "third_party/v/z.py"]:
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text("x = 1\n")
-    found = sorted(str(p.relative_to(tmp_path))
-                   for p in engine.discover([tmp_path], rules(), exclude=["third_party"]))
-    assert found == [".env", "a.py", "k/kernel.cu", "pkg/b.py", "run.sh"]
+def test_latin1_python_with_its_cookie_is_read(tmp_path):
+    data = b"# -*- coding: latin-1 -*-\nimport torch\ns = 'caf\xe9'\ntorch.cuda.synchronize()\n"
+    res = _process(tmp_path, "latin.py", data)
+    assert res.state == engine.CHANGED
+    assert b"torch.npu.synchronize()" in res.new and b"'caf\xe9'" in res.new
+
+
+@pytest.mark.parametrize("data", [
+    "export CUDA_VISIBLE_DEVICES=0\n".encode("utf-16"),     # with a BOM
+    "export CUDA_VISIBLE_DEVICES=0\n".encode("utf-16-le"),  # without: NUL bytes
+])
+def test_wide_or_binary_text_file_is_reported_not_skipped_silently(tmp_path, data):
+    res = _process(tmp_path, "run.sh", data)
+    assert res.state == engine.FAILED
+    assert [(f.code, f.status) for f in res.findings] == [("NPU004", Status.FAIL)]
+    assert "UTF-16" in res.findings[0].message
+
+
+def test_non_utf8_file_without_markers_is_unchanged(tmp_path):
+    res = _process(tmp_path, "run.sh", b"echo caf\xe9\n")
+    assert (res.state, res.findings) == (engine.UNCHANGED, [])
+
+
+def test_json_output_is_parsed_again(tmp_path, monkeypatch):
+    data = b'{"device": "cuda", "backend": "nccl"}\n'
+    res = _process(tmp_path, "train.json", data)
+    assert res.state == engine.CHANGED
+    assert json.loads(res.new) == {"device": "npu", "backend": "hccl"}
+    monkeypatch.setattr(engine, "migrate_text", lambda d, r, p, suppressed=None: (d[:-3], []))
+    res = _process(tmp_path, "train.json", data)
+    assert res.state == engine.FAILED and res.findings[0].code == "NPU002"
+    assert "would not parse as JSON" in res.findings[0].message
+
+
+def test_toml_device_and_backend_keys_rewritten_and_parsed_again(tmp_path):
+    import tomllib
+    data = b'[training]\ndevice = "cuda:0"\ndevice_map = "cuda"\n[comm]\nbackend = "nccl"\n'
+    res = _process(tmp_path, "job.toml", data)
+    assert tomllib.loads(res.new.decode()) == {"training": {"device": "npu:0", "device_map": "cuda"},
+                                               "comm": {"backend": "hccl"}}
+    assert [(f.code, f.line) for f in res.findings] == [("NPU901", 2), ("NPU802", 5)]
+
+
+def test_inserted_import_is_reported_at_an_input_line(tmp_path):
+    src = (b'"""doc."""\nfrom torch.cuda import synchronize, jiterator\nimport torch\n\n'
+           b"torch.cuda.manual_seed(0)\n")
+    res = _process(tmp_path, "m.py", src)
+    lines = res.new.splitlines()
+    [f] = [f for f in res.findings if f.code == "NPU100"]
+    # output: doc, two split imports, import torch_npu before them (torch.npu needs it)
+    assert lines[1] == b"import torch_npu"
+    assert f.line == 2  # inserted before input line 2 (the import it precedes)
+    [seed] = [f for f in res.findings if "manual_seed" in f.message]
+    assert seed.line == 5  # input line, although it is line 7 in the output
 
 
 def test_parallel_run_matches_serial(tmp_path):
@@ -93,16 +148,6 @@ def test_parallel_run_matches_serial(tmp_path):
     assert [(r.state, r.new, r.findings) for r in serial] == \
         [(r.state, r.new, r.findings) for r in parallel]
     assert all(r.state == engine.CHANGED for r in serial)
-
-
-def test_write_atomic_keeps_mode_and_leaves_no_temp(tmp_path):
-    p = tmp_path / "run.sh"
-    p.write_text("old\n")
-    os.chmod(p, 0o755)
-    engine.write_atomic(p, b"new\n")
-    assert p.read_bytes() == b"new\n"
-    assert stat.S_IMODE(p.stat().st_mode) == 0o755
-    assert [x.name for x in tmp_path.iterdir()] == ["run.sh"]
 
 
 def test_every_changed_output_parses(tmp_path):
@@ -127,3 +172,40 @@ def test_a_crash_on_one_file_is_a_failed_file_not_a_crash(tmp_path, monkeypatch)
     assert res.state == engine.FAILED and res.new == data
     assert res.findings[0].code == "NPU003"
     assert "RecursionError" in res.findings[0].message
+
+
+SCRIPT_WORDS = (b'# job template: "#SBATCH --gres=gpu:8" and srun --gpus-per-node=8\n'
+                b'JOB = "#SBATCH --nodes=2"\n')
+
+
+def test_script_only_words_do_not_make_a_python_file_worth_parsing(tmp_path, monkeypatch):
+    """SBATCH, gres, gpus are markers of script rules only: a Python file that spells
+    them (and nothing a Python rule reads) is not parsed at all."""
+    def no_parse(*args, **kwargs):
+        raise AssertionError("parsed a file no Python rule can match")
+    monkeypatch.setattr(cst, "parse_module", no_parse)
+    res = _process(tmp_path, "make_job.py", SCRIPT_WORDS)
+    assert (res.state, res.findings) == (engine.UNCHANGED, [])
+
+
+def test_the_same_words_are_read_in_scripts_and_notebook_shell_lines(tmp_path):
+    res = _process(tmp_path, "job.sbatch", b"#SBATCH --gres=gpu:8\nsrun --gpus=8 python t.py\n")
+    assert [f.code for f in res.findings] == ["NPU902", "NPU903"]
+    cell = {"cell_type": "code", "execution_count": None, "id": "a", "metadata": {},
+            "outputs": [], "source": ["!srun --gpus=8 python train.py"]}
+    nb = json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    res = _process(tmp_path, "launch.ipynb", nb.encode())
+    assert [f.code for f in res.findings] == ["NPU903"]
+
+
+def test_each_rewriter_prefilter_holds_only_its_rules_words():
+    from titan_doctor.migrate.rulekinds import KINDS, PYTHON_CODE, SCRIPT_LINES
+    rs = rules()
+    py, lines = rs.prefilters[PYTHON_CODE], rs.prefilters[SCRIPT_LINES]
+    script_only = {w for r in (rule for _, rule in rs.text) for w in KINDS[r.kind].markers(r)}
+    python_words = {w for conj in py.markers for w in conj}
+    assert {"SBATCH", "gres", "gpus"} <= script_only
+    assert not {"SBATCH", "gres", "gpus"} & python_words
+    assert not py.may_match(SCRIPT_WORDS) and lines.may_match(SCRIPT_WORDS)
+    # env names are read by both: os.environ in Python, export in scripts
+    assert py.may_match(b"os.environ['NCCL_DEBUG']") and lines.may_match(b"export NCCL_DEBUG=INFO")

@@ -37,8 +37,8 @@ def test_exact_conversions_are_fixed(name, value, new_name, new_value):
     ("NCCL_BUFFSIZE", "524288", "not a whole number of MB"),          # 0.5 MB
     ("NCCL_BUFFSIZE", "0", "below HCCL_BUFFSIZE's minimum"),
     ("NCCL_BUFFSIZE", "4M", "not a whole number of bytes"),
-    ("NCCL_DEBUG", "VERSION", "has no ASCEND_GLOBAL_LOG_LEVEL level"),
-    ("NCCL_ALGO", "Ring", "its values differ in kind"),
+    ("NCCL_DEBUG", "VERSION", "has no equivalent ASCEND_GLOBAL_LOG_LEVEL level"),
+    ("NCCL_ALGO", "Ring", "its syntax differs"),
     ("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync", "does not accept the setting 'backend'"),
     ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True,garbage_collection_threshold:0.6", "refuses"),
     ("CUDA_VISIBLE_DEVICES", "MIG-4b2b-1", "has no ASCEND_RT_VISIBLE_DEVICES equivalent"),

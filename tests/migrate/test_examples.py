@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from titan_doctor.cli import main
+from .helpers import run
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -17,7 +15,7 @@ PAIRS = {"cuda_train_llama.py": "cuda_train_llama.out.py", "cuda_launch.sh": "cu
 
 def test_examples_migrate_to_expected(tmp_path):
     out = tmp_path / "npu"
-    res = CliRunner().invoke(main, ["migrate", "--output", str(out), str(EXAMPLES)])
+    res = run("--output", out, EXAMPLES)
     # manual items remain (cudnn.benchmark, NCCL_DEBUG, nvidia-smi): exit 1 by design
     assert res.exit_code == 1, res.output
     for name, expected in PAIRS.items():
@@ -28,7 +26,7 @@ def test_examples_migrate_to_expected(tmp_path):
 def test_migrated_examples_are_stable(tmp_path):
     for name, expected in PAIRS.items():
         (tmp_path / name).write_bytes((EXPECTED / expected).read_bytes())
-    res = CliRunner().invoke(main, ["migrate", "--check", "--format", "json", str(tmp_path)])
+    res = run("--check", "--format", "json", tmp_path)
     data = json.loads(res.output)
     assert data["files"]["changed"] == 0
     assert [f for f in data["findings"] if f["status"] == "fixed"] == []

@@ -67,9 +67,7 @@ def test_every_problem_of_every_rule_is_reported_at_once(tmp_path):
     errors = _errors(tmp_path, '[[rule]]\ncode = "ACME001"\nkind = "rename"\nmessage = "m"\n'
                                '[[rule]]\ncode = "x"\nkind = "method"\nold = "a"\nnew = "b"\nmessage = "m"\nsource = "s"\n')
     assert errors == [
-        f"{tmp_path / 'mine.toml'}: rule 0 (ACME001): missing 'source'",
-        f"{tmp_path / 'mine.toml'}: rule 0 (ACME001): missing 'old'",
-        f"{tmp_path / 'mine.toml'}: rule 0 (ACME001): missing 'new'",
+        f"{tmp_path / 'mine.toml'}: rule 0 (ACME001) lacks source, old, new",
         f"{tmp_path / 'mine.toml'}: rule 1 (x): code 'x' must look like NPU101",
     ]
 
@@ -109,3 +107,34 @@ def test_cuda_and_npu_words_are_spelled_once():
 def test_parse_rule_rejects_non_tables():
     rule, errors = parse_rule(["not", "a", "table"], "f: rule 0")
     assert rule is None and errors == ["f: rule 0: expected a table"]
+
+
+def test_text_rule_groups_and_message_fields_are_checked_at_load(tmp_path):
+    errors = _errors(tmp_path, '[[rule]]\ncode = "ACME901"\nkind = "text"\nsource = "s"\n'
+                               "pattern = '(?P<flag>--accel)[= ](?P<dev>gpu)'\nmarker = \"accel\"\n"
+                               'message = "{flag} asks for {dev}"\n')
+    assert errors == [
+        f"{tmp_path / 'mine.toml'}: rule 0 (ACME901): pattern group(s) dev, flag mean nothing "
+        "here (named groups: pre, opt)",
+        f"{tmp_path / 'mine.toml'}: rule 0 (ACME901): message field(s) {{dev}}, {{flag}} are "
+        "not filled for text rules (fields: {old}, {new})",
+    ]
+
+
+def test_a_user_text_rule_uses_pre_opt_old_and_new_as_documented(tmp_path):
+    """What the Text kind's docstring promises: `pre` kept before `new`, the finding at
+    `opt` showing it as {old}, {new} the replacement."""
+    from titan_doctor.migrate.textfiles import migrate_text
+    rules = tmp_path / "mine.toml"
+    rules.write_text('[[rule]]\ncode = "ACME901"\nkind = "text"\nsource = "s"\nmarker = "accel"\n'
+                     "pattern = '(?P<pre>--accel[= ])gpu'\nnew = \"npu\"\n"
+                     'message = "accelerator {old} -> {new}"\n'
+                     '[[rule]]\ncode = "ACME902"\nkind = "text"\nsource = "s"\nmarker = "gpus"\n'
+                     "pattern = 'x(?P<opt>--gpus \\S+)'\nmessage = \"{old} asks for GPUs\"\n")
+    rs = load_rules([rules])
+    new, findings = migrate_text(b"run --accel=gpu\nlaunch x--gpus 8\n", rs, "r.sh")
+    assert new == b"run --accel=npu\nlaunch x--gpus 8\n"
+    assert [(f.code, f.line, f.col, f.message) for f in findings] == [
+        ("ACME901", 1, 5, "accelerator --accel=gpu -> --accel=npu"),
+        ("ACME902", 2, 9, "--gpus 8 asks for GPUs"),
+    ]

@@ -1,6 +1,7 @@
 """torch.distributed / HCCL settings, checked before launch: rendezvous address and
 port, rank variables, HCCL_* values (ranges in rules/hccl_env.toml), NCCL/CUDA leftovers
-that do nothing on Ascend, hccn_tool link health, and /dev/shm size."""
+that do nothing on Ascend (named and converted by migrate's env mapping,
+rules/migrate/env.toml), hccn_tool link health, and /dev/shm size."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -172,25 +173,33 @@ def _ifname_matches(spec: str, names: list[str]) -> list[str]:
     return [n for n in names if n not in hit] if exclude else hit
 
 
-MIB = 1 << 20
-
-
 def largest_device_mb() -> int:
     """The most memory any card of rules/devices.toml has, in MB."""
     return int(max((d["memory_gib"] for d in knowledge.devices()), default=256) * 1024)
 
 
 def _bytes_not_mb(r: dict, value: int) -> Finding:
-    """A MB value larger than any card's memory can only be a byte count (NCCL_BUFFSIZE's unit)."""
-    mb = max(1, round(value / MIB))
+    """A MB value larger than any card's memory can only be a byte count (NCCL_BUFFSIZE's
+    unit); what it is in MB is migrate's conversion (envvalues.convert_to)."""
+    from titan_doctor.migrate.envvalues import convert_to
+    from titan_doctor.migrate.rules import builtin_rules
+
+    change = convert_to(builtin_rules(), r["name"], str(value))
+    mb = int(change.new_value) if change is not None and change.new_value is not None else None
+    if mb is not None:
+        shown = f"{value} bytes = {mb} MB"
+        fix = f"export {r['name']}={mb}   (the same {value} bytes in MB)"
+    else:
+        why = change.why if change is not None else "no exact conversion"
+        shown = f"{value} bytes is not a whole number of MB"
+        fix = f"export {r['name']}=<MB>: {why}"
     return Finding("dist.hccl_env", Status.FAIL,
                    f"{r['name']}={value} is {r['unit']}, i.e. {value / (1 << 20):.1f} TiB, more than any NPU has: "
                    f"it was given in bytes",
-                   detail=f"{r['why']}. {value} bytes = {mb} MB; as MB it asks every communicator for "
+                   detail=f"{r['why']}. {shown}; as MB it asks every communicator for "
                           f"2 x {value} MB and HCCL init fails (out of memory).",
-                   fix=f"export {r['name']}={mb}   (the same {value} bytes in MB), or unset it for HCCL's "
-                       f"default {r['default']} MB", data={"var": r["name"], "value": value, "as_mb": mb,
-                                                           "source": r["source"]})
+                   fix=f"{fix}, or unset it for HCCL's default {r['default']} MB",
+                   data={"var": r["name"], "value": value, "as_mb": mb, "source": r["source"]})
 
 
 def check_hccl_env(env: Mapping[str, str], if_names: list[str] | None = None) -> list[Finding]:
@@ -241,10 +250,27 @@ def check_hccl_env(env: Mapping[str, str], if_names: list[str] | None = None) ->
     return out
 
 
+LEFTOVER_PREFIXES = ("NCCL_", "CUDA_", "TORCH_NCCL_")
+
+
+def _is_leftover(name: str, rules) -> bool:
+    """A CUDA/NCCL setting: by its prefix, or a variable migrate renames (PYTORCH_CUDA_ALLOC_CONF)."""
+    if name.startswith(LEFTOVER_PREFIXES):
+        return True
+    rule = rules.env_rule(name)
+    return rule is not None and rule.new is not None
+
+
 def check_leftovers(env: Mapping[str, str], on_npu: bool) -> list[Finding]:
-    """NCCL_* / CUDA_* settings do nothing on Ascend; name the variable that does."""
-    table = {e["name"]: e for e in knowledge.load("hccl_env").get("leftover", [])}
-    found = sorted(k for k in env if k.startswith(("NCCL_", "CUDA_")) or k in table)
+    """NCCL_* / CUDA_* settings do nothing on Ascend; name the variable that does and its
+    value. Names and value conversions are migrate's (rules/migrate/env.toml through
+    envvalues.convert_env): the advice here is what `migrate` would write."""
+    candidates = [k for k in env if "CUDA" in k or "NCCL" in k]
+    found = []
+    if candidates:  # the migrate rules are loaded only when something could match
+        from titan_doctor.migrate.rules import builtin_rules
+        rules = builtin_rules()
+        found = sorted(k for k in candidates if _is_leftover(k, rules))
     if not found:
         return [Finding("dist.leftovers", Status.OK, "no NCCL_*/CUDA_* leftovers in the environment")]
     if not on_npu:
@@ -252,37 +278,31 @@ def check_leftovers(env: Mapping[str, str], on_npu: bool) -> list[Finding]:
                         "(fine here: no Ascend stack found)", detail=", ".join(found))]
     out = []
     for k in found:
-        entry = table.get(k, {})
-        eq = entry.get("equivalent", "")
-        value, note = translate(entry, env[k]) if eq else (None, "")
-        if not eq:
-            fix = f"unset {k}   (no Ascend equivalent)"
-        elif value is None:
-            fix = f"unset {k}; set {eq} by hand: {note}"
-        else:
-            fix = f"export {eq}={value}; unset {k}" + (f"   ({note})" if note else "")
+        eq, value, fix = translate(rules, k, env[k])
         out.append(Finding("dist.leftovers", Status.WARN, f"{k}={env[k]} does nothing on Ascend"
                            + (f"; use {eq}" if eq else ""), fix=fix,
                            data={"var": k, "equivalent": eq, "value": value}))
     return out
 
 
-def translate(entry: Mapping, value: str) -> tuple[str | None, str]:
-    """The Ascend variable's value for an NCCL/CUDA one, and a note; None when it has to be
-    chosen by hand (the meaning or syntax differs)."""
-    eq = entry.get("equivalent", "")
-    if "values" in entry:
-        mapped = entry["values"].get(value.strip().upper())
-        allowed = ", ".join(f"{v}={k}" for k, v in sorted(entry["values"].items(), key=lambda kv: kv[1]))
-        return (mapped, f"{eq} is numeric: {allowed}") if mapped is not None else \
-            (None, f"{value!r} has no equivalent; {eq} takes {allowed}")
-    if entry.get("convert") == "bytes_to_mb":
-        if not value.strip().isdigit():
-            return None, f"{value!r} is not a byte count; {eq} is in MB"
-        return str(max(1, round(int(value) / MIB))), f"{value} bytes in MB: {eq} is in MB"
-    if entry.get("copy_value") is False:
-        return None, f"its syntax differs from {entry['name']}'s (see {entry['source']})"
-    return value, ""
+def translate(rules, name: str, value: str) -> tuple[str, str | None, str]:
+    """(the Ascend variable or "", its value or None when a person must choose it, the fix)
+    for one NCCL/CUDA variable set to `value`, by migrate's env mapping."""
+    from titan_doctor.migrate.envvalues import convert_env
+
+    change = convert_env(rules, name, value)
+    rule = change.rule if change is not None else None
+    if rule is None or rule.new is None:
+        hint = f"; {rule.fix}" if rule is not None and rule.fix else ""
+        return "", None, f"unset {name}   (no Ascend equivalent){hint}"
+    if change.new_name is None:
+        hint = f"; {rule.fix}" if rule.fix else ""
+        return rule.new, None, f"unset {name}; set {rule.new} by hand: {change.why}{hint}"
+    new_value = value if change.new_value is None else change.new_value
+    note = ""
+    if change.new_value is not None:
+        note = f"   ({value} {rule.old_unit} = {new_value} {rule.new_unit})"
+    return rule.new, new_value, f"export {rule.new}={new_value}; unset {name}" + note
 
 
 def check_hccn(env: Mapping[str, str], device_ids: list[int], timeout: float = 10.0) -> list[Finding]:

@@ -3,7 +3,6 @@ prints the report; the work itself is in engine.py."""
 from __future__ import annotations
 
 import difflib
-import shutil
 import sys
 from pathlib import Path
 
@@ -15,6 +14,14 @@ from titan_doctor.findings import (EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, Finding, 
 
 PROGRESS_MIN_FILES = 100
 
+# What --check exits 1 for, said once: --help, README and .pre-commit-hooks.yaml carry this
+# sentence word for word (tests/migrate/test_cli.py compares them).
+CHECK_EXIT_1 = ("--check exits 1 when a file would change, a [manual] finding remains, or a "
+                "file could not be parsed or decoded. Suppressed lines do not count: a line "
+                "with an inline `# titan-doctor: ignore[CODE]` comment (in Python, notebooks, "
+                "shell and Slurm scripts, .env, YAML or TOML) is neither changed nor reported "
+                "for CODE.")
+
 
 class MigrateError(Exception):
     """A user mistake or refused action: one line, exit 2."""
@@ -24,14 +31,56 @@ def _codes(values: tuple[str, ...]) -> list[str]:
     return [c.strip() for v in values for c in v.split(",") if c.strip()]
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+HELP = f"""Rewrite CUDA PyTorch code in PATH... (files or folders) for Ascend NPU.
+
+\b
+Modes:
+  (default)      rewrite files in place; refused for files with uncommitted git
+                 changes (--allow-dirty) and for files git ignores (--allow-ignored):
+                 neither has a committed copy to go back to
+  --diff         print a unified diff, write nothing
+  --check        write nothing; for CI and pre-commit
+  --output DIR   write a migrated copy of the tree to DIR
+
+\b
+Files read: Python (.py), Jupyter notebooks (.ipynb: the code cells, IPython magics
+masked; the JSON is otherwise kept byte for byte), shell and Slurm scripts (.sh .sbatch
+.slurm), .env, YAML, TOML, JSON, .cfg/.ini and Dockerfiles; .cu/.cuh are reported.
+Folders are walked except what git ignores, .git, Python environments (pyvenv.cfg,
+conda-meta/) and site-packages; the summary counts what was skipped and why. Symbolic
+links are never followed out of the tree or replaced by files.
+
+Every change is reported as `path:line:col CODE [fixed] message`; what still needs a
+person as `[manual]`, with the NPU alternative. Line numbers are always those of the
+input file as it was read, in every mode. Files that do not parse or decode are left
+untouched and reported; every output is parsed again before it is written.
+
+{CHECK_EXIT_1} Codes may be prefixes or lists (`ignore[NPU1,NPU301]`); the
+comment without [CODE] silences every code on its line. The summary counts what was
+suppressed.
+
+\b
+Exit codes:
+  0  nothing left to do
+  1  findings remain: a [manual] finding or a failed file; with --check or
+     --diff also a file that would change
+  2  usage or tool error (bad path, bad rules file, refused write)
+"""
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]}, help=HELP)
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff; write nothing.")
-@click.option("--check", is_flag=True, help="Write nothing; exit 1 if any file would change.")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 if a file would change or findings remain.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), metavar="DIR",
               help="Write a migrated copy of the tree to DIR instead of rewriting in place.")
 @click.option("--allow-dirty", is_flag=True,
-              help="Rewrite files that have uncommitted git changes.")
+              help="Rewrite in place files that have uncommitted git changes.")
+@click.option("--allow-ignored", is_flag=True,
+              help="Rewrite in place files that git ignores (ignored folders are not "
+                   "walked; this is for ignored files or folders you name): they have no "
+                   "committed copy to restore from.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
               help="Files processed in parallel.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif"]), default="text",
@@ -44,34 +93,11 @@ def _codes(values: tuple[str, ...]) -> list[str]:
               help="Extra rules TOML (same schema as rules/migrate/*.toml); repeatable.")
 @click.option("--list-rules", is_flag=True, help="Print the rule codes and exit.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for tool errors.")
-def migrate(paths, show_diff, check, output, allow_dirty, jobs, fmt, exclude, select, ignore,
-            rule_files, list_rules, debug):
-    """Rewrite CUDA PyTorch code in PATH... (files or folders) for Ascend NPU.
-
-    \b
-    Modes:
-      (default)      rewrite files in place (refused for files with uncommitted
-                     git changes unless --allow-dirty)
-      --diff         print a unified diff, write nothing
-      --check        write nothing; for CI and pre-commit
-      --output DIR   write a migrated copy of the tree to DIR
-
-    Every change is reported as `path:line:col CODE [fixed] message`; what still needs a
-    person as `[manual]`, with the NPU alternative. Files that do not parse are left
-    untouched; every output is re-parsed before it is written. A line ending in
-    `# titan-doctor: ignore[NPU108]` (or a bare `# titan-doctor: ignore`) is neither
-    rewritten nor reported for those codes; the summary counts what was suppressed.
-
-    \b
-    Exit codes:
-      0  nothing left to do
-      1  findings remain: manual items, files that failed, or (with --check / --diff)
-         files that would change
-      2  usage or tool error (bad path, bad rules file, dirty files refused)
-    """
+def migrate(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, fmt, exclude,
+            select, ignore, rule_files, list_rules, debug):
     try:
-        code = _run(paths, show_diff, check, output, allow_dirty, jobs, fmt, exclude, select,
-                    ignore, rule_files, list_rules)
+        code = _run(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, fmt,
+                    exclude, select, ignore, rule_files, list_rules)
     except MigrateError as e:
         click.echo(f"titan-doctor migrate: error: {e}", err=True)
         code = EXIT_USAGE
@@ -89,13 +115,13 @@ def migrate(paths, show_diff, check, output, allow_dirty, jobs, fmt, exclude, se
     sys.exit(code)
 
 
-def _run(paths, show_diff, check, output, allow_dirty, jobs, fmt, exclude, select, ignore,
-         rule_files, list_rules) -> int:
-    from titan_doctor.migrate import engine
+def _run(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, fmt, exclude,
+         select, ignore, rule_files, list_rules) -> int:
+    from titan_doctor.migrate import discovery, engine, writes
     from titan_doctor.migrate.rules import load_rules
 
     for p in [*paths, *rule_files]:
-        if not p.exists():
+        if not p.exists() and not p.is_symlink():
             raise MigrateError(f"{p}: no such file or directory")
     rules = load_rules(rule_files, _codes(select), _codes(ignore))
     if list_rules:
@@ -110,43 +136,60 @@ def _run(paths, show_diff, check, output, allow_dirty, jobs, fmt, exclude, selec
                                   p.resolve() in output.resolve().parents for p in paths):
         raise MigrateError(f"--output {output} must be outside the input paths")
 
-    files = [(p, _shown(p)) for p in engine.discover(paths, rules, exclude)]
+    found = discovery.discover(paths, rules, exclude)
+    files = [(e.path, discovery.shown_name(e.path)) for e in found.files]
     results = _with_progress(engine, files, rules, jobs, fmt)
     changed = [r for r in results if r.state == engine.CHANGED]
 
-    writes = not (show_diff or check)
-    if writes and output is None and changed and not allow_dirty:
-        dirty = engine.dirty_files([r.path for r in changed])
-        if dirty:
-            names = ", ".join(_shown(p) for p in dirty[:5]) + (" ..." if len(dirty) > 5 else "")
-            raise MigrateError(f"refusing to rewrite {len(dirty)} file(s) with uncommitted changes "
-                               f"({names}); commit or stash them, or pass --allow-dirty")
+    writes_files = not (show_diff or check)
     try:
         if output is not None:
-            _write_copy(engine, paths, results, output)
-        elif writes:
+            writes.copy_tree(found, {r.path: r.new for r in changed}, output, list(paths))
+        elif writes_files and changed:
+            _guard_in_place(changed, allow_dirty, allow_ignored)
             for r in changed:
-                engine.write_atomic(r.path, r.new)
+                writes.write_atomic(r.path, r.new, expected=r.original)
+    except writes.WriteRefused as e:
+        raise MigrateError(str(e)) from e
     except OSError as e:
         raise MigrateError(f"cannot write {e.filename or output}: {e.strerror}") from e
 
-    # positions refer to the files as they are after this run
-    per_file = [engine.as_written(r) if writes else r.findings for r in results]
-    findings = sorted((f for fs in per_file for f in fs),
+    findings = sorted((f for r in results for f in r.findings),
                       key=lambda f: (f.path or "", f.line or 0, f.col or 0, f.code))
     diffs = [_diff(r) for r in changed] if show_diff else []
-    _report(fmt, findings, results, engine, diffs, writes, output, rules.help)
+    _report(fmt, findings, results, found, engine, diffs, writes_files, output, rules.help)
     status = exit_code(findings)
     if (check or show_diff) and changed:
         status = EXIT_FINDINGS
     return status
 
 
-def _shown(p: Path) -> str:
-    try:
-        return str(p.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(p)
+def _names(paths) -> str:
+    from titan_doctor.migrate.discovery import shown_name
+    return ", ".join(shown_name(p) for p in paths[:5]) + (" ..." if len(paths) > 5 else "")
+
+
+def _guard_in_place(changed, allow_dirty: bool, allow_ignored: bool) -> None:
+    """Refuse (before writing anything) what has no committed copy to go back to, and
+    anything that changed or became a link since it was read."""
+    from titan_doctor.migrate import gitstate
+
+    paths = [r.path for r in changed]
+    if not allow_dirty:
+        dirty = gitstate.dirty(paths)
+        if dirty:
+            raise MigrateError(f"refusing to rewrite {len(dirty)} file(s) with uncommitted changes "
+                               f"({_names(dirty)}); commit or stash them, or pass --allow-dirty")
+    if not allow_ignored:
+        ignored = gitstate.ignored(paths)
+        if ignored:
+            raise MigrateError(f"refusing to rewrite {len(ignored)} file(s) that git ignores "
+                               f"({_names(ignored)}): there is no committed copy to restore "
+                               "them from; use --output DIR, or pass --allow-ignored")
+    for r in changed:
+        if r.path.is_symlink() or r.path.read_bytes() != r.original:
+            raise MigrateError(f"{_names([r.path])} changed while migrate ran; nothing was "
+                               "written, run it again")
 
 
 def _with_progress(engine, files, rules, jobs, fmt):
@@ -156,28 +199,9 @@ def _with_progress(engine, files, rules, jobs, fmt):
     return engine.run(files, rules, jobs)
 
 
-def _write_copy(engine, roots, results, output: Path) -> None:
-    """Every file under the roots copied to `output`, migrated files with their new text."""
-    new = {r.path.resolve(): r.new for r in results if r.state == engine.CHANGED}
-    for root in roots:
-        base = output / root.name if len(roots) > 1 else output
-        sources = [root] if root.is_file() else [
-            p for p in root.rglob("*")
-            if p.is_file() and not any(part in engine.SKIP_DIRS for part in p.relative_to(root).parts)]
-        for src in sources:
-            dst = base / (src.name if root.is_file() else src.relative_to(root))
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            data = new.get(src.resolve())
-            if data is None:
-                shutil.copy2(src, dst)
-            else:
-                shutil.copymode(src, dst) if dst.exists() else None
-                dst.write_bytes(data)
-                shutil.copymode(src, dst)
-
-
 def _diff(result) -> str:
-    name = _shown(result.path)
+    from titan_doctor.migrate.discovery import shown_name
+    name = shown_name(result.path)
     try:
         a = result.original.decode("utf-8").splitlines(keepends=True)
         b = result.new.decode("utf-8").splitlines(keepends=True)
@@ -186,17 +210,26 @@ def _diff(result) -> str:
     return "".join(difflib.unified_diff(a, b, f"a/{name}", f"b/{name}"))
 
 
-def _file_counts(engine, results) -> dict[str, int]:
-    states = (engine.CHANGED, engine.UNCHANGED, engine.SKIPPED, engine.FAILED)
-    return {s: sum(r.state == s for r in results) for s in states}
+def _file_counts(engine, results, found) -> dict[str, int]:
+    counts = {s: sum(r.state == s for r in results) for s in engine.STATES}
+    counts["skipped"] = sum(len(v) for v in found.skipped.values())
+    return counts
 
 
-def _report(fmt, findings: list[Finding], results, engine, diffs, writes, output, helps) -> None:
-    counts = _file_counts(engine, results)
+def _skipped(found) -> dict[str, dict]:
+    from titan_doctor.migrate.discovery import REASONS
+    return {reason: {"count": len(paths), "why": REASONS[reason], "paths": sorted(paths)}
+            for reason, paths in sorted(found.skipped.items())}
+
+
+def _report(fmt, findings: list[Finding], results, found, engine, diffs, writes, output,
+            helps) -> None:
+    counts = _file_counts(engine, results, found)
     suppressed = sum(r.suppressed for r in results)
     if fmt == "json":
-        click.echo(to_json(findings, files=counts, suppressed=suppressed,
-                           changed=[_shown(r.path) for r in results if r.state == engine.CHANGED],
+        from titan_doctor.migrate.discovery import shown_name
+        click.echo(to_json(findings, files=counts, skipped=_skipped(found), suppressed=suppressed,
+                           changed=[shown_name(r.path) for r in results if r.state == engine.CHANGED],
                            diff="".join(diffs) if diffs else None))
         return
     if fmt == "sarif":
@@ -213,10 +246,17 @@ def _report(fmt, findings: list[Finding], results, engine, diffs, writes, output
     verb = "written to " + str(output) if output else ("rewritten" if writes else "would change")
     click.echo(tabulate([[f"changed ({verb})", counts[engine.CHANGED]],
                          ["unchanged", counts[engine.UNCHANGED]],
-                         ["skipped", counts[engine.SKIPPED]],
-                         ["failed", counts[engine.FAILED]]], headers=["files", "count"]))
+                         ["failed", counts[engine.FAILED]],
+                         ["skipped (not read)", counts["skipped"]]], headers=["files", "count"]))
     if suppressed:
         click.echo(f"{suppressed} finding(s) suppressed by `# titan-doctor: ignore` comments")
+    if found.skipped:
+        rows = []
+        for reason, info in _skipped(found).items():
+            shown = ", ".join(info["paths"][:3]) + (", ..." if info["count"] > 3 else "")
+            rows.append([reason, info["count"], f"{info['why']}: {shown}"])
+        click.echo()
+        click.echo(tabulate(rows, headers=["skipped", "count", "why"]))
     if findings:
         click.echo()
         click.echo(count_table(findings))

@@ -1,36 +1,41 @@
-"""Runs the migration over a tree: discovery, the cheap pre-filter, parsing, the
-transformer, re-parse of every output, parallel workers, and the write modes.
+"""Runs the migration over files: dispatch by kind, the cheap pre-filter, parsing, the
+transformer, re-parse of every output, parallel workers.
 
-Each file ends in exactly one state: changed, unchanged, skipped (not a file we handle,
-or not UTF-8 text) or failed (does not parse, or our output would not parse: left as is).
+Each file ends in exactly one state: changed, unchanged or failed (does not parse or
+decode, or our output would not parse: left as is). Which files are read, and what was
+left out and why, is discovery.py; writing them is writes.py.
+
+Line numbers: every finding points into the INPUT file as it was read, in every mode
+(--check, --diff, in place, --output), so pre-commit, CI and an editor agree.
 """
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import fnmatch
-import os
-import subprocess
-import tempfile
+import codecs
+import io
+import tokenize
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable
 
 import libcst as cst
 
 from titan_doctor.findings import Finding, Status
-from titan_doctor.migrate.pyfile import LINE_IN_OUTPUT, migrate_python, parse_error
+from titan_doctor.migrate import kinds
+from titan_doctor.migrate.notebooks import NotebookError, OutputInvalid, migrate_notebook
+from titan_doctor.migrate.pyfile import migrate_python, parse_error
 from titan_doctor.migrate.rules import RuleSet, may_match
-from titan_doctor.migrate.textfiles import is_text_file, migrate_text
+from titan_doctor.migrate.textfiles import is_text_file, migrate_text, reparse_error
 
-SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".tox",
-             ".mypy_cache", ".pytest_cache", "site-packages", "build", "dist", ".eggs"}
 PARSE_FAILED = "NPU001"
 OUTPUT_INVALID = "NPU002"
 TOOL_ERROR = "NPU003"
+UNDECODABLE = "NPU004"
 
-CHANGED, UNCHANGED, SKIPPED, FAILED = "changed", "unchanged", "skipped", "failed"
+CHANGED, UNCHANGED, FAILED = "changed", "unchanged", "failed"
+STATES = (CHANGED, UNCHANGED, FAILED)
+
+_WIDE_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 
 
 @dataclass
@@ -43,29 +48,25 @@ class FileResult:
     suppressed: int = 0   # findings silenced by `# titan-doctor: ignore` comments
 
 
-def discover(paths: Iterable[Path], rules: RuleSet, exclude: Iterable[str] = ()) -> Iterator[Path]:
-    """Python, text and CUDA source files under `paths`, sorted. Skips tool and hidden
-    folders (.git, .github, venv, build, ...) and paths matching an `exclude` glob."""
-    exclude = list(exclude)
-
-    def excluded(rel: str) -> bool:
-        return any(fnmatch.fnmatch(rel, pat) or fnmatch.fnmatch(rel, pat.rstrip("/") + "/*")
-                   for pat in exclude)
-
-    for root in paths:
-        if root.is_file():
-            if not excluded(root.as_posix()):
-                yield root
-            continue
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS
-                                 and not d.startswith(".") and not d.endswith(".egg-info"))
-            for name in sorted(filenames):
-                p = Path(dirpath, name)
-                if excluded(p.relative_to(root).as_posix()):
-                    continue
-                if p.suffix == ".py" or is_text_file(p) or p.suffix in rules.files:
-                    yield p
+def _decode_problem(data: bytes, kind: str, wide: bool) -> tuple[str, int, int] | None:
+    """(message, line, col) when a file of `kind` cannot be read as text; else None.
+    Python honours its coding cookie; everything else must be UTF-8."""
+    if wide:
+        return "not UTF-8 text (UTF-16/32 or binary): not migrated; convert it to UTF-8", 1, 1
+    encoding = "utf-8"
+    if kind == kinds.PYTHON:
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError as e:
+            return f"cannot decode: {e}; not migrated", 1, 1
+    try:
+        data.decode(encoding)
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        return (f"cannot decode as {encoding} (byte 0x{data[e.start]:02x}): not migrated; "
+                f"convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)"), line, col
+    return None
 
 
 def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileResult:
@@ -74,57 +75,72 @@ def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileRe
     try:
         data = path.read_bytes()
     except OSError as e:
-        return FileResult(path, FAILED, findings=[_fail(PARSE_FAILED, f"cannot read: {e.strerror}", shown)])
-    rule = rules.files.get(path.suffix)
-    if rule is not None:
+        return FileResult(path, FAILED, findings=[_fail(TOOL_ERROR, f"cannot read: {e.strerror}", shown)])
+    kind = kinds.kind_of(path, rules)
+    if kind == kinds.REPORT:
+        rule = rules.files[path.suffix]
         return FileResult(path, UNCHANGED, data, data, [Finding(
             code=rule.code, status=Status.MANUAL, message=rule.message,
             fix=rule.fix, path=shown, line=1, col=1)])
-    is_py = path.suffix == ".py"
-    if not is_py and not is_text_file(path):
-        return FileResult(path, SKIPPED, data, data)
-    if not may_match(rules, data):
+    if kind is None:
         return FileResult(path, UNCHANGED, data, data)
+    # Rule markers are ASCII, so an ASCII-compatible file without them needs no decoding;
+    # a wide (UTF-16/32) or binary file would hide them, so it is reported unread.
+    wide = data.startswith(_WIDE_BOMS) or b"\0" in data
+    if not wide and not may_match(rules, data, kinds.REWRITERS[kind]):
+        return FileResult(path, UNCHANGED, data, data)
+    problem = _decode_problem(data, kind, wide)
+    if problem is not None:
+        message, line, col = problem
+        return FileResult(path, FAILED, data, data, [_fail(UNDECODABLE, message, shown, line, col)])
     suppressed: list[Finding] = []
     try:
-        if is_py:
-            new, findings = migrate_python(data, rules, shown, suppressed)
-        else:
-            new, findings = migrate_text(data, rules, shown)
+        new, findings = _migrate(kind, data, rules, shown, suppressed)
     except cst.ParserSyntaxError as e:
         message, line, col = parse_error(data, e)
         return FileResult(path, FAILED, data, data, [_fail(
             PARSE_FAILED, f"does not parse, left untouched: {message}", shown, line, col)])
-    except UnicodeDecodeError:
-        return FileResult(path, SKIPPED, data, data)
+    except NotebookError as e:
+        return FileResult(path, FAILED, data, data, [_fail(
+            PARSE_FAILED, f"{e}, left untouched", shown, e.line, e.col)])
+    except OutputInvalid as e:
+        return FileResult(path, FAILED, data, data, [_fail(
+            OUTPUT_INVALID, f"migrated notebook would not be the same document ({e}); file left untouched", shown)])
     except (Exception, RecursionError) as e:  # noqa: BLE001 - one odd file must not stop a run
         return FileResult(path, FAILED, data, data, [_fail(
             TOOL_ERROR, f"left untouched: migrate failed on this file ({type(e).__name__}: {e}); "
             "please report it", shown)])
     if new == data:
         return FileResult(path, UNCHANGED, data, data, findings, len(suppressed))
-    if is_py:
-        try:
-            cst.parse_module(new)
-        except cst.ParserSyntaxError as e:
-            return FileResult(path, FAILED, data, data, [_fail(
-                OUTPUT_INVALID, f"migrated code would not parse ({e.message}); file left untouched", shown)])
+    invalid = _output_problem(kind, path, data, new)
+    if invalid is not None:
+        return FileResult(path, FAILED, data, data, [_fail(OUTPUT_INVALID, invalid, shown)])
     return FileResult(path, CHANGED, data, new, findings, len(suppressed))
 
 
-def as_written(result: FileResult) -> list[Finding]:
-    """Findings with lines moved to where they are in the rewritten file (an inserted
-    `import torch_npu` or a split import shifts what follows)."""
-    if result.state != CHANGED:
-        return result.findings
-    a = result.original.splitlines()
-    b = result.new.splitlines()
-    where: dict[int, int] = {}
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        for k in range(i2 - i1):
-            where[i1 + k + 1] = j1 + min(k, max(j2 - j1 - 1, 0)) + 1
-    return [f if f.line is None or f.data.get(LINE_IN_OUTPUT) else
-            dataclasses.replace(f, line=where.get(f.line, f.line)) for f in result.findings]
+def _migrate(kind: str, data: bytes, rules: RuleSet, shown: str,
+             suppressed: list[Finding]) -> tuple[bytes, list[Finding]]:
+    if kind == kinds.PYTHON:
+        return migrate_python(data, rules, shown, suppressed)
+    if kind == kinds.NOTEBOOK:
+        return migrate_notebook(data, rules, shown, python=migrate_python, text_kind=is_text_file,
+                                suppressed=suppressed)
+    return migrate_text(data, rules, shown, suppressed)
+
+
+def _output_problem(kind: str, path: Path, old: bytes, new: bytes) -> str | None:
+    """Why the rewritten bytes must not be written (they would not parse), else None."""
+    if kind == kinds.PYTHON:
+        try:
+            cst.parse_module(new)
+        except cst.ParserSyntaxError as e:
+            return f"migrated code would not parse ({e.message}); file left untouched"
+        return None
+    if kind == kinds.TEXT:
+        error = reparse_error(path, old, new)
+        if error is not None:
+            return f"migrated file would not parse as {path.suffix[1:].upper()} ({error}); file left untouched"
+    return None
 
 
 def _fail(code: str, message: str, shown: str, line: int | None = 1, col: int | None = 1) -> Finding:
@@ -160,45 +176,3 @@ def run(files: list[tuple[Path, str]], rules: RuleSet, jobs: int = 1,
             if progress:
                 progress(1)
     return results
-
-
-def dirty_files(paths: list[Path]) -> list[Path]:
-    """Those of `paths` with uncommitted changes in their git working tree ([] outside git)."""
-    dirty: list[Path] = []
-    by_dir: dict[Path, list[Path]] = {}
-    for p in paths:
-        by_dir.setdefault(p.resolve().parent, []).append(p)
-    for folder, group in by_dir.items():
-        try:
-            out = subprocess.run(
-                ["git", "status", "--porcelain", "--", *[str(p.resolve()) for p in group]],
-                cwd=folder, capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if out.returncode != 0:
-            continue  # not a git tree
-        if out.stdout.strip():
-            changed = {ln[3:].strip().strip('"') for ln in out.stdout.splitlines()}
-            top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=folder,
-                                 capture_output=True, text=True).stdout.strip()
-            for p in group:
-                rel = os.path.relpath(p.resolve(), top) if top else p.name
-                if rel in changed or any(c.endswith("/") and rel.startswith(c) for c in changed):
-                    dirty.append(p)
-    return dirty
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Temp file in the same folder, then rename over the original, keeping its mode."""
-    mode = path.stat().st_mode if path.exists() else None
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        if mode is not None:
-            os.chmod(tmp, mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -6,7 +6,9 @@ HCCL_BUFFSIZE counts MB, so copying 4194304 asks HCCL for 4 TB. Each env rule sa
 value converts (rules/migrate/env.toml, `value`); this module applies it to one literal
 value, or says what a person must do when the value is not a literal the tool can see.
 Both rewriters call it: the Python transformer (os.environ, dicts, setdefault, putenv)
-and the launch-script/config rewriter (textfiles.py).
+and the launch-script/config rewriter (textfiles.py); so does `titan-doctor diagnose`
+(distributed_env.py) for the NCCL/CUDA variables it finds in a live environment: one
+mapping, one conversion, whichever tool reads the value.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ class EnvChange:
     new_value: the value to write, or None to leave the value as it is
     status:    FIXED (the tool's change is exact) or MANUAL (a person must act)
     message:   one line for the finding, saying what was done or why not
+    why:       for MANUAL with an NPU-side name, why the value cannot move ("" otherwise)
     """
 
     rule: Env
@@ -34,6 +37,7 @@ class EnvChange:
     status: Status
     message: str
     fix: str
+    why: str = ""
 
 
 def convert_env(rules: RuleSet, name: str, value: str | None, *,
@@ -52,7 +56,7 @@ def convert_env(rules: RuleSet, name: str, value: str | None, *,
     if rule.new is None:
         return EnvChange(rule, None, None, Status.MANUAL, msg, rule.fix)
     if rule.value == "manual":
-        return _manual(rule, name, value, msg, "its values differ in kind")
+        return _manual(rule, name, value, msg, _SYNTAX)
     if not value_known:
         # "same": the value's format carries over (`pattern` only names the literal
         # values known to mean the same); other kinds need the value to convert it
@@ -72,11 +76,24 @@ def convert_env(rules: RuleSet, name: str, value: str | None, *,
     return EnvChange(rule, rule.new, converted, Status.FIXED, note, rule.fix)
 
 
+def convert_to(rules: RuleSet, new_name: str, value: str) -> EnvChange | None:
+    """`value` read as the CUDA-side variable that becomes `new_name` would be (an
+    HCCL_BUFFSIZE that holds a byte count: what NCCL_BUFFSIZE's value means in MB).
+    None when no rule converts into `new_name`."""
+    for rule in rules.env.values():
+        if rule.new == new_name and rule.value not in ("same", "manual"):
+            return convert_env(rules, rule.old, value)
+    return None
+
+
+_SYNTAX = "its syntax differs"
+
+
 def _manual(rule: Env, name: str, value: str | None, msg: str, why: str) -> EnvChange:
     shown = f"{name}={value}" if value is not None else name
     units = f" ({rule.old_unit} -> {rule.new_unit})" if rule.old_unit else ""
     text = f"{shown} not renamed to {rule.new}: {why}{units}"
-    return EnvChange(rule, None, None, Status.MANUAL, text, rule.fix or msg)
+    return EnvChange(rule, None, None, Status.MANUAL, text, rule.fix or msg, why)
 
 
 def _same(rule: Env, value: str) -> tuple[str | None, str]:
@@ -100,7 +117,7 @@ def _map(rule: Env, value: str) -> tuple[str | None, str]:
     table = {k.upper(): v for k, v in rule.values.items()}
     if value.upper() in table:
         return table[value.upper()], ""
-    return None, f"{value!r} has no {rule.new} level"
+    return None, f"{value!r} has no equivalent {rule.new} level"
 
 
 def _keys(rule: Env, value: str) -> tuple[str | None, str]:
@@ -122,7 +139,7 @@ def _keys(rule: Env, value: str) -> tuple[str | None, str]:
 
 
 def _never(rule: Env, value: str) -> tuple[str | None, str]:
-    return None, "its values differ in kind"
+    return None, _SYNTAX
 
 
 _CONVERT = {"same": _same, "scale": _scale, "map": _map, "keys": _keys, "manual": _never}

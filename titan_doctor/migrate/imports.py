@@ -11,8 +11,10 @@ _NPU = ".".join(NPU_MODULE)
 
 
 def add_torch_npu_import(module: cst.Module) -> tuple[cst.Module, int]:
-    """Insert `import torch_npu` after the first top-level torch import (else after the
-    leading imports / docstring). Returns the module and the 0-based body index used."""
+    """Insert `import torch_npu` after the first top-level torch import, wherever it is
+    (code before it, such as `os.environ[...] = ...` or a notebook's `%pip install` cell,
+    runs first), else after the leading imports / docstring. Returns the module and the
+    0-based body index used."""
     body = list(module.body)
     at = None
     lead = 0
@@ -21,9 +23,8 @@ def add_torch_npu_import(module: cst.Module) -> tuple[cst.Module, int]:
         imports = [s for s in small if isinstance(s, (cst.Import, cst.ImportFrom))]
         docstring = (i == 0 and len(small) == 1 and isinstance(small[0], cst.Expr)
                      and isinstance(small[0].value, (cst.SimpleString, cst.ConcatenatedString)))
-        if not imports and not docstring:
-            break
-        lead = i + 1
+        if lead == i and (imports or docstring):
+            lead = i + 1
         if any(_imports_npu(s) for s in imports):  # torch_npu must come before these
             at = i if at is None else min(at, i)
             break

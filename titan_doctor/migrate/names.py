@@ -15,7 +15,9 @@ import libcst as cst
 
 from titan_doctor.findings import Status
 from titan_doctor.migrate.cstutil import build_dotted, dotted, full_name, import_module_path, respell
-from titan_doctor.migrate.rulekinds import GATE_NPU, NPU_MODULE, NPU_PACKAGE, Rename, Report, fill
+from titan_doctor.migrate.capability import read_through
+from titan_doctor.migrate.rulekinds import (GATE_NPU, NPU_MODULE, NPU_PACKAGE, Capability, Rename, Report,
+                                            fill)
 from titan_doctor.migrate.transform import Context
 
 _BUILTINS = frozenset(dir(builtins))
@@ -30,7 +32,6 @@ class Names:
         self._calls: dict[int, cst.Call] = {}          # id(func) -> its call
         self._star: list[tuple] = []                    # (original, rule, finding index, new node)
         self._free: dict[str, cst.Name] = {}            # names only a star import can bind
-        self._source: str | None = None
 
     # -- marking (pre-order) ----------------------------------------------------------------
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -74,6 +75,8 @@ class Names:
             return updated
         spelled = dotted(original)
         if len(spelled) > q.count(".") + 1:
+            return updated
+        if self._capability(q, original):
             return updated
         found = self._rename_for(q, original, report=True)
         if found is None:
@@ -121,6 +124,27 @@ class Names:
         if not self.ctx.emit(rule.code, status, node, msg, rule.fix, rewrite=True):
             return False
         self.ctx.touched.add(id(node))
+        return True
+
+    def _capability(self, q: str, node: cst.CSTNode) -> bool:
+        """True (after reporting it) when `q` at `node` is a CUDA capability check:
+        get_device_capability anywhere, get_device_properties when its .major/.minor is
+        read (capability.py marked it). The caller leaves the code as it is."""
+        rule = self.rules.capabilities.get(q)
+        if rule is None:
+            return False
+        how = self.ctx.capability_reads.get(id(node))
+        if rule.attrs and how is None:
+            return False  # .name, .total_memory: torch.npu has them
+        if not rule.attrs:
+            shown = q
+        elif how.startswith("."):
+            shown = f"{q}(...){how}"
+        else:
+            shown = f"{q}(...) read as {how}"
+        self.ctx.emit(rule.code, Status.MANUAL, node,
+                      fill(rule.message, old=shown, version=self.rules.npu_version), rule.fix)
+        self.ctx.block(node, shown, rule.fix)
         return True
 
     def _kernel_gate(self, q: str, node: cst.CSTNode) -> bool:
@@ -172,9 +196,7 @@ class Names:
                 elif isinstance(n, (cst.Name, cst.Attribute, cst.Call)):
                     indirect = True
         if indirect:  # sources given through a variable: any string in the file counts
-            if self._source is None:
-                self._source = "\n".join(self.ctx.positions.source_lines)
-            strings += [a or b for a, b in _STRING.findall(self._source)]
+            strings += [a or b for a, b in _STRING.findall(self._text())]
         return any(p.search(s) for p in patterns for s in strings)
 
     def _rebound(self, parts: list[str]) -> list[str] | None:
@@ -253,6 +275,17 @@ class Names:
 
     def _import_target(self, full: str, alias: cst.ImportAlias, stmt) -> list[str] | None:
         """New qualified name for an imported name (None: keep), reporting as it goes."""
+        cap = self.rules.capabilities.get(full)
+        bound = alias.asname.name if alias.asname is not None else alias.name
+        if cap is not None and isinstance(bound, cst.Name) and self._reads_capability(cap, re.escape(bound.value)):
+            if cap.attrs:  # its uses keep this binding: say why the other uses stay CUDA
+                read = sorted({a for attrs in self.ctx.capability_readers.values() for a in attrs
+                               if a in cap.attrs})
+                self.ctx.emit(cap.code, Status.MANUAL, alias, fill(
+                    cap.message, old=f"{full} (imported here; this file reads "
+                    f"{'/'.join('.' + a for a in read)} of its result)",
+                    version=self.rules.npu_version), cap.fix)
+            return None  # reported where it is used
         # a third-party import fails on an NPU host by itself; torch's own names are
         # harmless to import and are reported where they are used
         found = self._rename_for(full, alias, report=not full.startswith("torch."))
@@ -261,10 +294,46 @@ class Names:
         rule, _, _, new, status = found
         if isinstance(stmt, cst.Import) and alias.asname is None:
             return None  # `import torch.cuda` binds `torch`: the uses are rewritten instead
+        if isinstance(bound, cst.Name) and self._module_stays(full, bound.value, alias):
+            return None
         msg = fill(rule.message, old=full, new=".".join(new), version=self.rules.npu_version)
         if not self.ctx.emit(rule.code, status, alias, msg, rule.fix, rewrite=True):
             return None
         return new
+
+    def _module_stays(self, full: str, bound: str, alias: cst.ImportAlias) -> bool:
+        """True (after reporting it) when a module binding (`import torch.cuda as tc`,
+        `from torch import cuda`) must keep pointing at CUDA because the file reads a CUDA
+        capability through it (`tc.get_device_capability()`): renaming the binding would
+        send that check to torch.npu, which answers None. (A name torch.npu lacks is
+        different: it fails loudly either way and is reported where it is used.)"""
+        if full not in self.rules.name_prefixes:
+            return False
+        used = set(re.findall(rf"(?<![\w.]){re.escape(bound)}\s*\.\s*([A-Za-z_]\w*)", self._text()))
+        stuck = [(q, cap) for q, cap in ((f"{full}.{n}", self.rules.capabilities.get(f"{full}.{n}"))
+                                         for n in sorted(used))
+                 if cap is not None and self._reads_capability(
+                     cap, rf"{re.escape(bound)}\s*\.\s*{re.escape(cap.match.rsplit('.', 1)[-1])}")]
+        if not stuck:
+            return False
+        names = ", ".join(q for q, _ in stuck)
+        self.ctx.emit(stuck[0][1].code, Status.MANUAL, alias,
+                      f"{full} bound as {bound} kept: renaming it would send {names} (no NPU "
+                      "form here, left as is) to torch.npu",
+                      f"move the other {bound}.* uses to torch.npu by hand, or import torch.npu "
+                      "under its own name next to this one")
+        return True
+
+    def _reads_capability(self, cap: Capability, callee: str) -> bool:
+        """Will a use of `cap`'s call (spelled by the regex `callee`) be kept as a CUDA
+        capability check? Always for get_device_capability; for get_device_properties
+        when the file reads .major/.minor off its result."""
+        if not cap.attrs:
+            return True
+        return read_through(self._text(), callee, self.ctx.capability_readers, frozenset(cap.attrs))
+
+    def _text(self) -> str:
+        return self.ctx.positions.source
 
     def _star_import(self, original: cst.ImportFrom, updated: cst.ImportFrom, module: str):
         """`from torch.cuda import *` -> `from torch.npu import *`; whether every name the

@@ -23,6 +23,7 @@ class Positions:
 
     def __init__(self, source: str, statements: StatementMap | None) -> None:
         self.line = 1
+        self.source = source
         self.source_lines = source.splitlines()
         self._map = statements
         self._lines: dict[int, int] = {}      # id(node) -> line where it starts

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import difflib
 import warnings
 
 import libcst as cst
@@ -13,10 +14,6 @@ from titan_doctor.migrate.rules import RuleSet
 from titan_doctor.migrate.skipping import statement_map
 from titan_doctor.migrate.suppress import suppressions
 from titan_doctor.migrate.transform import build
-
-# A finding whose line already counts in the rewritten file (the inserted import).
-LINE_IN_OUTPUT = "line_in_output"
-
 
 class _EveryLine(dict):
     """kernel_lines when the file could not be scanned: every device check is suspect."""
@@ -53,10 +50,10 @@ def migrate_python(data: bytes, rules: RuleSet, path: str,
     if not ctx.needs_npu or scopes.has_torch_npu or rule is None:
         return out.bytes, findings
     if scopes.imports_torch:
+        before = out
         out, index = add_torch_npu_import(out)
-        line = sum(module_lines(out, s) for s in out.body[:index]) + len(out.header) + 1
         findings.append(Finding(code=rule.code, status=Status.FIXED, message=rule.message,
-                                path=path, line=line, col=1, data={LINE_IN_OUTPUT: True}))
+                                path=path, line=_insert_line(data, before, index), col=1))
     elif scopes.imports_torch_nested:  # a lazy `import torch` stays lazy: a person places it
         findings.append(Finding(
             code=rule.code, status=Status.MANUAL, path=path, line=1, col=1,
@@ -74,8 +71,23 @@ def _stdlib_tree(data: bytes) -> ast.Module | None:
         return None
 
 
-def module_lines(module: cst.Module, stmt: cst.CSTNode) -> int:
-    return module.code_for_node(stmt).count("\n")
+def _insert_line(data: bytes, out: cst.Module, index: int) -> int:
+    """Input line before which the import was inserted: the line after the statement it
+    follows (1 when it goes first). Findings count input lines in every mode.
+
+    The statements before it are imports the transformer may have split onto more lines,
+    so the output line is mapped back through a line diff of that prefix."""
+    if index == 0:
+        return 1
+    # codegen of the leading statements only (a whole-module codegen costs a parse)
+    prefix = out.with_changes(body=out.body[:index], footer=()).bytes
+    last = prefix.count(b"\n")
+    a = data.splitlines()[:last]
+    b = prefix.splitlines()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if j1 < last <= j2:
+            return (i1 + last - j1 if tag == "equal" else max(i2, i1 + 1)) + 1
+    return last + 1
 
 
 def parse_error(data: bytes, error: cst.ParserSyntaxError) -> tuple[str, int, int]:

@@ -10,6 +10,7 @@ kind is one dataclass plus one table entry; nothing reads a rule as a dict. The 
 from __future__ import annotations
 
 import re
+import string
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable
 
@@ -193,8 +194,14 @@ class Env(Rule):
 
 @dataclass(frozen=True, kw_only=True)
 class Text(Rule):
-    """Regex `pattern` in sh/.env/YAML/TOML files -> `new` (None: reported); `marker` is
-    plain text the pattern needs (the pre-filter)."""
+    """Regex `pattern` searched in every line of scripts and configs (sh, Slurm, .env, YAML,
+    TOML, JSON, Dockerfiles, notebook shell lines; textfiles.py), never in Python code.
+    Each match is replaced by `new`, or only reported when `new` is absent. Named groups:
+    `pre` is text the match needs as context and keeps (`--device ` before `cuda`: the
+    match becomes pre + new); `opt` is the part the finding points at (its column) and
+    shows. `message` may use {old} (the `opt` group, else the whole match) and {new} (the
+    whole replacement, pre + new), quotes dropped. `marker` is plain text every match spells (the line
+    rewriter's pre-filter)."""
 
     pattern: str
     marker: str
@@ -227,6 +234,23 @@ class KernelGate(Rule):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Capability(Rule):
+    """A CUDA compute-capability (or other hardware property) check, never rewritten and
+    reported at each use: the call `match` itself when `attrs` is empty
+    (torch.cuda.get_device_capability: its result is the capability), else those
+    attributes read from its result (`get_device_properties(0).major`,
+    `.multi_processor_count`), directly or through a name the result is bound to
+    (`props = ...; props.major`). torch_npu answers these with None (or a configured
+    stand-in), so a comparison raises or lies on Ascend and only a person knows what the
+    check was for: `fix` names what to ask instead. The expression or condition holding
+    one is left whole (a condition with NPU111). Other uses of the call (`.name`,
+    `.total_memory`) are rewritten as usual."""
+
+    match: str
+    attrs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class MixedCondition(Rule):
     """A condition that mixes a rewritable CUDA call with a CUDA-only one is left whole."""
 
@@ -236,7 +260,7 @@ def _rule_name(rule) -> str:
     """The qualified name a name rule (or an implicit-default call rule) is about."""
     if isinstance(rule, Rename):
         return rule.old
-    return rule.match if isinstance(rule, Report) else rule.callee
+    return rule.match if isinstance(rule, (Report, Capability)) else rule.callee
 
 
 def _name_words(rule) -> tuple[str, ...]:
@@ -342,8 +366,23 @@ def _check_env(rule: Env) -> list[str]:
     return errors
 
 
+TEXT_GROUPS = ("pre", "opt")
+TEXT_FIELDS = ("old", "new")
+
+
 def _check_text(rule: Text) -> list[str]:
-    return _regex_errors([rule.pattern], "pattern")
+    errors = _regex_errors([rule.pattern], "pattern")
+    if not errors:
+        unknown = sorted(set(re.compile(rule.pattern).groupindex) - set(TEXT_GROUPS))
+        if unknown:
+            errors.append(f"pattern group(s) {', '.join(unknown)} mean nothing here "
+                          f"(named groups: {', '.join(TEXT_GROUPS)})")
+    fields = sorted({f for _, f, _, _ in string.Formatter().parse(rule.message) if f}
+                    - set(TEXT_FIELDS))
+    if fields:
+        errors.append(f"message field(s) {{{'}, {'.join(fields)}}} are not filled for text "
+                      f"rules (fields: {{old}}, {{new}})")
+    return errors
 
 
 def _regex_errors(patterns: Iterable[str], key: str) -> list[str]:
@@ -360,6 +399,15 @@ def _no_check(rule) -> list[str]:
     return []
 
 
+# The two rewriters a rule can apply in: the libcst transformer (Python files, notebook
+# code cells) and the line rewriter (scripts, configs, notebook shell lines; textfiles.py).
+# Each has its own pre-filter, so a word only a script rule needs (SBATCH, gres) never
+# makes a Python file worth a full parse.
+PYTHON_CODE = "python"
+SCRIPT_LINES = "lines"
+REWRITERS = (PYTHON_CODE, SCRIPT_LINES)
+
+
 @dataclass(frozen=True)
 class Kind:
     """One rule kind: its schema and what it contributes to a RuleSet."""
@@ -370,6 +418,7 @@ class Kind:
     describe: Callable[[Rule], str]              # one line for --list-rules / SARIF
     check: Callable[[Rule], list[str]]           # more load-time checks, one line each
     index: Callable[["RuleSet", Rule], None]     # where the transformer finds it
+    rewriters: tuple[str, ...] = (PYTHON_CODE,)  # which rewriters apply it (pre-filters)
 
 
 def _words(rule) -> list[str]:
@@ -426,13 +475,18 @@ KINDS: dict[str, Kind] = {
     "compare": Kind(Compare, _literal_word, _words, _describe_literal, _check_literal,
                     _append("compares")),
     "assign": Kind(Assign, _literal_word, _words, _describe_literal, _check_literal, _index_assign),
+    "capability": Kind(Capability, _name_words, _name_line, _describe_name, _no_check,
+                       lambda rs, r: rs.capabilities.__setitem__(r.match, r)),
     "method": Kind(Method, lambda r: (r.old,), _words, _describe_plain, _no_check,
                    lambda rs, r: rs.methods.__setitem__(r.old, r)),
     "ambiguous": Kind(Ambiguous, _literal_word, _words, _describe_literal, _check_literal,
                       lambda rs, r: rs.ambiguous.__setitem__(r.literal, r)),
-    "env": Kind(Env, lambda r: (r.old.rstrip("*"),), _words, _describe_plain, _check_env, _index_env),
-    "text": Kind(Text, lambda r: (r.marker,), _words, _describe_plain, _check_text, _index_text),
-    "file": Kind(File, lambda r: (), lambda r: [], _describe_plain, _no_check, _index_files),
+    "env": Kind(Env, lambda r: (r.old.rstrip("*"),), _words, _describe_plain, _check_env, _index_env,
+                rewriters=REWRITERS),
+    "text": Kind(Text, lambda r: (r.marker,), _words, _describe_plain, _check_text, _index_text,
+                 rewriters=(SCRIPT_LINES,)),
+    "file": Kind(File, lambda r: (), lambda r: [], _describe_plain, _no_check, _index_files,
+                 rewriters=()),
     "add_import": Kind(AddImport, lambda r: (), lambda r: [], _describe_plain, _no_check,
                        _set("add_import")),
     "kernel_gate": Kind(KernelGate, lambda r: (), lambda r: [], _describe_plain, _no_check,

@@ -4,13 +4,15 @@ transformer and the text rewriters look them up (RuleSet)."""
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 from titan_knowledge import KnowledgeError, load_toml, rules_dir
-from titan_doctor.migrate.rulekinds import (KINDS, LITERALS, NPU_MODULE, AddImport, Assign, Compare, Env,
+from titan_doctor.migrate.rulekinds import (KINDS, LITERALS, NPU_MODULE, PYTHON_CODE, REWRITERS,
+                                            AddImport, Assign, Capability, Compare, Env,
                                             KernelGate, LiteralArg, Method, MixedCondition, Rename,
                                             Report, Rule, Text, File, Ambiguous, _word, parse_rule)
 
@@ -18,11 +20,27 @@ NPU_API_FILE = "npu_api.toml"
 
 
 # -- the loaded set -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Prefilter:
+    """The cheap text tests of one rewriter, from the marker words of the rules it applies:
+    a file must contain every word of one conjunction to be worth parsing, and a statement
+    or line must match `line_re` to be worth visiting."""
+
+    markers: tuple[tuple[str, ...], ...]
+    marker_re: re.Pattern
+    line_re: re.Pattern
+
+    def may_match(self, data: bytes) -> bool:
+        found = {m.decode() for m in self.marker_re.findall(data)}
+        return any(all(w in found for w in conj) for conj in self.markers)
+
+
 @dataclass
 class RuleSet:
     """Validated rules, indexed the way the transformer and text rewriters look them up."""
 
     names: dict[str, Rename | Report] = field(default_factory=dict)   # by old/match
+    capabilities: dict[str, Capability] = field(default_factory=dict)  # by match
     literal_args: list[LiteralArg] = field(default_factory=list)
     compares: list[Compare] = field(default_factory=list)
     assigns: list[Assign] = field(default_factory=list)
@@ -38,9 +56,7 @@ class RuleSet:
     npu_names: frozenset = frozenset()
     npu_submodules: dict[str, frozenset] = field(default_factory=dict)
     npu_version: str = ""
-    markers: tuple[tuple[str, ...], ...] = ()
-    marker_re: re.Pattern | None = None
-    line_re: re.Pattern | None = None
+    prefilters: dict[str, "Prefilter"] = field(default_factory=dict)  # by rewriter
     name_prefixes: frozenset = frozenset()  # every dotted prefix of a name rule's key
     implicit_callees: frozenset = frozenset()  # calls whose CUDA default is made explicit
     kernel_re: re.Pattern | None = None     # words of CUDA-only kernel libraries in a file
@@ -48,6 +64,10 @@ class RuleSet:
     value_names: dict[str, re.Pattern] = field(default_factory=dict)   # literal -> producer names
     operand_names: dict[str, list[tuple[re.Pattern, Compare]]] = field(default_factory=dict)
     help: dict[str, str] = field(default_factory=dict)               # code -> one line
+
+    def mentions(self, text: bytes) -> bool:
+        """True when `text` spells something some rule (either rewriter) matches."""
+        return any(p.line_re.search(text) for p in self.prefilters.values())
 
     def env_rule(self, name: str) -> Env | None:
         """The rule for an environment variable name: exact name first, then the family."""
@@ -105,6 +125,12 @@ def _glob_re(globs: Iterable[str]) -> re.Pattern:
     return re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in sorted(set(globs))) or r"(?!)")
 
 
+@functools.lru_cache(maxsize=1)
+def builtin_rules() -> RuleSet:
+    """The built-in rules, loaded once per process (diagnose reads the env mapping here)."""
+    return load_rules()
+
+
 def load_rules(extra: Iterable[Path | str] = (), select: Iterable[str] = (),
                ignore: Iterable[str] = ()) -> RuleSet:
     """Built-in rules, then each `--rules FILE` (later entries win on the same name).
@@ -141,14 +167,10 @@ def load_rules(extra: Iterable[Path | str] = (), select: Iterable[str] = (),
 
 def _derive(rs: RuleSet, rules: list[Rule]) -> None:
     """The lookups computed over all rules: markers, line regex, producer/consumer names."""
-    markers = {KINDS[r.kind].markers(r) for r in rules}
-    rs.markers = _minimal(markers)
-    rs.marker_re = _marker_regex(rs.markers)
-    alts = {a for r in rules for a in KINDS[r.kind].line(r)}
-    rs.line_re = re.compile(rb"(?<![\w])(?:" + "|".join(sorted(alts, key=len, reverse=True)).encode()
-                            + rb")" if alts else rb"(?!)")
+    rs.prefilters = {w: _prefilter([r for r in rules if w in KINDS[r.kind].rewriters])
+                     for w in REWRITERS}
     rs.implicit_callees = frozenset(r.callee for r in rs.literal_args if r.implicit)
-    named = [*rs.names, *rs.implicit_callees]
+    named = [*rs.names, *rs.capabilities, *rs.implicit_callees]
     rs.name_prefixes = frozenset(".".join(k.split(".")[:i]) for k in named
                                  for i in range(1, k.count(".") + 2))
     rs.kernel_re = _kernel_prefilter(rs)
@@ -184,6 +206,14 @@ def _kernel_prefilter(rs: RuleSet) -> re.Pattern | None:
     return re.compile(b"|".join(alts))
 
 
+def _prefilter(rules: list[Rule]) -> Prefilter:
+    markers = _minimal({KINDS[r.kind].markers(r) for r in rules})
+    alts = {a for r in rules for a in KINDS[r.kind].line(r)}
+    line_re = re.compile(rb"(?<![\w])(?:" + "|".join(sorted(alts, key=len, reverse=True)).encode()
+                         + rb")" if alts else rb"(?!)")
+    return Prefilter(markers, _marker_regex(markers), line_re)
+
+
 def _minimal(markers: set[tuple[str, ...]]) -> tuple[tuple[str, ...], ...]:
     """Drop conjunctions implied by a weaker one: (torch, cuda) is implied by (cuda,)."""
     def implied(a, b):  # every word of b is in a (a prefix word covers what it starts)
@@ -200,7 +230,7 @@ def _marker_regex(markers: tuple[tuple[str, ...], ...]) -> re.Pattern:
     return re.compile(rb"(?<![\w])(?:" + "|".join(map(_word, words)).encode() + rb")")
 
 
-def may_match(rs: RuleSet, data: bytes) -> bool:
-    """True when some rule could match this file's text; False means nothing to do."""
-    found = {m.decode() for m in rs.marker_re.findall(data)}
-    return any(all(w in found for w in conj) for conj in rs.markers)
+def may_match(rs: RuleSet, data: bytes, rewriters: Iterable[str] = (PYTHON_CODE,)) -> bool:
+    """True when a rule of one of `rewriters` could match this file's text; False means
+    nothing to do."""
+    return any(rs.prefilters[w].may_match(data) for w in rewriters)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from titan_doctor.migrate.rulekinds import PYTHON_CODE
 from titan_doctor.migrate.rules import RuleSet
 
 _NEVER_SKIP = (cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal)
@@ -40,7 +41,8 @@ class StatementMap:
         self._next = 0
         self._rules = rules
         self._lines = data.split(b"\n")
-        self._hot_lines = {i for i, line in enumerate(self._lines, 1) if rules.line_re.search(line)}
+        hot = rules.prefilters[PYTHON_CODE].line_re
+        self._hot_lines = {i for i, line in enumerate(self._lines, 1) if hot.search(line)}
         self._aliases: list[re.Pattern] = []
         self._all_hot = False
 

@@ -8,6 +8,7 @@ One pass over the tree, shared by small pieces that each do one job:
     EnvVars        envvars.py     environment variable names and their values
     Literals       literals.py    device/backend strings where they are provably one
     Methods        methods.py     .cuda() / .is_cuda on any object
+    Capabilities   capability.py  calls read as a CUDA compute capability (never rewritten)
     Names          names.py       torch.cuda.* and friends, through import bindings; imports
 
 `Migrator` dispatches each node to the pieces that have a `visit_<Type>` / `leave_<Type>`
@@ -59,6 +60,10 @@ class Context:
         self.touched: set[int] = set()      # original nodes a piece has rewritten
         self.in_import = 0                  # inside an import statement (names.py counts)
         self.kernel_lines = kernel_lines or {}   # line -> (CUDA-only kernel, NPU alternative)
+        # capability.py: id(call func) -> how its result is read as a CUDA capability
+        # (".major", "props.major"), and the names the file reads a capability from
+        self.capability_reads: dict[int, str] = {}
+        self.capability_readers: dict[str, tuple[str, ...]] = {}
         self.findings: list[Finding] = []
         self.suppressed: list[Finding] = []
         self.groups: list[Group] = []
@@ -229,6 +234,7 @@ def build(rules: RuleSet, path: str, source: str, statements: StatementMap | Non
           kernel_lines: dict[int, tuple[str, str]] | None = None, trace: bool = False,
           device_names: frozenset[str] = frozenset()) -> Migrator:
     """A Migrator with every piece, ready for `module.visit(...)`."""
+    from titan_doctor.migrate import capability
     from titan_doctor.migrate.conditions import Conditions
     from titan_doctor.migrate.envvars import EnvVars
     from titan_doctor.migrate.literals import Literals
@@ -236,5 +242,6 @@ def build(rules: RuleSet, path: str, source: str, statements: StatementMap | Non
     from titan_doctor.migrate.names import Names
 
     ctx = Context(rules, path, source, statements, suppressed_lines, kernel_lines, trace, device_names)
-    pieces = [ScopeTracker(ctx), Conditions(ctx), EnvVars(ctx), Literals(ctx), Methods(ctx), Names(ctx)]
-    return Migrator(ctx, pieces)
+    pieces = [ScopeTracker(ctx), Conditions(ctx), EnvVars(ctx), Literals(ctx), Methods(ctx),
+              capability.piece(ctx), Names(ctx)]
+    return Migrator(ctx, [p for p in pieces if p is not None])
