@@ -286,3 +286,18 @@ def test_summary_says_what_was_skipped_and_why(tmp_path):
     assert data["skipped"]["virtualenv"]["count"] == 1
     assert data["skipped"]["virtualenv"]["paths"][0].endswith(".venv/")
     assert data["skipped"]["ignored"]["why"].startswith("git ignores it")
+
+
+def test_a_closed_pipe_is_not_an_internal_error():
+    """`migrate --list-rules | head -1`: the reader went away; say nothing about it."""
+    import shutil
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).with_name("titan-doctor")
+    if not exe.exists() or shutil.which("head") is None:
+        pytest.skip("needs the installed titan-doctor script and head")
+    proc = subprocess.run(f"'{exe}' migrate --list-rules | head -1", shell=True,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.startswith("NPU")
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

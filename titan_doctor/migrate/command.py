@@ -101,6 +101,8 @@ def migrate(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, f
     except MigrateError as e:
         click.echo(f"titan-doctor migrate: error: {e}", err=True)
         code = EXIT_USAGE
+    except BrokenPipeError:
+        raise  # `... | head` closed the pipe: click's own EPIPE handling exits quietly
     except Exception as e:  # noqa: BLE001 - users see one line, --debug the traceback
         if debug:
             raise
