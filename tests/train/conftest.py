@@ -37,14 +37,18 @@ def run_trainer(workdir: Path, *, nproc: int = 1, overrides=(), torchrun: bool =
     return subprocess.run(cmd, cwd=workdir, env=trainer_env(), capture_output=True, text=True, timeout=timeout)
 
 
-def losses(workdir: Path, name: str = "llama_debug") -> dict[int, float]:
-    """step -> loss from the run's metrics.jsonl (the last record per step wins)."""
+def per_step(workdir: Path, field: str, name: str = "llama_debug") -> dict[int, float]:
+    """step -> `field` from the run's metrics.jsonl (the last record per step wins)."""
     out = {}
     for line in (workdir / "outputs" / name / "metrics.jsonl").read_text().splitlines():
         rec = json.loads(line)
         if "step" in rec:
-            out[rec["step"]] = rec["loss"]
+            out[rec["step"]] = rec[field]
     return out
+
+
+def losses(workdir: Path, name: str = "llama_debug") -> dict[int, float]:
+    return per_step(workdir, "loss", name)
 
 
 def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -57,15 +61,6 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def grad_norms(workdir: Path, name: str = "llama_debug") -> dict[int, float]:
-    out = {}
-    for line in (workdir / "outputs" / name / "metrics.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if "step" in rec:
-            out[rec["step"]] = rec["grad_norm"]
-    return out
-
-
 PARITY_STEPS = 10
 
 
@@ -74,7 +69,7 @@ class Run:
 
     def __init__(self, workdir: Path, proc: subprocess.CompletedProcess):
         self.workdir, self.stdout = workdir, proc.stdout
-        self.losses, self.grad_norms = losses(workdir), grad_norms(workdir)
+        self.losses, self.grad_norms = losses(workdir), per_step(workdir, "grad_norm")
 
 
 def parity_run(tmp_path_factory, name: str, nproc: int, overrides=(), torchrun: bool = False) -> Run:
