@@ -54,3 +54,16 @@ def test_grad_norm_is_one_all_reduce_per_mesh_dim(world, tp, want, fake_world):
         global_grad_norm(parts.parameters(), parts.mesh)
     counts = {str(op): n for op, n in comm.get_comm_counts().items()}
     assert counts == {"c10d.allreduce_": want}, counts
+
+
+def test_compile_per_block_trains_like_eager(world_of_one):
+    """training.compile = true compiles each block in place (names unchanged) and gives the
+    eager losses."""
+    results = {}
+    for compile_ in (False, True):
+        parts = build(_cfg(f"training.compile={str(compile_).lower()}"), ParallelDims(dp=1), torch.device("cpu"))
+        tokens = torch.randint(0, 2048, (2, 65), generator=torch.Generator().manual_seed(0))
+        results[compile_] = [train_step(parts, [(tokens[:, :-1], tokens[:, 1:])]).loss.item() for _ in range(3)]
+        blocks = list(parts.model_parts[0].layers.values())
+        assert all((b._compiled_call_impl is not None) == compile_ for b in blocks)
+    assert results[True] == pytest.approx(results[False], abs=1e-4)
