@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.distributed.device_mesh import DeviceMesh
 
 from titan_train import pipeline
-from titan_train.config import JobConfig, pipeline_stages
+from titan_train.config import JobConfig, pipeline_microbatches, pipeline_stages
 from titan_train.model import Transformer
 from titan_train.optim import LossScaler, OptimizerParts, Schedulers, lr_lambda
 from titan_train.parallel import Precision, parallelize, precision_plan
@@ -67,10 +67,10 @@ def build(cfg: JobConfig, dims: ParallelDims, device: torch.device, mesh: Device
         layers = pipeline.stage_layers(cfg.model.n_layers, n_stages)
         parts = [prepare(pipeline.carve_stage(cfg.model, layers[i], first=i == 0, last=i == n_stages - 1), True)
                  for i in ids]
-        step = pipeline.PipelineStep(has_first=0 in ids, has_last=n_stages - 1 in ids, microbatches=d.pp_microbatches,
+        step = pipeline.PipelineStep(has_first=0 in ids, has_last=n_stages - 1 in ids, microbatches=pipeline_microbatches(d),
                                      accum=t.grad_accum_steps, autocast=autocast, scaler=scaler, device=device)
         step.schedule = pipeline.make_schedule(parts, ids, n_stages, pp_group=mesh["pp"].get_group(), device=device,
-                                               schedule=d.pp_schedule, microbatches=d.pp_microbatches,
+                                               schedule=d.pp_schedule, microbatches=pipeline_microbatches(d),
                                                loss_fn=step.loss_fn)
         forward_backward = step
     else:
