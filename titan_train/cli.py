@@ -1,4 +1,4 @@
-"""`titan-train`: the reference LLaMA trainer (FSDP2 + tensor parallel) on npu / cuda / cpu."""
+"""`titan-train`: the reference LLaMA trainer (FSDP2 + tensor + pipeline parallel) on npu / cuda / cpu."""
 from __future__ import annotations
 
 import json
@@ -57,7 +57,7 @@ def main():
 
 @main.command()
 @click.option("--config", "config_spec", default="llama_debug", show_default=True,
-              help="Trainer TOML file, or the name of a shipped config (llama_debug, llama_7b, llama_13b, llama_70b).")
+              help="Trainer TOML file, or the name of a shipped config (llama_debug, llama_7b, llama_13b, llama_70b, llama_70b_long).")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override a config value, e.g. --set training.steps=20 (repeatable; values are TOML).")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
@@ -134,8 +134,9 @@ def _worker_argv(path: Path, overrides, stop_after: int, debug: bool) -> list[st
 
 def _user_errors() -> tuple[type[Exception], ...]:
     from titan_train import data, device
+    from titan_train.checkpoint import CheckpointError
 
-    return config_mod.ConfigError, device.DeviceError, data.DataError, _UserError
+    return config_mod.ConfigError, device.DeviceError, data.DataError, CheckpointError, _UserError
 
 if __name__ == "__main__":
     main()

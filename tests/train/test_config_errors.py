@@ -28,7 +28,21 @@ BAD = [
     (["distributed.backend=\"mpi\""], 1, "distributed.backend = 'mpi' is not valid; use one of: auto, hccl, nccl, gloo"),
     (["training.batch_size=6"], 4, "training.batch_size = 6 (global) must be a multiple of data-parallel ranks (4)"),
     (["training.seq_len=4096"], 1, "training.seq_len = 4096 exceeds model.max_seq_len = 2048"),
-    (["distributed.pp_size=2"], 1, "distributed.pp_size = 2: pipeline parallel is not implemented yet"),
+    (["distributed.pp_size=2"], 1, "distributed.pp_size = 2 must divide the world size 1"),
+    (["distributed.pp_size=2", "distributed.tp_size=2"], 6,
+     "distributed.tp_size x pp_size = 2 x 2 = 4 must divide the world size 6"),
+    (["distributed.pp_size=8"], 8, "distributed.pp_size = 8 makes 8 pipeline stages, but model.n_layers = 6"),
+    (["distributed.pp_size=4", 'distributed.pp_schedule="interleaved_1f1b"'], 4,
+     "makes 8 pipeline stages (2 per rank with pp_schedule = 'interleaved_1f1b'), but model.n_layers = 6"),
+    (["distributed.pp_size=2", "distributed.pp_microbatches=3"], 4,
+     "distributed.pp_microbatches = 3 must divide the 4 sequences each pipeline step gets"),
+    (["distributed.pp_size=2", "distributed.pp_microbatches=1"], 2,
+     "distributed.pp_schedule = '1f1b' needs distributed.pp_microbatches >= pp_size = 2 (got 1)"),
+    (["distributed.pp_size=2", 'distributed.pp_schedule="zb"'], 2,
+     "distributed.pp_schedule = 'zb' is not valid; use one of: gpipe, 1f1b, interleaved_1f1b"),
+    (['training.activation_checkpoint="op"'], 1,
+     "training.activation_checkpoint = 'op' is not valid; use one of: none, full, selective"),
+    (["training.ac_every=0"], 1, "training.ac_every = 0 must be >= 1"),
     (["training.mixed_precision=\"fp8\""], 1, "training.mixed_precision = 'fp8' is not valid; use one of: fp32, bf16, fp16"),
     (["optimizer.betas=[0.9]"], 1, "optimizer.betas = [0.9]: expected two numbers"),
     (["data.dataset=\"/no/such/corpus.txt\""], 1, "data.dataset: /no/such/corpus.txt not found"),
@@ -74,12 +88,16 @@ def test_missing_and_malformed_files_are_one_line(tmp_path):
 
 
 def test_shipped_configs_are_valid_for_their_card_counts():
-    cards = {"llama_debug": 2, "llama_7b": 8, "llama_13b": 16, "llama_70b": 64}
+    cards = {"llama_debug": 2, "llama_7b": 8, "llama_13b": 16, "llama_70b": 64, "llama_70b_long": 64}
     for name, world in cards.items():
         cfg = config.load(REPO / "configs" / f"{name}.toml")
         config.validate(cfg, world)
     c70 = config.load(REPO / "configs" / "llama_70b.toml")
     assert (c70.model.n_kv_heads, c70.distributed.tp_size, c70.model.n_layers) == (8, 8, 80)
+    long = config.load(REPO / "configs" / "llama_70b_long.toml")
+    assert (long.distributed.tp_size, long.distributed.pp_size, long.training.seq_len) == (8, 4, 8192)
+    assert long.training.activation_checkpoint == "selective" and long.model == c70.model.__class__(
+        **{**vars(c70.model), "max_seq_len": 8192})  # the same 70B, only a longer RoPE table
 
 
 def test_overrides_are_typed_like_the_file():
