@@ -1,5 +1,10 @@
 """DCP checkpoints: model + optimizer + scheduler + progress in `step-N/` folders.
 
+Keys are flat at the top level: `model.<fqn>` (for example
+`model.layers.0.attention.wq.weight`), `optim.*` flattened by parameter FQN, `scheduler.*`,
+`progress.*`, `loss_scaler.*`. FQNs are those of the unwrapped model on every layout and
+pipeline stage, so DCP reshards a checkpoint onto any other mesh.
+
 A checkpoint is written into `step-N.tmp/` and renamed to `step-N/` only after every rank
 finished, so a folder named `step-N` is always complete; resume takes the newest one.
 Retention (`keep_last_n`) deletes only complete, older folders.
@@ -13,27 +18,75 @@ from typing import Any
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
-class TrainState(Stateful):
-    """Everything a resumed run needs, as one DCP Stateful (sharded where the model is)."""
+class CheckpointError(Exception):
+    """A checkpoint this trainer cannot resume from (a user error, one line)."""
 
-    def __init__(self, model, optimizer, scheduler, progress: dict[str, int]):
-        self.model, self.optimizer, self.scheduler, self.progress = model, optimizer, scheduler, progress
+
+class ModelState(Stateful):
+    """The model's parameters as flat FQN keys, merged over this rank's pipeline stages."""
+
+    def __init__(self, model_parts):
+        self.parts = list(model_parts)
 
     def state_dict(self) -> dict[str, Any]:
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        return {"model": model_sd, "optim": optim_sd,
-                "scheduler": self.scheduler.state_dict(), "progress": dict(self.progress)}
+        return {k: v for part in self.parts for k, v in get_model_state_dict(part).items()}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
-        set_state_dict(self.model, self.optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
-        self.scheduler.load_state_dict(sd["scheduler"])
-        self.progress.update(sd["progress"])
+        for part in self.parts:
+            own = get_model_state_dict(part).keys()
+            set_model_state_dict(part, {k: sd[k] for k in own})
+
+
+def train_states(parts, progress) -> dict[str, Stateful]:
+    """The top-level checkpoint keys (the converter and the checkpoint doctor rely on them):
+    model.<fqn>, optim.state.<fqn>.<name> / optim.param_groups.<fqn>.<name>, scheduler.*,
+    progress.*, loss_scaler.*."""
+    return {"model": ModelState(parts.model_parts), "optim": parts.optimizers, "scheduler": parts.schedulers,
+            "progress": progress, "loss_scaler": parts.scaler}
+
+
+class Checkpointer:
+    """Resume at start, save on the configured steps, wait at the end: the loop's three calls.
+    Every method is collective (all ranks call it)."""
+
+    def __init__(self, cfg, states: dict[str, Stateful], *, say=print):
+        self.cfg, self.states, self.say = cfg, states, say
+
+    def resume(self) -> int | None:
+        """Load the newest complete checkpoint, if resuming; returns its step."""
+        if dist.get_rank() == 0:
+            remove_partial(self.cfg.folder)
+        dist.barrier()
+        found = latest(self.cfg.folder) if self.cfg.resume else None
+        if not found:
+            return None
+        step, path = found
+        load(path, self.states)
+        self.say(f"[titan-train] resumed from {path} (step {step})")
+        return step
+
+    def maybe_save(self, step: int, *, last: bool = False) -> Path | None:
+        """Save at every save_interval-th step and at the run's last step (when saving at all)."""
+        interval = self.cfg.save_interval
+        if not interval or (step % interval and not last):
+            return None
+        saved = save(self.cfg.folder, step, self.states)
+        if dist.get_rank() == 0:
+            pruned = prune(self.cfg.folder, self.cfg.keep_last_n)
+            self.say(f"[titan-train] saved {saved}" + (f" (removed {len(pruned)} older)" if pruned else ""))
+        dist.barrier()
+        return saved
+
+    def wait(self) -> None:
+        """Return when every rank has finished its last save. Saves are synchronous today, so
+        this is a barrier; an asynchronous save would be completed and renamed here."""
+        dist.barrier()
 
 
 def complete_steps(folder: str | Path) -> list[tuple[int, Path]]:
@@ -54,7 +107,7 @@ def latest(folder: str | Path) -> tuple[int, Path] | None:
     return steps[-1] if steps else None
 
 
-def save(folder: str | Path, step: int, state: TrainState) -> Path:
+def save(folder: str | Path, step: int, states: dict[str, Stateful]) -> Path:
     """Collective: every rank calls it. Returns the final `step-N` path."""
     folder = Path(folder)
     final, tmp = folder / f"step-{step}", folder / f"step-{step}.tmp"
@@ -62,7 +115,7 @@ def save(folder: str | Path, step: int, state: TrainState) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
     dist.barrier()
-    dcp.save({"train": state}, checkpoint_id=str(tmp))
+    dcp.save(states, checkpoint_id=str(tmp))
     dist.barrier()
     if dist.get_rank() == 0:
         shutil.rmtree(final, ignore_errors=True)
@@ -71,8 +124,12 @@ def save(folder: str | Path, step: int, state: TrainState) -> Path:
     return final
 
 
-def load(path: str | Path, state: TrainState) -> None:
-    dcp.load({"train": state}, checkpoint_id=str(path))
+def load(path: str | Path, states: dict[str, Stateful]) -> None:
+    keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    if any(k.startswith("train.") for k in keys):
+        raise CheckpointError(f"{path} uses the old layout (train.model.*); the trainer now writes flat model.* keys: "
+                              "resume it with the titan-npu version that wrote it, or start in a new checkpoint.folder")
+    dcp.load(states, checkpoint_id=str(path))
 
 
 def prune(folder: str | Path, keep_last_n: int) -> list[Path]:

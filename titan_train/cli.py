@@ -134,8 +134,9 @@ def _worker_argv(path: Path, overrides, stop_after: int, debug: bool) -> list[st
 
 def _user_errors() -> tuple[type[Exception], ...]:
     from titan_train import data, device
+    from titan_train.checkpoint import CheckpointError
 
-    return config_mod.ConfigError, device.DeviceError, data.DataError, _UserError
+    return config_mod.ConfigError, device.DeviceError, data.DataError, CheckpointError, _UserError
 
 if __name__ == "__main__":
     main()

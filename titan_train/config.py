@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from titan_train.device import BACKEND_CHOICES  # torch-free at import
+from titan_train.model_args import ModelArgs  # the [model] section (torch-free)
+from titan_train.parallel_dims import LayoutError, ParallelDims
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -23,21 +25,6 @@ else:  # pragma: no cover
 
 class ConfigError(Exception):
     """A user mistake in a config file or override (shown as one line, no traceback)."""
-
-
-@dataclass
-class ModelConfig:
-    name: str = "llama"                    # model family; only "llama" today
-    vocab_size: int = 2048                 # embedding rows; must cover the tokenizer's ids
-    d_model: int = 256                     # hidden size
-    n_heads: int = 16                      # attention heads; must divide d_model
-    n_layers: int = 6                      # transformer blocks
-    n_kv_heads: int | None = None          # grouped-query KV heads (None = n_heads)
-    ffn_dim_multiplier: float | None = None  # scales the SwiGLU width (LLaMA-2 70B: 1.3)
-    multiple_of: int = 256                 # SwiGLU width is rounded up to a multiple of this
-    norm_eps: float = 1e-5                 # RMSNorm epsilon
-    rope_theta: float = 10000.0            # RoPE base
-    max_seq_len: int = 2048                # longest sequence the RoPE table covers
 
 
 @dataclass
@@ -53,8 +40,10 @@ class OptimizerConfig:
 class DistributedConfig:
     backend: str = "auto"                  # auto | hccl | nccl | gloo ("auto" picks npu > cuda > cpu)
     fsdp: bool = True                      # shard params/grads/optimizer state with FSDP2
-    tp_size: int = 1                       # tensor-parallel degree; dp = world_size / tp_size
-    pp_size: int = 1                       # pipeline parallel: not implemented yet, must be 1
+    tp_size: int = 1                       # tensor-parallel degree
+    pp_size: int = 1                       # pipeline stages; dp = world_size / (tp_size x pp_size)
+    pp_microbatches: int = 0               # micro-batches per pipeline step, splitting each rank's batch (0 = pp_size)
+    pp_schedule: str = "1f1b"              # gpipe | 1f1b | interleaved_1f1b (two stages per rank)
     cpu_offload: bool = False              # keep sharded params and optimizer state in host memory
 
 
@@ -78,6 +67,9 @@ class TrainingConfig:
     min_lr_ratio: float = 0.1              # floor of the decay, as a fraction of lr
     mixed_precision: str = "fp32"          # fp32 | bf16 | fp16 (compute dtype of params; reductions stay fp32)
     seed: int = 0                          # weight init
+    activation_checkpoint: str = "none"    # none | full (recompute whole blocks) | selective (keep matmul/attention outputs)
+    ac_every: int = 1                      # apply activation checkpointing to every k-th block (1 = all)
+    compile: bool = False                  # torch.compile each transformer block
 
 
 @dataclass
@@ -97,7 +89,7 @@ class MetricsConfig:
 
 @dataclass
 class JobConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelArgs = field(default_factory=ModelArgs)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -114,6 +106,8 @@ CHOICES = {
     ("distributed", "backend"): BACKEND_CHOICES,
     ("training", "lr_schedule"): ("cosine", "linear", "constant"),
     ("training", "mixed_precision"): ("fp32", "bf16", "fp16"),
+    ("training", "activation_checkpoint"): ("none", "full", "selective"),
+    ("distributed", "pp_schedule"): ("gpipe", "1f1b", "interleaved_1f1b"),
 }
 
 
@@ -219,6 +213,8 @@ def _fill_defaults(cfg: JobConfig) -> JobConfig:
         cfg.metrics.output = f"outputs/{cfg.name}/metrics.jsonl"
     if cfg.model.n_kv_heads is None:
         cfg.model.n_kv_heads = cfg.model.n_heads
+    if cfg.distributed.pp_microbatches == 0:
+        cfg.distributed.pp_microbatches = cfg.distributed.pp_size
     return cfg
 
 
@@ -229,7 +225,7 @@ def validate(cfg: JobConfig, world_size: int) -> None:
                 ("model", "n_layers"), ("model", "n_kv_heads"), ("model", "max_seq_len"),
                 ("model", "multiple_of"), ("distributed", "tp_size"), ("distributed", "pp_size"),
                 ("training", "batch_size"), ("training", "seq_len"), ("training", "steps"),
-                ("training", "grad_accum_steps"), ("metrics", "log_every")]
+                ("training", "grad_accum_steps"), ("training", "ac_every"), ("metrics", "log_every")]
     for section, key in positive:
         value = getattr(getattr(cfg, section), key)
         if value < 1:
@@ -252,12 +248,11 @@ def validate(cfg: JobConfig, world_size: int) -> None:
                           f"(valid: {_divisors(m.n_heads)})")
     if (m.d_model // m.n_heads) % 2:
         raise ConfigError(f"model.d_model / model.n_heads = {m.d_model // m.n_heads} must be even for RoPE")
-    if d.pp_size != 1:
-        raise ConfigError(f"distributed.pp_size = {d.pp_size}: pipeline parallel is not implemented yet; use 1")
-    tp = d.tp_size
-    if world_size % tp:
-        raise ConfigError(f"distributed.tp_size = {tp} must divide the world size {world_size} "
-                          f"(valid: {_divisors(world_size)})")
+    tp, pp = d.tp_size, d.pp_size
+    try:
+        dims = ParallelDims.for_world(world_size, tp=tp, pp=pp)
+    except LayoutError as e:
+        raise ConfigError(str(e)) from None
     for key, value in (("n_heads", m.n_heads), ("n_kv_heads", m.n_kv_heads)):
         if value % tp:
             raise ConfigError(f"distributed.tp_size = {tp} must divide model.{key} = {value} "
@@ -267,14 +262,43 @@ def validate(cfg: JobConfig, world_size: int) -> None:
     if tp > 1 and t.seq_len % tp:
         raise ConfigError(f"training.seq_len = {t.seq_len} must be a multiple of distributed.tp_size = {tp} "
                           "(sequence parallel splits it)")
-    dp = world_size // tp
-    if dp > 1 and not d.fsdp:
+    if dims.dp > 1 and not d.fsdp:
         raise ConfigError(f"distributed.fsdp = false needs one data-parallel group, but world size {world_size} / "
-                          f"tp_size {tp} = {dp}; set fsdp = true or tp_size = {world_size}")
-    per_step = dp * t.grad_accum_steps
+                          f"(tp_size {tp} x pp_size {pp}) = {dims.dp}; set fsdp = true or change the layout")
+    per_step = dims.dp * t.grad_accum_steps
     if t.batch_size % per_step:
         raise ConfigError(f"training.batch_size = {t.batch_size} (global) must be a multiple of data-parallel ranks "
-                          f"({dp}) x training.grad_accum_steps ({t.grad_accum_steps}) = {per_step}")
+                          f"({dims.dp}) x training.grad_accum_steps ({t.grad_accum_steps}) = {per_step}")
+    if pp > 1:
+        _validate_pipeline(cfg, dims, local_batch=t.batch_size // per_step)
+
+
+def _validate_pipeline(cfg: JobConfig, dims: ParallelDims, local_batch: int) -> None:
+    """Layouts the pipeline schedules cannot run, one line each."""
+    m, d = cfg.model, cfg.distributed
+    stages = pipeline_stages(d)
+    if m.n_layers < stages:
+        per_rank = "" if stages == dims.pp else f" ({stages // dims.pp} per rank with pp_schedule = '{d.pp_schedule}')"
+        raise ConfigError(f"distributed.pp_size = {dims.pp} makes {stages} pipeline stages{per_rank}, but model.n_layers "
+                          f"= {m.n_layers}: every stage needs at least one transformer block")
+    mb = d.pp_microbatches
+    if mb < 1:
+        raise ConfigError(f"distributed.pp_microbatches = {mb} must be >= 1 (or 0 for pp_size)")
+    if local_batch % mb:
+        raise ConfigError(f"distributed.pp_microbatches = {mb} must divide the {local_batch} sequences each pipeline "
+                          "step gets (training.batch_size / (dp x grad_accum_steps))")
+    if d.pp_schedule == "1f1b" and mb < dims.pp:
+        raise ConfigError(f"distributed.pp_schedule = '1f1b' needs distributed.pp_microbatches >= pp_size = {dims.pp} "
+                          f"(got {mb}); raise it or use pp_schedule = 'gpipe'")
+    rounds = max(1, mb // dims.pp)
+    if d.pp_schedule == "interleaved_1f1b" and mb % rounds:
+        raise ConfigError(f"distributed.pp_microbatches = {mb} with pp_schedule = 'interleaved_1f1b' must be a multiple "
+                          f"of pp_microbatches // pp_size = {rounds}")
+
+
+def pipeline_stages(d: DistributedConfig) -> int:
+    """Pipeline stages in the whole pipeline: one per pp rank, two for interleaved schedules."""
+    return d.pp_size * (2 if d.pp_schedule == "interleaved_1f1b" else 1)
 
 
 def _divisors(n: int, limit: int | None = None) -> str:

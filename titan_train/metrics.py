@@ -5,6 +5,7 @@ number that means anything, so a short matmul probe measures what this machine r
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -72,3 +73,69 @@ class MetricsFile:
 
     def close(self) -> None:
         self._fh.close()
+
+
+class MetricsLogger:
+    """The loop's metrics, one `log(step, stats)` call per step (every rank calls it).
+
+    On a logging step (every `log_every`, and the run's last) it sums the loss over ranks,
+    reads the figures to the host once, prints the rank-0 line and appends metrics.jsonl;
+    other steps cost nothing. Tokens/s is measured over the window since the last logged
+    step; time spent inside `paused()` (saving a checkpoint) is left out of it.
+    """
+
+    def __init__(self, cfg, *, dims, dev, tokens_per_step: int, flops_per_token: float, peak: float,
+                 last_step: int, rank: int, say=print):
+        self.every, self.last_step, self.say = cfg.log_every, last_step, say
+        self.dims, self.dev, self.tokens_per_step = dims, dev, tokens_per_step
+        self.flops_per_token, self.peak = flops_per_token, peak
+        self.file = MetricsFile(cfg.output) if rank == 0 else None
+        self.window_start, self.window_tokens = time.perf_counter(), 0
+
+    def start(self, record: dict[str, Any]) -> None:
+        """Write the run's start record and open the first throughput window."""
+        from titan_train import device
+
+        if self.file:
+            self.file.write({"event": "start", **record})
+        device.reset_peak_memory(self.dev)
+        self.window_start, self.window_tokens = time.perf_counter(), 0
+
+    def log(self, step: int, stats) -> dict[str, Any] | None:
+        import torch.distributed as dist
+
+        from titan_train import device
+
+        self.window_tokens += self.tokens_per_step
+        if step % self.every and step != self.last_step:
+            return None
+        loss = stats.loss.detach().clone()
+        dist.all_reduce(loss)  # held by the last pipeline stage; tp ranks hold equal copies
+        device.synchronize(self.dev)
+        elapsed = time.perf_counter() - self.window_start
+        tps = self.window_tokens / elapsed
+        world = self.dims.world_size
+        record = {"step": step, "loss": loss.item() / (self.dims.dp * self.dims.tp),
+                  "grad_norm": stats.grad_norm.item(), "lr": stats.lr, "tokens_per_s": tps,
+                  "tokens_per_s_per_rank": tps / world, "mfu": mfu(tps / world, self.flops_per_token, self.peak),
+                  "peak_mem_gib": device.peak_memory_bytes(self.dev) / 2 ** 30, "elapsed_s": elapsed}
+        if stats.loss_scale is not None:
+            record["loss_scale"] = stats.loss_scale
+        self.say(format_line(record), flush=True)
+        if self.file:
+            self.file.write(record)
+        self.window_start, self.window_tokens = time.perf_counter(), 0
+        return record
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Time spent in this block is not training time (checkpoint saves)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.window_start += time.perf_counter() - start
+
+    def close(self) -> None:
+        if self.file:
+            self.file.close()

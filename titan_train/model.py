@@ -3,48 +3,19 @@
 No parallelism in here. Heads are reshaped with -1 so the same code runs on tensor-parallel
 shards (each holding n_heads / tp heads). The model is built on the `meta` device and
 materialized after parallelization, so `init_weights` must fill every parameter and buffer.
+A pipeline stage is this same model with the blocks of other stages deleted and, except on
+the first / last stage, no embedding / head: parameter names never change.
 """
 from __future__ import annotations
 
 import math
-import zlib
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-@dataclass
-class ModelArgs:
-    """The shape of a LLaMA model (the [model] section of a trainer config)."""
-
-    vocab_size: int = 2048
-    d_model: int = 256
-    n_layers: int = 6
-    n_heads: int = 16
-    n_kv_heads: int | None = None      # None: same as n_heads (no grouping)
-    multiple_of: int = 256              # FFN hidden size is rounded up to this
-    ffn_dim_multiplier: float | None = None
-    norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    max_seq_len: int = 2048
-
-    @property
-    def kv_heads(self) -> int:
-        return self.n_kv_heads or self.n_heads
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def ffn_dim(self) -> int:
-        """LLaMA's SwiGLU width: 2/3 of 4*d, times the multiplier, rounded up."""
-        hidden = int(2 * (4 * self.d_model) / 3)
-        if self.ffn_dim_multiplier is not None:
-            hidden = int(self.ffn_dim_multiplier * hidden)
-        return self.multiple_of * ((hidden + self.multiple_of - 1) // self.multiple_of)
+from titan_train.model_args import ModelArgs
+from titan_train.sharded_init import init_param_, stable_name
 
 
 class RMSNorm(nn.Module):
@@ -87,6 +58,7 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         bsz, seq_len, _ = x.shape
+        rope = rope[:, :seq_len]
         q = self.wq(x).view(bsz, seq_len, -1, self.head_dim)
         k = self.wk(x).view(bsz, seq_len, -1, self.head_dim)
         v = self.wv(x).view(bsz, seq_len, -1, self.head_dim)
@@ -141,73 +113,34 @@ class Transformer(nn.Module):
             persistent=False)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.tok_embeddings(tokens)
-        rope = self.rope[:, : tokens.shape[1]]
+        """tokens (batch, seq) -> logits; on a later pipeline stage, hidden states in and out."""
+        h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         for layer in self.layers.values():
-            h = layer(h, rope)
-        return self.output(self.norm(h))
+            h = layer(h, self.rope)
+        h = self.norm(h) if self.norm is not None else h
+        return self.output(h) if self.output is not None else h
 
     def init_weights(self, seed: int) -> None:
-        """Fill every parameter deterministically from (seed, parameter name).
-
-        Each parameter's full value is drawn from its own generator and then cut to the
-        shard this rank holds, so 1 rank, FSDP and FSDP x TP start from identical weights.
-        """
+        """Fill every parameter deterministically from (seed, parameter name), drawing only
+        the shard this rank holds, so every mesh and pipeline stage starts from identical
+        weights."""
         with torch.no_grad():
             self.rope.copy_(rope_tables(self.args.head_dim, self.args.max_seq_len,
                                         self.args.rope_theta, device=self.rope.device))
             for name, param in self.named_parameters():
-                fill_from_full(param, lambda shape, gen, n=name: _initial_value(n, shape, gen, self.args),
-                               seed=seed, key=name)
+                key = stable_name(name)
+                init_param_(param, std=init_std(key, self.args), seed=seed, key=key)
 
 
-def _initial_value(name: str, shape: torch.Size, gen: torch.Generator, args: ModelArgs) -> torch.Tensor:
-    """LLaMA-style init: norms 1, embeddings N(0,1), projections into the residual stream
-    scaled down with depth, everything else N(0, 0.02), truncated at 3 std."""
+def init_std(name: str, args: ModelArgs) -> float | None:
+    """LLaMA-style init: norms 1 (None), embeddings N(0,1), projections into the residual
+    stream scaled down with depth, everything else N(0, 0.02); all truncated at 3 std."""
     if name.endswith("norm.weight"):
-        return torch.ones(shape)
+        return None
     if name == "tok_embeddings.weight":
-        std = 1.0
-    elif name == "output.weight":
-        std = args.d_model ** -0.5
-    elif name.endswith(("attention.wo.weight", "feed_forward.w2.weight")):
-        std = 0.02 / math.sqrt(2 * args.n_layers)
-    else:
-        std = 0.02
-    out = torch.empty(shape)
-    return nn.init.trunc_normal_(out, std=std, a=-3 * std, b=3 * std, generator=gen)
-
-
-def fill_from_full(param: torch.Tensor, make, *, seed: int, key: str) -> None:
-    """Copy this rank's shard of `make(full_shape, generator)` into `param` (plain or DTensor)."""
-    gen = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(key.encode())) % (2**63))
-    full = make(param.shape, gen).to(param.dtype)
-    local = _local_shard(param, full)
-    target = param.to_local() if hasattr(param, "to_local") else param
-    target.copy_(local.to(target.device))
-
-
-def _local_shard(param: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
-    if not isinstance(param, DTensor):
-        return full
-    # src_data_rank=None: every rank holds the same full value, so no communication.
-    return distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None).to_local()
-
-
-def count_params(args: ModelArgs) -> dict[str, int]:
-    """Parameter counts from the shape alone (used for FLOPs and by the doctor)."""
-    d, kv = args.d_model, args.kv_heads * args.head_dim
-    attn = d * d * 2 + d * kv * 2
-    ffn = 3 * d * args.ffn_dim
-    per_layer = attn + ffn + 2 * d
-    embedding = args.vocab_size * d
-    total = embedding + args.n_layers * per_layer + d + args.vocab_size * d
-    return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
-
-
-def flops_per_token(args: ModelArgs, seq_len: int) -> float:
-    """Training FLOPs per token: 6 * non-embedding params + attention (12 * L * d * seq),
-    the convention of the PaLM paper used by torchtitan and nanoGPT for MFU."""
-    return 6 * count_params(args)["non_embedding"] + 12 * args.n_layers * args.d_model * seq_len
+        return 1.0
+    if name == "output.weight":
+        return args.d_model ** -0.5
+    if name.endswith(("attention.wo.weight", "feed_forward.w2.weight")):
+        return 0.02 / math.sqrt(2 * args.n_layers)
+    return 0.02

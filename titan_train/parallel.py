@@ -1,32 +1,22 @@
-"""Mesh, tensor parallel plan and FSDP2, applied to a model still on the meta device.
+"""Tensor parallel plan, activation checkpointing, compile and FSDP2, applied to a model
+(or a pipeline stage of it) still on the meta device.
 
-Order as in torchtitan: tensor parallel first, then FSDP2 per transformer block and root.
+Order as in torchtitan: tensor parallel, then AC, then torch.compile per block, then FSDP2
+per transformer block and root. The mixed-precision decision is made here, once.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 
+from titan_train.activation_checkpoint import apply_ac
+from titan_train.parallel_dims import ParallelDims
 
-@dataclass(frozen=True)
-class ParallelDims:
-    """dp_shard x tp = world size; validated before any process group exists."""
-
-    dp: int
-    tp: int
-
-    @classmethod
-    def for_world(cls, world_size: int, tp: int) -> "ParallelDims":
-        if tp < 1 or world_size % tp:
-            raise ValueError(f"distributed.tp_size = {tp} must divide the world size {world_size}")
-        return cls(dp=world_size // tp, tp=tp)
-
-
-def build_mesh(device_type: str, dims: ParallelDims) -> DeviceMesh:
-    return init_device_mesh(device_type, (dims.dp, dims.tp), mesh_dim_names=("dp", "tp"))
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> None:
@@ -37,11 +27,11 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> None:
     from torch.distributed.tensor.parallel import (
         ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel, parallelize_module)
 
-    parallelize_module(model, tp_mesh, {
-        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
-        "norm": SequenceParallel(),
-        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
-    })
+    ends = {"tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+            "norm": SequenceParallel(),
+            "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())}
+    # a pipeline stage holds the embedding only if first, norm and output only if last
+    parallelize_module(model, tp_mesh, {k: v for k, v in ends.items() if getattr(model, k) is not None})
     for block in model.layers.values():
         parallelize_module(block, tp_mesh, {
             "attention_norm": SequenceParallel(),
@@ -61,11 +51,12 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> None:
 
 
 def apply_fsdp(model: nn.Module, dp_mesh: DeviceMesh, *, param_dtype: torch.dtype,
-               cpu_offload: bool, sum_reductions_only: bool) -> None:
+               cpu_offload: bool, sum_reductions_only: bool, pipelined: bool = False) -> None:
     """fully_shard each block, then the root. Gradients are reduced in fp32.
 
     sum_reductions_only: backends without AVG / PREMUL_SUM (gloo) reduce with SUM and
-    FSDP divides afterwards.
+    FSDP divides afterwards. pipelined: a stage runs several micro-batches forward before
+    their backward, so blocks stay gathered instead of being gathered again per micro-batch.
     """
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
@@ -76,7 +67,7 @@ def apply_fsdp(model: nn.Module, dp_mesh: DeviceMesh, *, param_dtype: torch.dtyp
     blocks = list(model.layers.values())
     for i, block in enumerate(blocks):
         # The last block is resharded by the root right away, so keep it gathered.
-        fully_shard(block, reshard_after_forward=i < len(blocks) - 1, **kwargs)
+        fully_shard(block, reshard_after_forward=not pipelined and i < len(blocks) - 1, **kwargs)
     fully_shard(model, **kwargs)
     if sum_reductions_only:
         for module in model.modules():
@@ -84,17 +75,40 @@ def apply_fsdp(model: nn.Module, dp_mesh: DeviceMesh, *, param_dtype: torch.dtyp
                 module.set_force_sum_reduction_for_comms(True)
 
 
-def uses_fsdp(fsdp: bool, dims: ParallelDims, cpu_offload: bool) -> bool:
+@dataclass(frozen=True)
+class Precision:
+    """The mixed-precision decision: with FSDP, its MixedPrecisionPolicy casts parameters
+    to `param_dtype` for compute; without FSDP, autocast does (reductions stay fp32)."""
+
+    name: str                 # fp32 | bf16 | fp16
+    fsdp: bool                # shard with FSDP2
+
+    @property
+    def param_dtype(self) -> torch.dtype:
+        return DTYPES[self.name]
+
+    def autocast(self, device_type: str):
+        if self.fsdp or self.name == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type, dtype=self.param_dtype)
+
+
+def precision_plan(mixed_precision: str, dims: ParallelDims, *, fsdp: bool, cpu_offload: bool) -> Precision:
     """FSDP only where it does something: sharding over dp > 1 ranks, or offloading.
     On one data-parallel rank it would only add copies to every step."""
-    return fsdp and (dims.dp > 1 or cpu_offload)
+    return Precision(mixed_precision, fsdp=fsdp and (dims.dp > 1 or cpu_offload))
 
 
-def parallelize(model: nn.Module, mesh: DeviceMesh, *, fsdp: bool, param_dtype: torch.dtype,
-                cpu_offload: bool, sum_reductions_only: bool) -> None:
-    """Apply TP (if tp > 1), then FSDP2 (if `fsdp`: callers decide with uses_fsdp)."""
+def parallelize(model: nn.Module, mesh: DeviceMesh, precision: Precision, *, ac: str = "none", ac_every: int = 1,
+                compile: bool = False, cpu_offload: bool = False, sum_reductions_only: bool = False,
+                pipelined: bool = False) -> None:
+    """TP (if tp > 1), AC (if not "none"), torch.compile per block, FSDP2 (if precision.fsdp)."""
     if mesh["tp"].size() > 1:
         apply_tp(model, mesh["tp"])
-    if fsdp:
-        apply_fsdp(model, mesh["dp"], param_dtype=param_dtype, cpu_offload=cpu_offload,
-                   sum_reductions_only=sum_reductions_only)
+    apply_ac(model, ac, ac_every)
+    if compile:
+        for block in model.layers.values():
+            block.compile()
+    if precision.fsdp:
+        apply_fsdp(model, mesh["dp"], param_dtype=precision.param_dtype, cpu_offload=cpu_offload,
+                   sum_reductions_only=sum_reductions_only, pipelined=pipelined)

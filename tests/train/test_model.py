@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 
 from titan_train import config
-from titan_train.model import ModelArgs, Transformer, count_params, flops_per_token
-from titan_train.train import model_args
+from titan_train.model import Transformer
+from titan_train.model_args import ModelArgs, count_params, flops_per_token
 
 from .conftest import REPO
 
@@ -13,7 +13,7 @@ from .conftest import REPO
 def test_shipped_configs_have_llama2_sizes_without_allocating():
     want = {"llama_7b": 6_738_415_616, "llama_13b": 13_015_864_320, "llama_70b": 68_976_648_192}
     for name, n in want.items():
-        args = model_args(config.load(REPO / "configs" / f"{name}.toml"))
+        args = config.load(REPO / "configs" / f"{name}.toml").model
         with torch.device("meta"):
             model = Transformer(args)
         assert sum(p.numel() for p in model.parameters()) == n == count_params(args)["total"]

@@ -23,7 +23,7 @@ def test_single_rank_learns(single_rank):
 
 def test_two_ranks_fsdp_under_plain_torchrun_match_one_rank(single_rank, workdir):
     proc = ok(run_trainer(workdir, nproc=2, torchrun=True, overrides=FAST + [f"training.steps={STEPS}"]))
-    assert "dp 2 x tp 1" in proc.stdout
+    assert "dp 2 x pp 1 x tp 1" in proc.stdout
     two = losses(workdir)
     for step in range(1, STEPS + 1):
         assert two[step] == pytest.approx(single_rank[step], abs=1e-4), (step, two[step], single_rank[step])
@@ -31,7 +31,7 @@ def test_two_ranks_fsdp_under_plain_torchrun_match_one_rank(single_rank, workdir
 
 def test_four_ranks_fsdp_x_tp_match_one_rank(single_rank, workdir):
     proc = ok(run_trainer(workdir, nproc=4, overrides=FAST + [f"training.steps={STEPS}", "distributed.tp_size=2"]))
-    assert "dp 2 x tp 2" in proc.stdout
+    assert "dp 2 x pp 1 x tp 2" in proc.stdout
     four = losses(workdir)
     for step in range(1, STEPS + 1):
         assert four[step] == pytest.approx(single_rank[step], abs=1e-4), (step, four[step], single_rank[step])

@@ -50,7 +50,7 @@ def test_resume_on_a_different_mesh_reshards(tmp_path):
     ok(run_trainer(straight, nproc=1, overrides=common))
     ok(run_trainer(moved, nproc=2, overrides=common, extra=["--stop-after", "3"]))
     proc = ok(run_trainer(moved, nproc=4, overrides=common + ["distributed.tp_size=2"]))
-    assert "dp 2 x tp 2" in proc.stdout and "(step 3)" in proc.stdout
+    assert "dp 2 x pp 1 x tp 2" in proc.stdout and "(step 3)" in proc.stdout
     want, got = losses(straight), losses(moved)
     for step in range(1, 7):
         assert got[step] == pytest.approx(want[step], abs=1e-4), (step, got[step], want[step])
