@@ -25,6 +25,7 @@ Only torch and titan_train are imported; the doctor calls this through a subproc
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -34,14 +35,30 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
+# The phases of a step whose peaks are each affine in the number of layers per stage
+# (fixed widths, fixed layout): see `extrapolate`.
+PHASES = ("forward and loss", "backward of the stage's last layer", "backward of the other layers",
+          "backward of the stage's first layer", "optimizer step")
+
+
+@dataclass
+class StepMemory:
+    """The tracked step's peak on one rank: total bytes, torch's categories at that moment,
+    and the peak of each phase."""
+
+    peak_bytes: int
+    categories: dict[str, int] = field(default_factory=dict)
+    phases: dict[str, int] = field(default_factory=dict)
+
+
 @dataclass
 class RankPeak:
-    """The tracked step's peak on one rank: total bytes and torch's categories at that moment."""
-
     rank: int
     stage: int                      # pipeline rank (0 without pp)
     peak_bytes: int
     categories: dict[str, int] = field(default_factory=dict)
+    phases: dict[str, int] = field(default_factory=dict)
+    method: str = "full depth"      # or how it was extrapolated
 
 
 class _FakeWorldMode(TorchDispatchMode):
@@ -98,35 +115,80 @@ def fake_tensors():
         yield
 
 
-def _step_tracker(roots: list):
-    """torch's MemTracker, allowed to see the model run forward several times in one step
-    (gradient accumulation, pipeline micro-batches): its per-module statistics restart at
-    each root forward; the peak it tracks is kept."""
+def _step_tracker(parts):
+    """torch's MemTracker with two additions. It may see the model run forward several times
+    in one step (gradient accumulation, pipeline micro-batches): its per-module statistics
+    restart at each root forward; the peak is kept. And it cuts the step into PHASES at the
+    backward of each block and at the optimizer step, keeping each phase's peak."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
+    roots = list(parts.model_parts)
+    layer_of = {id(block): int(name) for part in roots for name, block in part.layers.items()}
+    first, last = min(layer_of.values(), default=0), max(layer_of.values(), default=0)
+
     class StepTracker(MemTracker):
+        phase = PHASES[0]
+        phases: dict[str, int] = {}
+
+        def cut(self, phase: str) -> None:
+            peak = sum(self._peak_mem.values())
+            self.phases[self.phase] = max(self.phases.get(self.phase, 0), peak)
+            self.phase = phase
+            self._peak_mem = {dev: snap["Total"] for dev, snap in self._curr_mem_snap.items()}
+
         def _pre_fw_hook(self, module, inputs):
             if not self._mod_tracker.is_bw and any(module is r for r in roots):
                 self.reset_mod_stats()
             super()._pre_fw_hook(module, inputs)
 
-    return StepTracker()
+        def _pre_bw_hook(self, module, args):
+            layer = layer_of.get(id(module))
+            if layer is not None:
+                self.cut(PHASES[1] if layer == last else PHASES[3] if layer == first else PHASES[2])
+            super()._pre_bw_hook(module, args)
+
+    tracker = StepTracker()
+    tracker.phases = {}
+    return tracker
 
 
-def tracked_step(parts, step_fn: Callable, make_batches: Callable[[], list]) -> tuple[int, dict[str, int]]:
+def tracked_step(parts, step_fn: Callable, make_batches: Callable[[], list]) -> StepMemory:
     """Run `step_fn(parts, batches)` once to warm up, then once more under MemTracker.
-    Returns (peak bytes, {category: bytes at the peak}). Works on fake and on real tensors."""
+    Works on fake and on real tensors."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
     step_fn(parts, make_batches())
-    tracker = _step_tracker(parts.model_parts)
+    tracker = _step_tracker(parts)
     tracker.track_external(*parts.model_parts, *parts.optimizers.optimizers)
-    with tracker:
-        step_fn(parts, make_batches())
-    peak = {}
-    for snapshot in tracker.get_tracker_snapshot("peak").values():  # one device here
+    overall = {"peak": 0, "snapshot": {}}
+
+    def remember_peak():  # the overall peak survives the per-phase resets
+        total = sum(tracker._peak_mem.values())
+        if total > overall["peak"]:
+            overall["peak"], overall["snapshot"] = total, tracker.get_tracker_snapshot("peak")
+
+    original_cut = tracker.cut
+
+    def cut(phase):
+        remember_peak()
+        original_cut(phase)
+
+    tracker.cut = cut
+    hook = register_optimizer_step_pre_hook(
+        lambda *_: tracker.cut(PHASES[4]) if tracker.phase != PHASES[4] else None)
+    try:
+        with tracker:
+            step_fn(parts, make_batches())
+    finally:
+        hook.remove()
+    tracker.cut("done")
+    categories = {}
+    for snapshot in overall["snapshot"].values():  # one device here
         for key, value in snapshot.items():
-            name = "total" if key == "Total" else key.value.lower()
-            peak[name] = peak.get(name, 0) + value
-    return peak.pop("total", 0), peak
+            if key != "Total":
+                categories[key.value.lower()] = categories.get(key.value.lower(), 0) + value
+    phases = {k: v for k, v in tracker.phases.items() if k in PHASES}
+    return StepMemory(peak_bytes=overall["peak"], categories=categories, phases=phases)
 
 
 def random_batches(cfg, dims, device: torch.device) -> Callable[[], list]:
@@ -155,14 +217,73 @@ def stage_ranks(dims) -> list[int]:
     return [p * dims.tp for p in range(dims.pp)]
 
 
-def exact_peaks(cfg, world_size: int) -> list[RankPeak]:
-    """The tracked peak of each pipeline stage's rank (one rank without pp)."""
-    from titan_train.config import validate
+def exact_peaks(cfg, world_size: int, *, extrapolate: bool = True) -> list[RankPeak]:
+    """The tracked peak of each pipeline stage's rank (one rank without pp). Deep models are
+    run at two small depths and extrapolated (see `extrapolate_depth`); `extrapolate=False`
+    runs every layer."""
+    from titan_train.config import pipeline_stages, validate
     from titan_train.parallel_dims import ParallelDims
 
     validate(cfg, world_size)
     d = cfg.distributed
     dims = ParallelDims.for_world(world_size, tp=d.tp_size, pp=d.pp_size)
+    n_stages = pipeline_stages(d)
+    if not (extrapolate and can_extrapolate(cfg, n_stages)):
+        return _run_ranks(cfg, world_size, dims)
+    runs = {k: _run_ranks(_with_layers(cfg, k * n_stages), world_size, dims) for k in SMALL_DEPTHS}
+    depth_of = _stage_depths(cfg.model.n_layers, n_stages, dims.pp)
+    return [extrapolate_depth(runs[SMALL_DEPTHS[0]][i], runs[SMALL_DEPTHS[1]][i], depth_of[i])
+            for i in range(len(depth_of))]
+
+
+# Per-stage depths of the two small runs: 2 and 3 layers keep the stage's first and last layer
+# distinct (with 1, one block would be both).
+SMALL_DEPTHS = (2, 3)
+
+
+def can_extrapolate(cfg, n_stages: int) -> bool:
+    """Worth it and valid: every stage is deeper than the small runs, and which blocks are
+    checkpointed does not depend on the depth (every block, or none)."""
+    t = cfg.training
+    return (cfg.model.n_layers // n_stages > SMALL_DEPTHS[1]
+            and (t.activation_checkpoint == "none" or t.ac_every == 1))
+
+
+def extrapolate_depth(a: RankPeak, b: RankPeak, depth: int) -> RankPeak:
+    """Each phase's peak is affine in the stage's depth: every block adds the same saved
+    activations (forward, backward of the last layer), the same finished gradients (backward
+    of the first layer), the same parameter and optimizer shards (every phase). Their
+    maximum is not affine (the phase that peaks can change with depth), so each phase is
+    extrapolated on its own from runs at depths 2 and 3, and the largest one is the peak.
+    tests/diagnose/test_memory_exact.py checks this against the full-depth run."""
+    step = SMALL_DEPTHS[1] - SMALL_DEPTHS[0]
+
+    def line(x: int, y: int) -> int:
+        return int(x + (y - x) * (depth - SMALL_DEPTHS[0]) / step)
+
+    # the middle layers are bounded by the two ends (affine in the layer's position), and
+    # at depth 2 there are none to measure
+    phases = {p: line(a.phases.get(p, 0), b.phases.get(p, 0)) for p in PHASES
+              if p != PHASES[2] and (p in a.phases or p in b.phases)}
+    categories = {k: line(a.categories.get(k, 0), b.categories.get(k, 0)) for k in b.categories}
+    return RankPeak(rank=a.rank, stage=a.stage, peak_bytes=max(phases.values()), categories=categories,
+                    phases=phases, method=f"extrapolated to {depth} layers per stage from runs with "
+                                          f"{SMALL_DEPTHS[0]} and {SMALL_DEPTHS[1]}")
+
+
+def _with_layers(cfg, n_layers: int):
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=n_layers))
+
+
+def _stage_depths(n_layers: int, n_stages: int, pp: int) -> list[int]:
+    """Layers held by each pipeline rank (its stages summed); titan_train.pipeline's split."""
+    from titan_train.memory_estimate import stage_layers
+
+    layers = stage_layers(n_layers, n_stages)
+    return [sum(len(layers[s]) for s in range(n_stages) if s % pp == p) for p in range(pp)]
+
+
+def _run_ranks(cfg, world_size: int, dims) -> list[RankPeak]:
     build, step_fn = trainer_seams()
     cpu = torch.device("cpu")
     out = []
@@ -171,11 +292,11 @@ def exact_peaks(cfg, world_size: int) -> list[RankPeak]:
             mesh = dims.build_mesh("cpu")  # real: its rank tables are computed before the fake mode
             with fake_tensors():
                 parts = build(cfg, dims, cpu, mesh=mesh)
-                peak, categories = tracked_step(parts, step_fn, random_batches(cfg, dims, cpu))
-        out.append(RankPeak(rank=rank, stage=rank // dims.tp % dims.pp, peak_bytes=peak, categories=categories))
+                mem = tracked_step(parts, step_fn, random_batches(cfg, dims, cpu))
+        out.append(RankPeak(rank=rank, stage=rank // dims.tp % dims.pp, peak_bytes=mem.peak_bytes,
+                            categories=mem.categories, phases=mem.phases))
     return out
 
 
 def to_json(peaks: list[RankPeak]) -> list[dict[str, Any]]:
-    return [{"rank": p.rank, "stage": p.stage, "peak_bytes": p.peak_bytes, "categories": p.categories}
-            for p in peaks]
+    return [dataclasses.asdict(p) for p in peaks]
