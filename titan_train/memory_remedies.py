@@ -204,3 +204,20 @@ def _set_line(section: str, key: str, value) -> str:
     else:
         text = str(value)
     return f"{section}.{key}={text}"
+
+
+def preflight(cfg: JobConfig, target: Target, memory_source: str) -> tuple[str, str]:
+    """(verdict status, one line) for `titan-train run` before it starts any rank."""
+    est = estimate_for(cfg, target)
+    v = verdict(est, target.memory_bytes)
+    gib = 2 ** 30
+    where = f" (pipeline stage {v.stage})" if est.layout.dims.pp > 1 else ""
+    line = (f"{cfg.name} needs about {v.peak_bytes / gib:.1f} GiB per rank{where} (analytic estimate, "
+            f"±{me.ERROR_MARGIN:.0%}) but each rank has {target.memory_bytes / gib:.1f} GiB ({memory_source})")
+    if v.status == FITS:
+        return v.status, line
+    best = next(iter(remedies(cfg, target, est)), None)
+    if best:
+        which = "top remedy" if best.verdict.status == FITS else "no change found fits here; the closest"
+        line += f"; {which}: {best.command} ({best.title}: {best.estimate.peak_bytes / gib:.1f} GiB)"
+    return v.status, line
