@@ -183,11 +183,11 @@ def block_saved(lay: Layout, b: int) -> int:
     with saved_tensors_hooks (tests/train/test_memory_estimate.py::test_block_formula_*):
       2 RMSNorms on the sequence-parallel residual (T/t tokens, see rmsnorm_saved);
       linear inputs: the (gathered) norm output shared by wq/wk/wv and by w1/w3 (2*T*d*e);
-        under autocast each linear keeps its own half-precision cast (5*T*d*2) and the
-        block's weights are kept as half-precision casts (params*2);
+        under autocast each linear keeps its own half-precision cast (5*T*d*2);
       RoPE keeps nothing (cos/sin are buffers); SDPA keeps q, k, v (k and v repeated to all
         heads when n_kv_heads < n_heads), its output (= wo's input) and logsumexp (b*h*s*4);
       SwiGLU keeps w1 out, silu out, w3 out and their product (4*T*f*e);
+      autocast's half casts of the matmul weights are kept too (weights x 2 B);
       FSDP mixed precision casts the block's rope input (2 * max_seq_len * head_dim/2 * e).
     """
     m, t = lay.model, lay.dims.tp
@@ -199,8 +199,8 @@ def block_saved(lay: Layout, b: int) -> int:
     out += 5 * T * m.d_model * 2 if _autocast(lay) else 2 * T * m.d_model * e
     out += (2 * T * q + 2 * T * kv_sdpa) // t * e + b * (h // t) * s * 4
     out += 4 * T * (f // t) * e
-    if _autocast(lay):
-        out += sum(numel(tp_local(p, t)) for p in block_params(m, 0)) * 2
+    if _autocast(lay):  # the matmul weights' half casts (norm weights are not autocast ops)
+        out += sum(numel(tp_local(p, t)) for p in block_params(m, 0) if len(p.shape) == 2) * 2
     elif lay.fsdp and e < 4:
         out += m.max_seq_len * m.head_dim * e
     return out
