@@ -111,7 +111,11 @@ def _candidates(cfg: JobConfig, target: Target) -> list[_Change]:
                            (("training", "activation_checkpoint", "full"), ("training", "ac_every", 1))))
     tp_options = [k for k in range(d.tp_size + 1, world + 1)
                   if world % (k * d.pp_size) == 0 and m.n_heads % k == 0 and m.kv_heads % k == 0]
-    out += [_Change(f"tensor parallel over {k} ranks", (("distributed", "tp_size", k),)) for k in tp_options[:3]]
+    for k in tp_options[:3]:
+        # dp shrinks by k / tp: more accumulation steps keep each rank's micro-batch
+        accum = t.grad_accum_steps * k // d.tp_size if k % d.tp_size == 0 else t.grad_accum_steps
+        out.append(_Change(f"tensor parallel over {k} ranks (same micro-batch per rank)",
+                           (("distributed", "tp_size", k), ("training", "grad_accum_steps", accum))))
     pp_options = [k for k in range(d.pp_size + 1, world + 1) if world % (d.tp_size * k) == 0 and m.n_layers >= k]
     out += [_Change(f"pipeline parallel over {k} stages ({k} micro-batches)",
                     (("distributed", "pp_size", k), ("distributed", "pp_microbatches", k)))
