@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.distributed.device_mesh import DeviceMesh
 
 from titan_train import pipeline
@@ -52,9 +53,10 @@ def build(cfg: JobConfig, dims: ParallelDims, device: torch.device, mesh: Device
     scaler = LossScaler(enabled=t.mixed_precision == "fp16")
 
     def prepare(model: Transformer, pipelined: bool) -> Transformer:
-        parallelize(model, mesh, precision, ac=t.activation_checkpoint, ac_every=t.ac_every, compile=t.compile,
-                    cpu_offload=d.cpu_offload, sum_reductions_only=dist.get_backend() == "gloo",
-                    pipelined=pipelined)
+        with unset_fake_temporarily():  # the model is still on meta; meshes made here hold ranks, not data
+            parallelize(model, mesh, precision, ac=t.activation_checkpoint, ac_every=t.ac_every, compile=t.compile,
+                        cpu_offload=d.cpu_offload, sum_reductions_only=dist.get_backend() == "gloo",
+                        pipelined=pipelined)
         model.to_empty(device="cpu" if d.cpu_offload else device)
         model.init_weights(t.seed)
         return model

@@ -1,4 +1,4 @@
-"""`titan-train`: the reference LLaMA trainer (FSDP2 + tensor parallel) on npu / cuda / cpu."""
+"""`titan-train`: the reference LLaMA trainer (FSDP2 + tensor + pipeline parallel) on npu / cuda / cpu."""
 from __future__ import annotations
 
 import json
@@ -58,7 +58,7 @@ def main():
 
 @main.command()
 @click.option("--config", "config_spec", default="llama_debug", show_default=True,
-              help="Trainer TOML file, or the name of a shipped config (llama_debug, llama_7b, llama_13b, llama_70b).")
+              help="Trainer TOML file, or the name of a shipped config (llama_debug, llama_7b, llama_13b, llama_70b, llama_70b_long).")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override a config value, e.g. --set training.steps=20 (repeatable; values are TOML).")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,

@@ -120,16 +120,18 @@ class Transformer(nn.Module):
         h = self.norm(h) if self.norm is not None else h
         return self.output(h) if self.output is not None else h
 
-    def init_weights(self, seed: int) -> None:
+    def init_weights(self, seed: int) -> int:
         """Fill every parameter deterministically from (seed, parameter name), drawing only
         the shard this rank holds, so every mesh and pipeline stage starts from identical
-        weights."""
+        weights. Returns the number of random values this rank drew."""
+        drawn = 0
         with torch.no_grad():
             self.rope.copy_(rope_tables(self.args.head_dim, self.args.max_seq_len,
                                         self.args.rope_theta, device=self.rope.device))
             for name, param in self.named_parameters():
                 key = stable_name(name)
-                init_param_(param, std=init_std(key, self.args), seed=seed, key=key)
+                drawn += init_param_(param, std=init_std(key, self.args), seed=seed, key=key)
+        return drawn
 
 
 def init_std(name: str, args: ModelArgs) -> float | None:

@@ -57,7 +57,10 @@ class ParallelDims:
         return f"dp {self.dp} x pp {self.pp} x tp {self.tp}"
 
     def build_mesh(self, device_type: str):
-        """The 3-D DeviceMesh (dp, pp, tp); the process group must already exist."""
+        """The 3-D DeviceMesh (dp, pp, tp); the process group must already exist. The mesh
+        is real even under FakeTensorMode (the memory planner): it holds ranks, not data."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
         from torch.distributed.device_mesh import init_device_mesh
 
-        return init_device_mesh(device_type, self.shape, mesh_dim_names=MESH_DIMS)
+        with unset_fake_temporarily():
+            return init_device_mesh(device_type, self.shape, mesh_dim_names=MESH_DIMS)

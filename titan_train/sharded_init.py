@@ -1,9 +1,10 @@
 """Weight init whose work and memory on a rank are proportional to that rank's shard.
 
 Drawing every full parameter and slicing it (what a naive init does) costs each rank of a
-70B job ~70 billion random draws. Instead each parameter is cut into fixed TILE x TILE
-tiles, and tile (i, j) of parameter `key` is drawn from its own generator, seeded from
-(seed, key, i, j). A rank draws only the tiles its shard overlaps and keeps the overlap.
+70B job ~70 billion random draws. Instead each parameter is cut into fixed tiles of
+TILE_ROWS x TILE_COLS, and tile (i, j) of parameter `key` is drawn from its own generator,
+seeded from (seed, key, i, j). Tiles are short and wide because FSDP cuts rows finely
+(8192 rows over 64 ranks = 128) while tensor parallel cuts columns coarsely (tp <= 8). A rank draws only the tiles its shard overlaps and keeps the overlap.
 Because a value depends only on its global position, 1 rank, FSDP, TP and every PP stage
 start from identical weights, which is what the parity tests rely on.
 """
@@ -14,7 +15,7 @@ import hashlib
 import torch
 from torch import nn
 
-TILE = 256
+TILE_ROWS, TILE_COLS = 32, 512
 # Module wrappers that insert a name into parameter FQNs; DCP's state-dict helpers drop the
 # same prefixes, so init keys and checkpoint keys agree.
 _WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
@@ -46,18 +47,18 @@ def _tile_generator(seed: int, key: str, i: int, j: int) -> torch.Generator:
 def fill_trunc_normal_(out: torch.Tensor, global_shape: tuple[int, ...], offset: tuple[int, ...], *,
                        std: float, seed: int, key: str) -> int:
     """Fill `out` (a CPU float32 block of a `global_shape` tensor, starting at `offset`) with
-    N(0, std) truncated at 3 std, tile by tile. Returns the number of values drawn, which is
-    at most the block's size plus one tile per border."""
+    N(0, std) truncated at 3 std, tile by tile. Returns the number of values drawn: the
+    block's size plus, at most, one partial tile along each border."""
     if len(global_shape) > 2:
         raise ValueError(f"{key}: tiled init handles 1-D and 2-D parameters, not shape {tuple(global_shape)}")
     rows, cols = global_shape[0], (global_shape[1] if len(global_shape) == 2 else 1)
     (r0, c0), view = (offset + (0,))[:2], out.view(out.shape[0], -1)
     r1, c1 = r0 + view.shape[0], c0 + view.shape[1]
     drawn = 0
-    for i in range(r0 // TILE, -(-r1 // TILE)):  # the tiles the block overlaps
-        for j in range(c0 // TILE, -(-c1 // TILE)):
-            tr0, tc0 = i * TILE, j * TILE
-            tile = torch.empty(min(TILE, rows - tr0), min(TILE, cols - tc0))
+    for i in range(r0 // TILE_ROWS, -(-r1 // TILE_ROWS)):  # the tiles the block overlaps
+        for j in range(c0 // TILE_COLS, -(-c1 // TILE_COLS)):
+            tr0, tc0 = i * TILE_ROWS, j * TILE_COLS
+            tile = torch.empty(min(TILE_ROWS, rows - tr0), min(TILE_COLS, cols - tc0))
             nn.init.trunc_normal_(tile, std=std, a=-3 * std, b=3 * std, generator=_tile_generator(seed, key, i, j))
             drawn += tile.numel()
             lo_r, hi_r, lo_c, hi_c = max(r0, tr0), min(r1, tr0 + tile.shape[0]), max(c0, tc0), min(c1, tc0 + tile.shape[1])

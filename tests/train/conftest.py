@@ -37,14 +37,18 @@ def run_trainer(workdir: Path, *, nproc: int = 1, overrides=(), torchrun: bool =
     return subprocess.run(cmd, cwd=workdir, env=trainer_env(), capture_output=True, text=True, timeout=timeout)
 
 
-def losses(workdir: Path, name: str = "llama_debug") -> dict[int, float]:
-    """step -> loss from the run's metrics.jsonl (the last record per step wins)."""
+def per_step(workdir: Path, field: str, name: str = "llama_debug") -> dict[int, float]:
+    """step -> `field` from the run's metrics.jsonl (the last record per step wins)."""
     out = {}
     for line in (workdir / "outputs" / name / "metrics.jsonl").read_text().splitlines():
         rec = json.loads(line)
         if "step" in rec:
-            out[rec["step"]] = rec["loss"]
+            out[rec["step"]] = rec[field]
     return out
+
+
+def losses(workdir: Path, name: str = "llama_debug") -> dict[int, float]:
+    return per_step(workdir, "loss", name)
 
 
 def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -55,3 +59,75 @@ def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+PARITY_STEPS = 10
+
+
+class Run:
+    """A finished trainer run: its stdout and what metrics.jsonl says per step."""
+
+    def __init__(self, workdir: Path, proc: subprocess.CompletedProcess):
+        self.workdir, self.stdout = workdir, proc.stdout
+        self.losses, self.grad_norms = losses(workdir), per_step(workdir, "grad_norm")
+
+
+def parity_run(tmp_path_factory, name: str, nproc: int, overrides=(), torchrun: bool = False) -> Run:
+    """The debug model for PARITY_STEPS fp32 steps on a layout; shared runs are session fixtures."""
+    wd = tmp_path_factory.mktemp(name)
+    proc = ok(run_trainer(wd, nproc=nproc, torchrun=torchrun,
+                          overrides=FAST + [f"training.steps={PARITY_STEPS}", *overrides]))
+    return Run(wd, proc)
+
+
+def assert_same_run(got: Run, want: Run, abs_tol: float) -> None:
+    """Same loss and grad norm at every step, within abs_tol."""
+    assert sorted(got.losses) == list(range(1, PARITY_STEPS + 1))
+    for step in range(1, PARITY_STEPS + 1):
+        assert got.losses[step] == pytest.approx(want.losses[step], abs=abs_tol), (step, got.losses, want.losses)
+        assert got.grad_norms[step] == pytest.approx(want.grad_norms[step], abs=10 * abs_tol), step
+
+
+@pytest.fixture(scope="session")
+def one_rank(tmp_path_factory) -> Run:
+    return parity_run(tmp_path_factory, "one", 1)
+
+
+@pytest.fixture(scope="session")
+def fsdp_two(tmp_path_factory) -> Run:
+    """2 ranks FSDP, started by a plain torchrun (the trainer finds itself under it)."""
+    return parity_run(tmp_path_factory, "fsdp2", 2, torchrun=True)
+
+
+@pytest.fixture(scope="session")
+def fsdp_tp_four(tmp_path_factory) -> Run:
+    return parity_run(tmp_path_factory, "fsdp2tp2", 4, ["distributed.tp_size=2"])
+
+
+@pytest.fixture
+def world_of_one():
+    """A one-rank gloo process group in this process, for in-process builds."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture
+def fake_world():
+    """A fake process group of `size` ranks (this process is rank 0): collectives do nothing,
+    so a layout can be built and stepped in one process, as the memory planner does."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    def start(size: int) -> None:
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=size)
+
+    try:
+        yield start
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

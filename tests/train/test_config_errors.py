@@ -88,12 +88,16 @@ def test_missing_and_malformed_files_are_one_line(tmp_path):
 
 
 def test_shipped_configs_are_valid_for_their_card_counts():
-    cards = {"llama_debug": 2, "llama_7b": 8, "llama_13b": 16, "llama_70b": 64}
+    cards = {"llama_debug": 2, "llama_7b": 8, "llama_13b": 16, "llama_70b": 64, "llama_70b_long": 64}
     for name, world in cards.items():
         cfg = config.load(REPO / "configs" / f"{name}.toml")
         config.validate(cfg, world)
     c70 = config.load(REPO / "configs" / "llama_70b.toml")
     assert (c70.model.n_kv_heads, c70.distributed.tp_size, c70.model.n_layers) == (8, 8, 80)
+    long = config.load(REPO / "configs" / "llama_70b_long.toml")
+    assert (long.distributed.tp_size, long.distributed.pp_size, long.training.seq_len) == (8, 4, 8192)
+    assert long.training.activation_checkpoint == "selective" and long.model == c70.model.__class__(
+        **{**vars(c70.model), "max_seq_len": 8192})  # the same 70B, only a longer RoPE table
 
 
 def test_overrides_are_typed_like_the_file():

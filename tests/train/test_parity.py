@@ -4,41 +4,28 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import FAST, losses, ok, run_trainer
-
-STEPS = 10
+from .conftest import FAST, PARITY_STEPS, assert_same_run, losses, ok, run_trainer
 
 
-@pytest.fixture(scope="module")
-def single_rank(tmp_path_factory):
-    wd = tmp_path_factory.mktemp("one")
-    ok(run_trainer(wd, nproc=1, overrides=FAST + [f"training.steps={STEPS}"]))
-    return losses(wd)
+def test_single_rank_learns(one_rank):
+    assert sorted(one_rank.losses) == list(range(1, PARITY_STEPS + 1))
+    assert one_rank.losses[PARITY_STEPS] < one_rank.losses[1] - 1.0, one_rank.losses
 
 
-def test_single_rank_learns(single_rank):
-    assert sorted(single_rank) == list(range(1, STEPS + 1))
-    assert single_rank[STEPS] < single_rank[1] - 1.0, single_rank
+def test_two_ranks_fsdp_under_plain_torchrun_match_one_rank(one_rank, fsdp_two):
+    assert "dp 2 x pp 1 x tp 1" in fsdp_two.stdout
+    assert_same_run(fsdp_two, one_rank, 1e-4)
 
 
-def test_two_ranks_fsdp_under_plain_torchrun_match_one_rank(single_rank, workdir):
-    proc = ok(run_trainer(workdir, nproc=2, torchrun=True, overrides=FAST + [f"training.steps={STEPS}"]))
-    assert "dp 2 x pp 1 x tp 1" in proc.stdout
-    two = losses(workdir)
-    for step in range(1, STEPS + 1):
-        assert two[step] == pytest.approx(single_rank[step], abs=1e-4), (step, two[step], single_rank[step])
+def test_four_ranks_fsdp_x_tp_match_one_rank(one_rank, fsdp_tp_four):
+    assert "dp 2 x pp 1 x tp 2" in fsdp_tp_four.stdout
+    assert_same_run(fsdp_tp_four, one_rank, 1e-4)
 
 
-def test_four_ranks_fsdp_x_tp_match_one_rank(single_rank, workdir):
-    proc = ok(run_trainer(workdir, nproc=4, overrides=FAST + [f"training.steps={STEPS}", "distributed.tp_size=2"]))
-    assert "dp 2 x pp 1 x tp 2" in proc.stdout
-    four = losses(workdir)
-    for step in range(1, STEPS + 1):
-        assert four[step] == pytest.approx(single_rank[step], abs=1e-4), (step, four[step], single_rank[step])
-
-
-def test_grad_accumulation_matches_one_big_batch(single_rank, workdir):
-    ok(run_trainer(workdir, nproc=2, overrides=FAST + ["training.steps=4", "training.grad_accum_steps=2"]))
+def test_grad_accumulation_matches_one_big_batch(one_rank, workdir):
+    ok(run_trainer(workdir, nproc=2, overrides=FAST + [f"training.steps={PARITY_STEPS}", "training.grad_accum_steps=2",
+                                                       "metrics.log_every=4"]))
     accum = losses(workdir)
-    for step in range(1, 5):
-        assert accum[step] == pytest.approx(single_rank[step], abs=1e-4)
+    assert sorted(accum) == [4, 8, 10]  # logged every 4th step and at the last
+    for step in accum:
+        assert accum[step] == pytest.approx(one_rank.losses[step], abs=1e-4)
