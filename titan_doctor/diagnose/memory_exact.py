@@ -36,9 +36,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 
 # The phases of a step whose peaks are each affine in the number of layers per stage
-# (fixed widths, fixed layout): see `extrapolate`.
-PHASES = ("forward and loss", "backward of the stage's last layer", "backward of the other layers",
-          "backward of the stage's first layer", "optimizer step")
+# (fixed widths, fixed layout): see `extrapolate_depth`. Backward is cut at each block;
+# the three blocks at either end of the stage are phases of their own (backward starts
+# without a prefetched block or a pending reduce-scatter, and ends without a block to
+# prefetch); the blocks between behave alike.
+EDGE = 3
+FORWARD, OPTIMIZER, INTERIOR = "forward and loss", "optimizer step", "backward of an interior layer"
+TOP = tuple(f"backward of the stage's {n} layer" for n in ("last", "2nd-last", "3rd-last"))
+BOTTOM = tuple(f"backward of the stage's {n} layer" for n in ("first", "2nd", "3rd"))
+PHASES = (FORWARD, *TOP, INTERIOR, *reversed(BOTTOM), OPTIMIZER)
 
 
 @dataclass
@@ -123,16 +129,23 @@ def _step_tracker(parts):
     from torch.distributed._tools.mem_tracker import MemTracker
 
     roots = list(parts.model_parts)
-    layer_of = {id(block): int(name) for part in roots for name, block in part.layers.items()}
-    first, last = min(layer_of.values(), default=0), max(layer_of.values(), default=0)
+    order = sorted(int(name) for part in roots for name in part.layers)
+    position = {id(block): order.index(int(name)) for part in roots for name, block in part.layers.items()}
+
+    def labels(i: int) -> tuple[str, ...]:
+        from_top, from_bottom = len(order) - 1 - i, i
+        out = tuple(TOP[from_top] for _ in [0] if from_top < EDGE) + tuple(
+            BOTTOM[from_bottom] for _ in [0] if from_bottom < EDGE)
+        return out or (INTERIOR,)
 
     class StepTracker(MemTracker):
-        phase = PHASES[0]
+        phase: tuple[str, ...] = (FORWARD,)
         phases: dict[str, int] = {}
 
-        def cut(self, phase: str) -> None:
+        def cut(self, phase: tuple[str, ...]) -> None:
             peak = sum(self._peak_mem.values())
-            self.phases[self.phase] = max(self.phases.get(self.phase, 0), peak)
+            for label in self.phase:
+                self.phases[label] = max(self.phases.get(label, 0), peak)
             self.phase = phase
             self._peak_mem = {dev: snap["Total"] for dev, snap in self._curr_mem_snap.items()}
 
@@ -142,9 +155,8 @@ def _step_tracker(parts):
             super()._pre_fw_hook(module, inputs)
 
         def _pre_bw_hook(self, module, args):
-            layer = layer_of.get(id(module))
-            if layer is not None:
-                self.cut(PHASES[1] if layer == last else PHASES[3] if layer == first else PHASES[2])
+            if id(module) in position:
+                self.cut(labels(position[id(module)]))
             super()._pre_bw_hook(module, args)
 
     tracker = StepTracker()
@@ -175,13 +187,13 @@ def tracked_step(parts, step_fn: Callable, make_batches: Callable[[], list]) -> 
 
     tracker.cut = cut
     hook = register_optimizer_step_pre_hook(
-        lambda *_: tracker.cut(PHASES[4]) if tracker.phase != PHASES[4] else None)
+        lambda *_: tracker.cut((OPTIMIZER,)) if tracker.phase != (OPTIMIZER,) else None)
     try:
         with tracker:
             step_fn(parts, make_batches())
     finally:
         hook.remove()
-    tracker.cut("done")
+    tracker.cut(())
     categories = {}
     for snapshot in overall["snapshot"].values():  # one device here
         for key, value in snapshot.items():
@@ -236,9 +248,9 @@ def exact_peaks(cfg, world_size: int, *, extrapolate: bool = True) -> list[RankP
             for i in range(len(depth_of))]
 
 
-# Per-stage depths of the two small runs: 2 and 3 layers keep the stage's first and last layer
-# distinct (with 1, one block would be both).
-SMALL_DEPTHS = (2, 3)
+# Per-stage depths of the two small runs: with 2 * EDGE - 1 layers every edge phase is a
+# block of its own kind, and one interior block exists (more in the deeper run).
+SMALL_DEPTHS = (2 * EDGE - 1, 2 * EDGE)
 
 
 def can_extrapolate(cfg, n_stages: int) -> bool:
@@ -251,20 +263,20 @@ def can_extrapolate(cfg, n_stages: int) -> bool:
 
 def extrapolate_depth(a: RankPeak, b: RankPeak, depth: int) -> RankPeak:
     """Each phase's peak is affine in the stage's depth: every block adds the same saved
-    activations (forward, backward of the last layer), the same finished gradients (backward
-    of the first layer), the same parameter and optimizer shards (every phase). Their
-    maximum is not affine (the phase that peaks can change with depth), so each phase is
-    extrapolated on its own from runs at depths 2 and 3, and the largest one is the peak.
-    tests/diagnose/test_memory_exact.py checks this against the full-depth run."""
+    activations (forward, the first backward blocks), the same finished gradients (the last
+    backward blocks), the same parameter and optimizer shards (every phase). Their maximum
+    is not affine (which phase peaks can change with depth), so each phase is extrapolated
+    on its own, and the largest is the peak. The interior blocks' peak is affine in the
+    block's position, so at most that of the interior blocks next to the edges, which are
+    phases of their own (TOP[-1], BOTTOM[-1]). tests/diagnose/test_memory_exact.py checks
+    this against full-depth runs."""
     step = SMALL_DEPTHS[1] - SMALL_DEPTHS[0]
 
     def line(x: int, y: int) -> int:
         return int(x + (y - x) * (depth - SMALL_DEPTHS[0]) / step)
 
-    # the middle layers are bounded by the two ends (affine in the layer's position), and
-    # at depth 2 there are none to measure
     phases = {p: line(a.phases.get(p, 0), b.phases.get(p, 0)) for p in PHASES
-              if p != PHASES[2] and (p in a.phases or p in b.phases)}
+              if p != INTERIOR and (p in a.phases or p in b.phases)}
     categories = {k: line(a.categories.get(k, 0), b.categories.get(k, 0)) for k in b.categories}
     return RankPeak(rank=a.rank, stage=a.stage, peak_bytes=max(phases.values()), categories=categories,
                     phases=phases, method=f"extrapolated to {depth} layers per stage from runs with "
