@@ -328,7 +328,6 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
             Term("optimizer state", 0 if offloaded else optim, "AdamW exp_avg + exp_avg_sq: 2 x 4 B per element"),
             Term("buffers", m.max_seq_len * m.head_dim * 4, "RoPE table, fp32")]
     grads = 4 * shard  # fp32: FSDP's reduce_dtype, or the fp32 params' own grads
-    accum_grads = grads if lay.grad_accum > 1 and not offloaded else 0
 
     root_numel = sum(numel(tp_local(p, t)) for p in roots)
     block_numel = [sum(numel(tp_local(p, t)) for p in blk) for blk in blocks]
@@ -349,49 +348,63 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
     per_block = [block_saved_ac(lay, b, lay.ac) if _checkpointed(lay, i) else block_saved(lay, b) for i in layer_ids]
     head = head_saved(lay, b, first, last)
     logits = logits_bytes(lay, b) if last else 0
-    candidates = []
-    if last:
-        # start of backward: every activation alive, the logits held by the step, and
-        # log_softmax's backward with its fp32 grad input and output (T*V*4 each)
-        candidates.append(("backward start (loss gradient)", [
-            Term("activations", in_flight * (sum(per_block) + head), _acts_detail(lay, in_flight, len(layer_ids))),
-            Term("logits and loss", logits + 2 * T * m.vocab_size * 4,
-                 f"logits {_mb(logits)} + 2 fp32 (b*s*V) gradients of the loss"),
-            Term("params gathered", gathered([], len(blocks)), "FSDP root + blocks kept after forward"),
-            Term("gradients", accum_grads, "accumulated over micro-batches"),
-        ]))
-    # inside each block's backward, latest layer first. SwiGLU's backward holds the grad of
-    # w2's input and the two grads of the product (3*T*f/t*e) once w2's saved input
-    # (T*f/t*e) is freed, next to the grad of the block output (T/t*d*r; gathered over tp,
-    # T*d*e). The root's grads wait for FSDP's root post-backward (unsharded, param_dtype),
-    # w2's for the block's reduce-scatter, whose fp32 input (reduce_dtype) FSDP keeps for
-    # the last two blocks. Done blocks' grads are sharded fp32. FSDP prefetches the next
-    # block unless the current one is being recomputed (AC).
-    temps = 2 * T * (m.ffn_dim // t) * e + T // t * m.d_model * r + (T * m.d_model * e if t > 1 else 0)
-    grad_bytes = e if lay.fsdp else 4
-    pending = (sum(numel(tp_local(p, t)) for p in roots if p.name != "tok_embeddings.weight")
-               + m.d_model * (m.ffn_dim // t)) * grad_bytes
-    worst_block = None
-    for k in range(len(blocks)):  # k blocks already done
-        cur = len(blocks) - 1 - k
-        recomputed = _checkpointed(lay, layer_ids[cur])
-        # a recomputed block's graph reuses the checkpoint's inputs (and selective AC's saved
-        # outputs); only a half-precision input is not already inside block_saved
-        current = block_saved(lay, b) + (T // t * m.d_model * r if recomputed and r < 4 else 0)
-        acts = (in_flight - 1) * (sum(per_block) + head) + sum(per_block[:cur]) + current + (T * 8 if first else 0)
-        done = sum(block_shard[cur + 1:] if lay.fsdp else block_numel[cur + 1:]) * 4
-        reduce_scatter = min(k, 2) * max(block_numel) * 4 if lay.fsdp else 0
-        terms = [Term("activations", acts, _acts_detail(lay, in_flight, cur + 1, block_saved(lay, b) if recomputed else 0)),
-                 Term("logits and loss", logits, "logits held by the step"),
-                 Term("params gathered", gathered([cur] + ([cur - 1] if not recomputed else []), cur),
-                      "FSDP root + current" + ("" if recomputed else " and prefetched") + " block"),
-                 Term("gradients", max(accum_grads, done) + pending + reduce_scatter,
-                      f"{k} later blocks' done; root's and w2's pending" + (", reduce-scatter inputs" if k else "")),
-                 Term("backward temporaries", temps, "grads of the SwiGLU and residual activations")]
-        if worst_block is None or sum(x.bytes for x in terms) > sum(x.bytes for x in worst_block[1]):
-            worst_block = (f"backward of layer {layer_ids[cur]}", terms)
-    if worst_block:
-        candidates.append(worst_block)
+
+    def forward_backward(in_flight: int, accum_grads: int, when: str) -> list:
+        """The peak candidates of a backward pass with `in_flight` micro-batches' activations
+        alive and `accum_grads` bytes of gradients from earlier micro-batches."""
+        out = []
+        if last:
+            # start of backward: every activation alive, the logits held by the step, and
+            # log_softmax's backward with its fp32 grad input and output (T*V*4 each)
+            out.append(("backward start (loss gradient)" + when, [
+                Term("activations", in_flight * (sum(per_block) + head), _acts_detail(lay, in_flight, len(layer_ids))),
+                Term("logits and loss", logits + 2 * T * m.vocab_size * 4,
+                     f"logits {_mb(logits)} + 2 fp32 (b*s*V) gradients of the loss"),
+                Term("params gathered", gathered([], len(blocks)), "FSDP root + blocks kept after forward"),
+                Term("gradients", accum_grads, "accumulated over micro-batches"),
+            ]))
+        # inside each block's backward, latest layer first. SwiGLU's backward holds the grad of
+        # w2's input and the two grads of the product (3*T*f/t*e) once w2's saved input
+        # (T*f/t*e) is freed, next to the grad of the block output (T/t*d*r; gathered over tp,
+        # T*d*e). The root's grads wait for FSDP's root post-backward (unsharded, param_dtype),
+        # w2's for the block's reduce-scatter, whose fp32 input (reduce_dtype) FSDP keeps for
+        # the last two blocks. Done blocks' grads are sharded fp32. FSDP prefetches the next
+        # block unless the current one is being recomputed (AC).
+        temps = 2 * T * (m.ffn_dim // t) * e + T // t * m.d_model * r + (T * m.d_model * e if t > 1 else 0)
+        grad_bytes = e if lay.fsdp else 4
+        pending = (sum(numel(tp_local(p, t)) for p in roots if p.name != "tok_embeddings.weight")
+                   + m.d_model * (m.ffn_dim // t)) * grad_bytes
+        worst_block = None
+        for k in range(len(blocks)):  # k blocks already done
+            cur = len(blocks) - 1 - k
+            recomputed = _checkpointed(lay, layer_ids[cur])
+            # a recomputed block's graph reuses the checkpoint's inputs (and selective AC's saved
+            # outputs); only a half-precision input is not already inside block_saved
+            current = block_saved(lay, b) + (T // t * m.d_model * r if recomputed and r < 4 else 0)
+            acts = (in_flight - 1) * (sum(per_block) + head) + sum(per_block[:cur]) + current + (T * 8 if first else 0)
+            done = sum(block_shard[cur + 1:] if lay.fsdp else block_numel[cur + 1:]) * 4
+            reduce_scatter = min(k, 2) * max(block_numel) * 4 if lay.fsdp else 0
+            terms = [Term("activations", acts, _acts_detail(lay, in_flight, cur + 1, block_saved(lay, b) if recomputed else 0)),
+                     Term("logits and loss", logits, "logits held by the step"),
+                     Term("params gathered", gathered([cur] + ([cur - 1] if not recomputed else []), cur),
+                          "FSDP root + current" + ("" if recomputed else " and prefetched") + " block"),
+                     Term("gradients", max(accum_grads, done) + pending + reduce_scatter,
+                          f"{k} later blocks' done; root's and w2's pending" + (", reduce-scatter inputs" if k else "")),
+                     Term("backward temporaries", temps, "grads of the SwiGLU and residual activations")]
+            if worst_block is None or sum(x.bytes for x in terms) > sum(x.bytes for x in worst_block[1]):
+                worst_block = (f"backward of layer {layer_ids[cur]}" + when, terms)
+        if worst_block:
+            out.append(worst_block)
+        return out
+
+    # the first micro-batch's backward, with every in-flight micro-batch's activations; with
+    # pipeline micro-batches, later ones also hold the gradients accumulated so far (fewer
+    # in flight at the end of GPipe and of a short 1F1B)
+    candidates = forward_backward(in_flight, grads if lay.grad_accum > 1 and not offloaded else 0, "")
+    if lay.dims.pp > 1 and lay.pp_microbatches > 1 and not offloaded:
+        steady = in_flight if lay.pp_schedule != "gpipe" and lay.pp_microbatches > in_flight else in_flight - 1
+        if steady > 0:
+            candidates += forward_backward(steady, grads, ", a later micro-batch")
     # optimizer step: grads complete; foreach AdamW allocates one fp32 temporary per element
     # (torch._foreach_sqrt of exp_avg_sq, torch/optim/adamw.py _multi_tensor_adamw)
     if not offloaded:

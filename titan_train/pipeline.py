@@ -56,13 +56,29 @@ def carve_stage(args: ModelArgs, layer_ids: list[int], *, first: bool, last: boo
     return model
 
 
+def stage_io(args: ModelArgs, *, micro_batch: int, seq_len: int, tp: int, hidden_dtype: torch.dtype,
+             logits_dtype: torch.dtype, first: bool, last: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """A stage's example input and output (meta tensors): token ids into the first stage,
+    logits out of the last, the residual stream between (sequence-sharded under tp). Given
+    up front, stages need not exchange shapes over the network before the first step, which
+    also lets the memory planner run a stage alone on a fake process group."""
+    seq = seq_len // tp if tp > 1 else seq_len
+    hidden = torch.empty(micro_batch, seq, args.d_model, dtype=hidden_dtype, device="meta", requires_grad=True)
+    inputs = torch.empty(micro_batch, seq_len, dtype=torch.long, device="meta") if first else hidden
+    outputs = (torch.empty(micro_batch, seq_len, args.vocab_size, dtype=logits_dtype, device="meta",
+                           requires_grad=True) if last else hidden)
+    return inputs, outputs
+
+
 def make_schedule(stages: list[nn.Module], stage_ids: list[int], n_stages: int, *, pp_group, device: torch.device,
-                  schedule: str, microbatches: int, loss_fn: Callable):
+                  schedule: str, microbatches: int, loss_fn: Callable, io: list[tuple[torch.Tensor, torch.Tensor]]):
+    """`io`: each stage's (example input, example output), see stage_io."""
     from torch.distributed.pipelining import (
         PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B)
 
-    pipeline_stages = [PipelineStage(module, sid, n_stages, device, group=pp_group)
-                       for module, sid in zip(stages, stage_ids)]
+    pipeline_stages = [PipelineStage(module, sid, n_stages, device, input_args=inputs, output_args=outputs,
+                                     group=pp_group)
+                       for module, sid, (inputs, outputs) in zip(stages, stage_ids, io)]
     if schedule == "interleaved_1f1b":
         return ScheduleInterleaved1F1B(pipeline_stages, microbatches, loss_fn=loss_fn, scale_grads=False)
     cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]

@@ -12,8 +12,8 @@ Three things make a fake world work on a CPU:
   tensors, real before the fake mode starts) stays real, so `nonzero` / `.tolist()` on
   them work; meta tensors stay meta (the model is built on meta); everything created for
   a real device becomes fake.
-- A scalar read of a fake value (`.item()`, `bool(t)`) has no answer: it returns 0 /
-  False. The step then takes its every-step path (finite grad norm, optimizer steps).
+- A scalar read of a fake value (`.item()`, `bool(t)`) has no answer: it returns a fixed
+  value (_hallucinated_scalar) that takes the step's every-step path.
 - The step runs twice and only the second is tracked: the optimizer state exists (as in
   every step but the first), and DTensor's sharding-propagation caches are warm. (On a cold
   cache DTensor propagates shapes with global-size fake tensors under the active fake
@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -80,7 +82,7 @@ class _FakeWorldMode(TorchDispatchMode):
             try:  # fake mode knows constants (e.g. the optimizer's step count)
                 return func(*args, **kwargs)
             except DataDependentOutputException:
-                return False if args[0].dtype == torch.bool else 0
+                return _hallucinated_scalar(args[0].dtype)
         tensors = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
         if any(isinstance(t, FakeTensor) for t in tensors):
             return func(*args, **kwargs)
@@ -99,6 +101,16 @@ class _FakeWorldMode(TorchDispatchMode):
             options.setdefault("dtype", meta.dtype)
             return torch.empty_strided(meta.shape, meta.stride(), **options)
         return func(*args, **kwargs)
+
+
+def _hallucinated_scalar(dtype: torch.dtype):
+    """What a scalar read of a fake value returns: False for booleans (rejection loops in
+    init end), 1 for integers (the pipeline's warm-up vote, a product over stages of 1 for
+    "shapes given statically", which the trainer does for every stage), 0.0 for floats (a
+    finite gradient norm: the optimizer steps)."""
+    if dtype == torch.bool:
+        return False
+    return 0.0 if dtype.is_floating_point else 1
 
 
 @contextlib.contextmanager
@@ -312,3 +324,49 @@ def _run_ranks(cfg, world_size: int, dims) -> list[RankPeak]:
 
 def to_json(peaks: list[RankPeak]) -> list[dict[str, Any]]:
     return [dataclasses.asdict(p) for p in peaks]
+
+
+def measured_peaks(cfg, world_size: int) -> list[RankPeak]:
+    """The truth `exact_peaks` is checked against: the same `tracked_step` with real tensors,
+    on `world_size` real gloo ranks on this host (tests, benchmarks/memory_accuracy.py).
+    Every rank reports; the worst rank of each pipeline stage is kept."""
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    from titan_train.launch import free_port
+    from titan_train.parallel_dims import ParallelDims
+
+    d = cfg.distributed
+    dims = ParallelDims.for_world(world_size, tp=d.tp_size, pp=d.pp_size)
+    with tempfile.TemporaryDirectory() as out:
+        mp.spawn(_measure_rank, args=(world_size, cfg, free_port(), out), nprocs=world_size, join=True)
+        ranks = [json.loads((Path(out) / f"{r}.json").read_text()) for r in range(world_size)]
+    worst = {}
+    for r, mem in enumerate(ranks):
+        stage = r // dims.tp % dims.pp
+        if stage not in worst or mem["peak_bytes"] > worst[stage].peak_bytes:
+            worst[stage] = RankPeak(rank=r, stage=stage, peak_bytes=mem["peak_bytes"], categories=mem["categories"],
+                                    phases=mem["phases"], method=f"measured, worst of {world_size} gloo ranks")
+    return [worst[s] for s in sorted(worst)]
+
+
+def _measure_rank(rank: int, world_size: int, cfg, port: int, out: str) -> None:
+    import os
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    from titan_train.parallel_dims import ParallelDims
+
+    d = cfg.distributed
+    dims = ParallelDims.for_world(world_size, tp=d.tp_size, pp=d.pp_size)
+    build, step_fn = trainer_seams()
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        cpu = torch.device("cpu")
+        parts = build(cfg, dims, cpu)
+        torch.manual_seed(rank // dims.tp)  # ranks of one tp group read the same tokens
+        mem = tracked_step(parts, step_fn, random_batches(cfg, dims, cpu))
+    finally:
+        dist.destroy_process_group()
+    (Path(out) / f"{rank}.json").write_text(json.dumps(dataclasses.asdict(mem)))
