@@ -106,7 +106,9 @@ class PipelineStep:
         args = (inputs,) if self.has_first else ()
         kwargs = {"target": targets, "losses": losses} if self.has_last else {}
         with self.autocast():
-            self.schedule.step(*args, **kwargs)
+            # return_outputs=False: otherwise the last stage keeps every micro-batch's logits
+            # until the step ends, to return them merged (the memory planner found this)
+            self.schedule.step(*args, return_outputs=False, **kwargs)
         if not losses:
             return torch.zeros((), device=self.device)
         total = torch.stack([loss.detach() for loss in losses]).sum()

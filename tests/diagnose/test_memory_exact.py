@@ -77,7 +77,7 @@ def test_depth_extrapolation_matches_running_every_layer(world, overrides):
     assert mx.can_extrapolate(cfg, 1)
     full = mx.exact_peaks(cfg, world, extrapolate=False)[0]
     guess = mx.exact_peaks(cfg, world)[0]
-    assert "extrapolated to 8 layers" in guess.method and full.method == "full depth"
+    assert "5 and 6 layers per stage" in guess.method and full.method == "full depth"
     for phase, value in guess.phases.items():
         assert value == pytest.approx(full.phases[phase], abs=64), phase
     assert guess.peak_bytes == pytest.approx(full.peak_bytes, abs=64)
@@ -116,3 +116,15 @@ def test_doctor_exact_reports_both_methods():
     tensors = exact["data"]["tensor_bytes"]
     analytic = rows["memory.plan"]["data"]["stages"][0]["tensor_bytes"]
     assert analytic == pytest.approx(tensors, rel=0.05)
+
+
+@pytest.mark.parametrize("layers", [4, 14])
+def test_1f1b_micro_batch_extrapolation_matches_running_them_all(layers):
+    cfg = tiny(f"model.n_layers={layers}", "distributed.pp_size=2", "distributed.pp_microbatches=8",
+               "training.batch_size=16")
+    guess = mx.exact_peaks(cfg, 2)
+    assert all("3 and 4 of 8 pipeline micro-batches" in p.method for p in guess)
+    assert ("layers per stage" in guess[0].method) == (layers == 14)
+    full = mx.exact_peaks(cfg, 2, extrapolate=False)
+    for g, f in zip(guess, full):
+        assert g.peak_bytes == pytest.approx(f.peak_bytes, abs=256), g.stage

@@ -242,9 +242,9 @@ def stage_ranks(dims) -> list[int]:
 
 
 def exact_peaks(cfg, world_size: int, *, extrapolate: bool = True) -> list[RankPeak]:
-    """The tracked peak of each pipeline stage's rank (one rank without pp). Deep models are
-    run at two small depths and extrapolated (see `extrapolate_depth`); `extrapolate=False`
-    runs every layer."""
+    """The tracked peak of each pipeline stage's rank (one rank without pp). Deep models, and
+    1F1B pipelines with many micro-batches, run small and are extrapolated (`extrapolated`);
+    `extrapolate=False` runs the config as it is."""
     from titan_train.config import pipeline_stages, validate
     from titan_train.parallel_dims import ParallelDims
 
@@ -252,12 +252,63 @@ def exact_peaks(cfg, world_size: int, *, extrapolate: bool = True) -> list[RankP
     d = cfg.distributed
     dims = ParallelDims.for_world(world_size, tp=d.tp_size, pp=d.pp_size)
     n_stages = pipeline_stages(d)
-    if not (extrapolate and can_extrapolate(cfg, n_stages)):
+    depths = SMALL_DEPTHS if extrapolate and can_extrapolate(cfg, n_stages) else None
+    micro = (dims.pp + 1, dims.pp + 2) if extrapolate and _many_microbatches(cfg, dims) else None
+    if not depths and not micro:
         return _run_ranks(cfg, world_size, dims)
-    runs = {k: _run_ranks(_with_layers(cfg, k * n_stages), world_size, dims) for k in SMALL_DEPTHS}
-    depth_of = _stage_depths(cfg.model.n_layers, n_stages, dims.pp)
-    return [extrapolate_depth(runs[SMALL_DEPTHS[0]][i], runs[SMALL_DEPTHS[1]][i], depth_of[i])
-            for i in range(len(depth_of))]
+
+    def run(depth: int | None, n: int | None) -> list[RankPeak]:
+        small = _with_layers(cfg, depth * n_stages) if depth else cfg
+        return _run_ranks(_with_microbatches(small, dims, n) if n else small, world_size, dims)
+
+    d0, n0 = (depths or (None,))[0], (micro or (None,))[0]
+    base = run(d0, n0)
+    along = []  # (runs one step further along an axis, how many steps the target is away)
+    if depths:
+        depth_of = _stage_depths(cfg.model.n_layers, n_stages, dims.pp)
+        along.append((run(depths[1], n0), [t - d0 for t in depth_of]))
+    if micro:
+        along.append((run(d0, micro[1]), [d.pp_microbatches - n0] * dims.pp))
+    what = []
+    if depths:
+        what.append(f"{depths[0]} and {depths[1]} layers per stage")
+    if micro:
+        what.append(f"{micro[0]} and {micro[1]} of {d.pp_microbatches} pipeline micro-batches")
+    return [extrapolated(b, [(runs[i], steps[i]) for runs, steps in along], "runs with " + ", ".join(what))
+            for i, b in enumerate(base)]
+
+
+def extrapolated(base: RankPeak, along: list[tuple[RankPeak, int]], runs: str) -> RankPeak:
+    """Each phase's peak is affine in the stage's depth and in the number of 1F1B micro-
+    batches, with no cross term: every block adds the same saved activations (forward, the
+    first backward blocks), the same finished gradients (the last backward blocks), the same
+    parameter and optimizer shards (every phase); every micro-batch past the warm-up adds
+    the same pending send buffers, whatever the depth. Their maximum is not affine (which
+    phase peaks can change), so each phase is extrapolated on its own and the largest is the
+    peak. Interior blocks are affine in their position, so bounded by the interior blocks
+    next to the edges, which are phases of their own (TOP[-1], BOTTOM[-1]).
+    tests/diagnose/test_memory_exact.py checks this against running the config as it is."""
+    names = [p for p in PHASES if p != INTERIOR and p in base.phases]
+    phases = {p: base.phases[p] + sum((o.phases.get(p, 0) - base.phases[p]) * k for o, k in along)
+              for p in names}
+    categories = {c: base.categories[c] + sum((o.categories.get(c, 0) - base.categories[c]) * k for o, k in along)
+                  for c in base.categories}
+    return RankPeak(rank=base.rank, stage=base.stage, peak_bytes=max(phases.values()), categories=categories,
+                    phases=phases, method=f"extrapolated from {runs}")
+
+
+def _many_microbatches(cfg, dims) -> bool:
+    """1F1B past its warm-up: every micro-batch past pp + 1 repeats the same pattern."""
+    d = cfg.distributed
+    return dims.pp > 1 and d.pp_schedule == "1f1b" and d.pp_microbatches > dims.pp + 2
+
+
+def _with_microbatches(cfg, dims, n: int):
+    """The same micro-batch size, n of them (the global batch cut to match)."""
+    d, t = cfg.distributed, cfg.training
+    micro = t.batch_size // (dims.dp * t.grad_accum_steps * d.pp_microbatches)
+    return dataclasses.replace(cfg, distributed=dataclasses.replace(d, pp_microbatches=n),
+                               training=dataclasses.replace(t, batch_size=micro * n * dims.dp * t.grad_accum_steps))
 
 
 # Per-stage depths of the two small runs: with 2 * EDGE - 1 layers every edge phase is a
@@ -271,28 +322,6 @@ def can_extrapolate(cfg, n_stages: int) -> bool:
     t = cfg.training
     return (cfg.model.n_layers // n_stages > SMALL_DEPTHS[1]
             and (t.activation_checkpoint == "none" or t.ac_every == 1))
-
-
-def extrapolate_depth(a: RankPeak, b: RankPeak, depth: int) -> RankPeak:
-    """Each phase's peak is affine in the stage's depth: every block adds the same saved
-    activations (forward, the first backward blocks), the same finished gradients (the last
-    backward blocks), the same parameter and optimizer shards (every phase). Their maximum
-    is not affine (which phase peaks can change with depth), so each phase is extrapolated
-    on its own, and the largest is the peak. The interior blocks' peak is affine in the
-    block's position, so at most that of the interior blocks next to the edges, which are
-    phases of their own (TOP[-1], BOTTOM[-1]). tests/diagnose/test_memory_exact.py checks
-    this against full-depth runs."""
-    step = SMALL_DEPTHS[1] - SMALL_DEPTHS[0]
-
-    def line(x: int, y: int) -> int:
-        return int(x + (y - x) * (depth - SMALL_DEPTHS[0]) / step)
-
-    phases = {p: line(a.phases.get(p, 0), b.phases.get(p, 0)) for p in PHASES
-              if p != INTERIOR and (p in a.phases or p in b.phases)}
-    categories = {k: line(a.categories.get(k, 0), b.categories.get(k, 0)) for k in b.categories}
-    return RankPeak(rank=a.rank, stage=a.stage, peak_bytes=max(phases.values()), categories=categories,
-                    phases=phases, method=f"extrapolated to {depth} layers per stage from runs with "
-                                          f"{SMALL_DEPTHS[0]} and {SMALL_DEPTHS[1]}")
 
 
 def _with_layers(cfg, n_layers: int):
