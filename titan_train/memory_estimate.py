@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from titan_train.config import JobConfig, pipeline_stages
 from titan_train.model_args import ModelArgs
-from titan_train.parallel_dims import ParallelDims
+from titan_train.parallel_dims import ParallelDims, stage_layers
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GiB = 2 ** 30
@@ -43,7 +43,7 @@ class Layout:
     seq_len: int
     grad_accum: int
     precision: str            # fp32 | bf16 | fp16
-    fsdp: bool                # FSDP2 actually applied (titan_train.parallel.precision_plan)
+    fsdp: bool                # FSDP2 actually applied (ParallelDims.uses_fsdp)
     cpu_offload: bool
     ac: str                   # none | full | selective
     ac_every: int
@@ -65,28 +65,10 @@ def layout(cfg: JobConfig, world_size: int, backend: str, hccl_buffsize_mb: int 
     microbatches = (d.pp_microbatches or dims.pp) if dims.pp > 1 else 1
     return Layout(model=cfg.model, dims=dims, micro_batch=max(local_batch // microbatches, 1), seq_len=t.seq_len,
                   grad_accum=t.grad_accum_steps, precision=t.mixed_precision,
-                  fsdp=uses_fsdp(d.fsdp, dims, d.cpu_offload), cpu_offload=d.cpu_offload,
+                  fsdp=dims.uses_fsdp(d.fsdp, d.cpu_offload), cpu_offload=d.cpu_offload,
                   ac=t.activation_checkpoint, ac_every=t.ac_every, pp_schedule=d.pp_schedule,
                   pp_microbatches=microbatches, backend=backend,
                   hccl_buffsize_mb=hccl_buffsize_mb or default_hccl_buffsize_mb())
-
-
-def uses_fsdp(fsdp: bool, dims: ParallelDims, cpu_offload: bool) -> bool:
-    """titan_train.parallel.precision_plan's rule, without torch: FSDP only where it shards
-    (dp > 1) or offloads. tests/train/test_memory_estimate.py checks the two agree."""
-    return fsdp and (dims.dp > 1 or cpu_offload)
-
-
-def stage_layers(n_layers: int, n_stages: int) -> list[list[int]]:
-    """titan_train.pipeline.stage_layers without torch (a test checks they agree): layers
-    as even as possible, earlier stages take the remainder."""
-    base, extra = divmod(n_layers, n_stages)
-    out, start = [], 0
-    for s in range(n_stages):
-        size = base + (1 if s < extra else 0)
-        out.append(list(range(start, start + size)))
-        start += size
-    return out
 
 
 def default_hccl_buffsize_mb() -> int:

@@ -19,21 +19,10 @@ from torch import nn
 
 from titan_train.model import Transformer
 from titan_train.model_args import ModelArgs
+from titan_train.parallel_dims import stage_layers  # noqa: F401  (the split lives with the layout)
 from titan_train.step import cross_entropy
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
-
-
-def stage_layers(n_layers: int, n_stages: int) -> list[list[int]]:
-    """Layer ids of each stage, as even as possible; earlier stages take the remainder
-    (the last stage also carries the output projection)."""
-    base, extra = divmod(n_layers, n_stages)
-    out, start = [], 0
-    for s in range(n_stages):
-        size = base + (1 if s < extra else 0)
-        out.append(list(range(start, start + size)))
-        start += size
-    return out
 
 
 def local_stage_ids(pp_rank: int, pp_size: int, n_stages: int) -> list[int]:

@@ -137,23 +137,6 @@ def test_adamw_state_is_two_fp32_per_parameter_divided_by_the_shard_count():
         assert opt == pytest.approx(2 * 4 * params / world, rel=2e-3)
 
 
-def test_the_torch_free_copies_agree_with_the_trainer():
-    pytest.importorskip("torch")
-    from titan_train.parallel import precision_plan
-    from titan_train.parallel_dims import ParallelDims
-    from titan_train.pipeline import stage_layers
-
-    for n_layers in range(1, 20):
-        for n_stages in range(1, n_layers + 1):
-            assert me.stage_layers(n_layers, n_stages) == stage_layers(n_layers, n_stages)
-    for dp in (1, 2):
-        for fsdp in (True, False):
-            for offload in (True, False):
-                dims = ParallelDims(dp=dp)
-                assert me.uses_fsdp(fsdp, dims, offload) == precision_plan("bf16", dims, fsdp=fsdp,
-                                                                           cpu_offload=offload).fsdp
-
-
 def test_terms_sum_to_the_peak_and_margins_apply():
     cfg = load(configs_dir() / "llama_13b.toml")
     on_card = me.estimate(me.layout(cfg, 16, "hccl"), accelerator=True).worst

@@ -330,25 +330,39 @@ def _with_layers(cfg, n_layers: int):
 
 def _stage_depths(n_layers: int, n_stages: int, pp: int) -> list[int]:
     """Layers held by each pipeline rank (its stages summed); titan_train.pipeline's split."""
-    from titan_train.memory_estimate import stage_layers
+    from titan_train.parallel_dims import stage_layers
 
     layers = stage_layers(n_layers, n_stages)
     return [sum(len(layers[s]) for s in range(n_stages) if s % pp == p) for p in range(pp)]
 
 
 def _run_ranks(cfg, world_size: int, dims) -> list[RankPeak]:
+    """One rank per pipeline stage. Several ranks each run in a fresh process: DTensor caches
+    sharding decisions by mesh shape, and another rank's mesh (other process groups) would
+    reuse decisions naming groups of a fake world that no longer exists."""
+    ranks = stage_ranks(dims)
+    if len(ranks) == 1:
+        return [_run_rank(cfg, world_size, dims, ranks[0])]
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    out = []
+    with ctx.Pool(1, maxtasksperchild=1) as pool:
+        for rank in ranks:
+            out.append(pool.apply(_run_rank, (cfg, world_size, dims, rank)))
+    return out
+
+
+def _run_rank(cfg, world_size: int, dims, rank: int) -> RankPeak:
     build, step_fn = trainer_seams()
     cpu = torch.device("cpu")
-    out = []
-    for rank in stage_ranks(dims):
-        with fake_world(world_size, rank):
-            mesh = dims.build_mesh("cpu")  # real: its rank tables are computed before the fake mode
-            with fake_tensors():
-                parts = build(cfg, dims, cpu, mesh=mesh)
-                mem = tracked_step(parts, step_fn, random_batches(cfg, dims, cpu))
-        out.append(RankPeak(rank=rank, stage=rank // dims.tp % dims.pp, peak_bytes=mem.peak_bytes,
-                            categories=mem.categories, phases=mem.phases))
-    return out
+    with fake_world(world_size, rank):
+        mesh = dims.build_mesh("cpu")  # real: its rank tables are computed before the fake mode
+        with fake_tensors():
+            parts = build(cfg, dims, cpu, mesh=mesh)
+            mem = tracked_step(parts, step_fn, random_batches(cfg, dims, cpu))
+    return RankPeak(rank=rank, stage=rank // dims.tp % dims.pp, peak_bytes=mem.peak_bytes,
+                    categories=mem.categories, phases=mem.phases)
 
 
 def to_json(peaks: list[RankPeak]) -> list[dict[str, Any]]:
