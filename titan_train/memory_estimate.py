@@ -50,11 +50,8 @@ class Layout:
     pp_schedule: str
     pp_microbatches: int
     backend: str              # hccl | nccl | gloo: which communication buffers exist
+    stages: int = 1           # pipeline stages (titan_train.config.pipeline_stages)
     hccl_buffsize_mb: int = 200
-
-    @property
-    def stages(self) -> int:
-        return self.dims.pp * (2 if self.dims.pp > 1 and self.pp_schedule == "interleaved_1f1b" else 1)
 
 
 def layout(cfg: JobConfig, world_size: int, backend: str, hccl_buffsize_mb: int | None = None) -> Layout:
@@ -68,6 +65,7 @@ def layout(cfg: JobConfig, world_size: int, backend: str, hccl_buffsize_mb: int 
                   fsdp=dims.uses_fsdp(d.fsdp, d.cpu_offload), cpu_offload=d.cpu_offload,
                   ac=t.activation_checkpoint, ac_every=t.ac_every, pp_schedule=d.pp_schedule,
                   pp_microbatches=microbatches, backend=backend,
+                  stages=pipeline_stages(d) if dims.pp > 1 else 1,
                   hccl_buffsize_mb=hccl_buffsize_mb or default_hccl_buffsize_mb())
 
 
@@ -363,15 +361,18 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
             # a recomputed block's graph reuses the checkpoint's inputs (and selective AC's saved
             # outputs); only a half-precision input is not already inside block_saved
             current = block_saved(lay, b) + (T // t * m.d_model * r if recomputed and r < 4 else 0)
-            acts = (in_flight - 1) * (sum(per_block) + head) + sum(per_block[:cur]) + current + (T * 8 if first else 0)
+            acts = ((in_flight - 1) * (sum(per_block) + head) + sum(per_block[:cur]) + current
+                    + (T * 8 if first else 0))
             done = sum(block_shard[cur + 1:] if lay.fsdp else block_numel[cur + 1:]) * 4
             reduce_scatter = min(k, 2) * max(block_numel) * 4 if lay.fsdp else 0
-            terms = [Term("activations", acts, _acts_detail(lay, in_flight, cur + 1, block_saved(lay, b) if recomputed else 0)),
+            detail = _acts_detail(lay, in_flight, cur + 1, block_saved(lay, b) if recomputed else 0)
+            terms = [Term("activations", acts, detail),
                      Term("logits and loss", logits, "logits held by the step"),
                      Term("params gathered", gathered([cur] + ([cur - 1] if not recomputed else []), cur),
                           "FSDP root + current" + ("" if recomputed else " and prefetched") + " block"),
                      Term("gradients", max(accum_grads, done) + pending + reduce_scatter,
-                          f"{k} later blocks' done; root's and w2's pending" + (", reduce-scatter inputs" if k else "")),
+                          f"{k} later blocks' done; root's and w2's pending"
+                          + (", reduce-scatter inputs" if k else "")),
                      Term("backward temporaries", temps, "grads of the SwiGLU and residual activations")]
             if worst_block is None or sum(x.bytes for x in terms) > sum(x.bytes for x in worst_block[1]):
                 worst_block = (f"backward of layer {layer_ids[cur]}" + when, terms)
@@ -417,7 +418,8 @@ def _in_flight(lay: Layout, pp_rank: int, chunks: int) -> int:
     n = lay.pp_microbatches
     if lay.pp_schedule == "gpipe":
         return n
-    return min(n, lay.dims.pp - pp_rank) * chunks if lay.pp_schedule == "interleaved_1f1b" else min(n, lay.dims.pp - pp_rank)
+    warm_up = min(n, lay.dims.pp - pp_rank)
+    return warm_up * chunks if lay.pp_schedule == "interleaved_1f1b" else warm_up
 
 
 def _mb(n: int) -> str:

@@ -32,7 +32,7 @@ def saved_bytes(cfg: JobConfig, world: int) -> int:
     from titan_train.parallel_dims import ParallelDims
     from titan_train.step import cross_entropy
 
-    d, t = cfg.distributed, cfg.training
+    d = cfg.distributed
     dims = ParallelDims.for_world(world, tp=d.tp_size, pp=d.pp_size)
     with mx.fake_world(world, 0):
         mesh = dims.build_mesh("cpu")

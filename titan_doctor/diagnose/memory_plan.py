@@ -88,7 +88,7 @@ def resolve_card(req: MemoryRequest) -> Card:
 
 def check_memory(req: MemoryRequest) -> list[Finding]:
     """The estimate, its verdict and the ranked remedies (and the exact run, if asked)."""
-    from titan_train import memory_estimate as me, memory_remedies as mr
+    from titan_train import memory_remedies as mr
     from titan_train.cli import resolve_config
     from titan_train.config import ConfigError, load, validate
 
@@ -130,14 +130,14 @@ def plan_finding(cfg, card: Card, target, est) -> Finding:
 
     lay, worst = est.layout, est.worst
     v = mr.verdict(est, card.memory_bytes)
-    where = f"stage {worst.stage}, " if lay.dims.pp > 1 else ""
+    where = f"(pipeline stage {worst.stage}) " if lay.dims.pp > 1 else ""
     what = (f"{cfg.name} on {target.world_size} x {card.name} ({lay.dims.describe()}, {lay.precision}, "
             f"AC {lay.ac}, micro-batch {lay.micro_batch} x {lay.seq_len})")
     amount = {mr.FITS: f"fits, {_gib(v.headroom_bytes)} spare",
               mr.TIGHT: f"tight: within the estimate's ±{me.ERROR_MARGIN:.0%} error "
                         f"({_gib(abs(v.headroom_bytes))} {'spare' if v.headroom_bytes >= 0 else 'over'})",
               mr.OVER: f"does not fit by {_gib(-v.headroom_bytes)}"}[v.status]
-    message = f"memory: {what}: peak {_gib(v.peak_bytes)} per rank of {_gib(card.memory_bytes)} — {amount}"
+    message = f"memory: {what}: peak {_gib(v.peak_bytes)} per rank {where}of {_gib(card.memory_bytes)} — {amount}"
     status = {mr.FITS: Status.OK, mr.TIGHT: Status.WARN, mr.OVER: Status.FAIL}[v.status]
     detail = breakdown_text(est, card, worst) + "\n" + "\n".join(reference_lines(est, card))
     fix = ""
