@@ -307,6 +307,12 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
                  f"{shard:,} elements x 4 B" + (" (on host: cpu_offload)" if offloaded else "")),
             Term("optimizer state", 0 if offloaded else optim, "AdamW exp_avg + exp_avg_sq: 2 x 4 B per element"),
             Term("buffers", m.max_seq_len * m.head_dim * 4, "RoPE table, fp32")]
+    # the step's token ids (inputs and targets, int64, on every rank): those of in-flight
+    # micro-batches are counted where autograd saves them (embedding, loss)
+    micro_batches = lay.grad_accum * (lay.pp_microbatches if lay.dims.pp > 1 else 1)
+    ids_saved = in_flight * T * ((8 if first else 0) + (8 if last else 0))
+    base.append(Term("token ids", max(micro_batches * T * 16 - ids_saved, 0),
+                     f"{micro_batches} micro-batches of inputs + targets, int64"))
     grads = 4 * shard  # fp32: FSDP's reduce_dtype, or the fp32 params' own grads
 
     root_numel = sum(numel(tp_local(p, t)) for p in roots)
@@ -334,12 +340,13 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
         alive and `accum_grads` bytes of gradients from earlier micro-batches."""
         out = []
         if last:
-            # start of backward: every activation alive, the logits held by the step, and
+            # start of backward: every activation alive, the logits of every in-flight
+            # micro-batch (the step's variable; the pipeline's forward cache), and
             # log_softmax's backward with its fp32 grad input and output (T*V*4 each)
             out.append(("backward start (loss gradient)" + when, [
                 Term("activations", in_flight * (sum(per_block) + head), _acts_detail(lay, in_flight, len(layer_ids))),
-                Term("logits and loss", logits + 2 * T * m.vocab_size * 4,
-                     f"logits {_mb(logits)} + 2 fp32 (b*s*V) gradients of the loss"),
+                Term("logits and loss", in_flight * logits + 2 * T * m.vocab_size * 4,
+                     f"logits {_mb(logits)} x {in_flight} + 2 fp32 (b*s*V) gradients of the loss"),
                 Term("params gathered", gathered([], len(blocks)), "FSDP root + blocks kept after forward"),
                 Term("gradients", accum_grads, "accumulated over micro-batches"),
             ]))
@@ -367,7 +374,7 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
             reduce_scatter = min(k, 2) * max(block_numel) * 4 if lay.fsdp else 0
             detail = _acts_detail(lay, in_flight, cur + 1, block_saved(lay, b) if recomputed else 0)
             terms = [Term("activations", acts, detail),
-                     Term("logits and loss", logits, "logits held by the step"),
+                     Term("logits and loss", in_flight * logits, "logits held until their backward"),
                      Term("params gathered", gathered([cur] + ([cur - 1] if not recomputed else []), cur),
                           "FSDP root + current" + ("" if recomputed else " and prefetched") + " block"),
                      Term("gradients", max(accum_grads, done) + pending + reduce_scatter,
@@ -386,8 +393,15 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
     candidates = forward_backward(in_flight, grads if lay.grad_accum > 1 and not offloaded else 0, "")
     if lay.dims.pp > 1 and lay.pp_microbatches > 1 and not offloaded:
         steady = in_flight if lay.pp_schedule != "gpipe" and lay.pp_microbatches > in_flight else in_flight - 1
+        # torch.distributed.pipelining waits for its sends at the end of the step: every
+        # micro-batch's output (to the next stage) and input grad (to the previous) stays
+        sends = lay.pp_microbatches * b * (lay.seq_len // t) * m.d_model * r * ((not last) + (not first))
         if steady > 0:
-            candidates += forward_backward(steady, grads, ", a later micro-batch")
+            later = forward_backward(steady, grads, ", a later micro-batch")
+            for _, terms in later:
+                terms.append(Term("pipeline sends", sends, "outputs / input grads sent to neighbour stages, "
+                                  "held until the step ends"))
+            candidates += later
     # optimizer step: grads complete; foreach AdamW allocates one fp32 temporary per element
     # (torch._foreach_sqrt of exp_avg_sq, torch/optim/adamw.py _multi_tensor_adamw)
     if not offloaded:
