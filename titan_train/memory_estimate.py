@@ -396,8 +396,12 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
         # torch.distributed.pipelining waits for its sends at the end of the step: every
         # micro-batch's output (to the next stage) and input grad (to the previous) stays
         sends = lay.pp_microbatches * b * (lay.seq_len // t) * m.d_model * r * ((not last) + (not first))
+        # the pipeline turns FSDP's gradient sync off but for the last micro-batch
+        # (PipelineStage.backward_maybe_with_nosync), so FSDP accumulates them unsharded,
+        # in its fp32 reduce dtype
+        accumulated = (root_numel + sum(block_numel)) * 4 if lay.fsdp else grads
         if steady > 0:
-            later = forward_backward(steady, grads, ", a later micro-batch")
+            later = forward_backward(steady, accumulated, ", a later micro-batch")
             for _, terms in later:
                 terms.append(Term("pipeline sends", sends, "outputs / input grads sent to neighbour stages, "
                                   "held until the step ends"))

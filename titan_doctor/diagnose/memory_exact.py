@@ -255,26 +255,26 @@ def exact_peaks(cfg, world_size: int, *, extrapolate: bool = True) -> list[RankP
     depths = SMALL_DEPTHS if extrapolate and can_extrapolate(cfg, n_stages) else None
     micro = (dims.pp + 1, dims.pp + 2) if extrapolate and _many_microbatches(cfg, dims) else None
     if not depths and not micro:
-        return _run_ranks(cfg, world_size, dims)
+        return _run_ranks([cfg], world_size, dims)[0]
 
-    def run(depth: int | None, n: int | None) -> list[RankPeak]:
-        small = _with_layers(cfg, depth * n_stages) if depth else cfg
-        return _run_ranks(_with_microbatches(small, dims, n) if n else small, world_size, dims)
+    def small(depth: int | None, n: int | None):
+        out = _with_layers(cfg, depth * n_stages) if depth else cfg
+        return _with_microbatches(out, dims, n) if n else out
 
     d0, n0 = (depths or (None,))[0], (micro or (None,))[0]
-    base = run(d0, n0)
-    along = []  # (runs one step further along an axis, how many steps the target is away)
+    plan = [small(d0, n0)] + ([small(depths[1], n0)] if depths else []) + ([small(d0, micro[1])] if micro else [])
+    base, *further = _run_ranks(plan, world_size, dims)
+    steps = []  # how many steps along each axis the real config is from the base run
     if depths:
-        depth_of = _stage_depths(cfg.model.n_layers, n_stages, dims.pp)
-        along.append((run(depths[1], n0), [t - d0 for t in depth_of]))
+        steps.append([t - d0 for t in _stage_depths(cfg.model.n_layers, n_stages, dims.pp)])
     if micro:
-        along.append((run(d0, micro[1]), [d.pp_microbatches - n0] * dims.pp))
+        steps.append([d.pp_microbatches - n0] * dims.pp)
     what = []
     if depths:
         what.append(f"{depths[0]} and {depths[1]} layers per stage")
     if micro:
         what.append(f"{micro[0]} and {micro[1]} of {d.pp_microbatches} pipeline micro-batches")
-    return [extrapolated(b, [(runs[i], steps[i]) for runs, steps in along], "runs with " + ", ".join(what))
+    return [extrapolated(b, [(runs[i], k[i]) for runs, k in zip(further, steps)], "runs with " + ", ".join(what))
             for i, b in enumerate(base)]
 
 
@@ -336,21 +336,24 @@ def _stage_depths(n_layers: int, n_stages: int, pp: int) -> list[int]:
     return [sum(len(layers[s]) for s in range(n_stages) if s % pp == p) for p in range(pp)]
 
 
-def _run_ranks(cfg, world_size: int, dims) -> list[RankPeak]:
-    """One rank per pipeline stage. Several ranks each run in a fresh process: DTensor caches
-    sharding decisions by mesh shape, and another rank's mesh (other process groups) would
-    reuse decisions naming groups of a fake world that no longer exists."""
+def _run_ranks(cfgs: list, world_size: int, dims) -> list[list[RankPeak]]:
+    """For each config, one rank per pipeline stage. Several ranks each run in a fresh process
+    (all configs in it): DTensor caches sharding decisions by mesh shape, and another rank's
+    mesh (other process groups) would reuse decisions naming groups of a fake world that no
+    longer exists."""
     ranks = stage_ranks(dims)
     if len(ranks) == 1:
-        return [_run_rank(cfg, world_size, dims, ranks[0])]
-    import multiprocessing
+        per_rank = [_run_configs(cfgs, world_size, dims, ranks[0])]
+    else:
+        import multiprocessing
 
-    ctx = multiprocessing.get_context("spawn")
-    out = []
-    with ctx.Pool(1, maxtasksperchild=1) as pool:
-        for rank in ranks:
-            out.append(pool.apply(_run_rank, (cfg, world_size, dims, rank)))
-    return out
+        with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
+            per_rank = [pool.apply(_run_configs, (cfgs, world_size, dims, rank)) for rank in ranks]
+    return [[peaks[i] for peaks in per_rank] for i in range(len(cfgs))]
+
+
+def _run_configs(cfgs: list, world_size: int, dims, rank: int) -> list[RankPeak]:
+    return [_run_rank(cfg, world_size, dims, rank) for cfg in cfgs]
 
 
 def _run_rank(cfg, world_size: int, dims, rank: int) -> RankPeak:
