@@ -213,8 +213,6 @@ def _fill_defaults(cfg: JobConfig) -> JobConfig:
         cfg.metrics.output = f"outputs/{cfg.name}/metrics.jsonl"
     if cfg.model.n_kv_heads is None:
         cfg.model.n_kv_heads = cfg.model.n_heads
-    if cfg.distributed.pp_microbatches == 0:
-        cfg.distributed.pp_microbatches = cfg.distributed.pp_size
     return cfg
 
 
@@ -281,9 +279,9 @@ def _validate_pipeline(cfg: JobConfig, dims: ParallelDims, local_batch: int) -> 
         per_rank = "" if stages == dims.pp else f" ({stages // dims.pp} per rank with pp_schedule = '{d.pp_schedule}')"
         raise ConfigError(f"distributed.pp_size = {dims.pp} makes {stages} pipeline stages{per_rank}, but model.n_layers "
                           f"= {m.n_layers}: every stage needs at least one transformer block")
-    mb = d.pp_microbatches
-    if mb < 1:
-        raise ConfigError(f"distributed.pp_microbatches = {mb} must be >= 1 (or 0 for pp_size)")
+    if d.pp_microbatches < 0:
+        raise ConfigError(f"distributed.pp_microbatches = {d.pp_microbatches} must be >= 0 (0 = pp_size)")
+    mb = pipeline_microbatches(d)
     if local_batch % mb:
         raise ConfigError(f"distributed.pp_microbatches = {mb} must divide the {local_batch} sequences each pipeline "
                           "step gets (training.batch_size / (dp x grad_accum_steps))")
@@ -299,6 +297,11 @@ def _validate_pipeline(cfg: JobConfig, dims: ParallelDims, local_batch: int) -> 
 def pipeline_stages(d: DistributedConfig) -> int:
     """Pipeline stages in the whole pipeline: one per pp rank, two for interleaved schedules."""
     return d.pp_size * (2 if d.pp_schedule == "interleaved_1f1b" else 1)
+
+
+def pipeline_microbatches(d: DistributedConfig) -> int:
+    """Micro-batches per pipeline step: pp_microbatches, or one per pp rank when it is 0."""
+    return d.pp_microbatches or d.pp_size
 
 
 def _divisors(n: int, limit: int | None = None) -> str:

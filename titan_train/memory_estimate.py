@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from titan_train.config import JobConfig, pipeline_stages
+from titan_train.config import JobConfig, pipeline_microbatches, pipeline_stages
 from titan_train.model_args import ModelArgs
 from titan_train.parallel_dims import ParallelDims, stage_layers
 
@@ -59,7 +59,7 @@ def layout(cfg: JobConfig, world_size: int, backend: str, hccl_buffsize_mb: int 
     d, t = cfg.distributed, cfg.training
     dims = ParallelDims.for_world(world_size, tp=d.tp_size, pp=d.pp_size)
     local_batch = t.batch_size // (dims.dp * t.grad_accum_steps)
-    microbatches = (d.pp_microbatches or dims.pp) if dims.pp > 1 else 1
+    microbatches = pipeline_microbatches(d) if dims.pp > 1 else 1
     return Layout(model=cfg.model, dims=dims, micro_batch=max(local_batch // microbatches, 1), seq_len=t.seq_len,
                   grad_accum=t.grad_accum_steps, precision=t.mixed_precision,
                   fsdp=dims.uses_fsdp(d.fsdp, d.cpu_offload), cpu_offload=d.cpu_offload,

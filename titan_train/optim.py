@@ -80,8 +80,7 @@ def reduce_partial_grads_(params) -> None:
     pending: dict[tuple, list[torch.nn.Parameter]] = {}
     for p in params:
         if isinstance(p.grad, DTensor) and any(pl.is_partial() for pl in p.grad.placements):
-            dims = tuple(i for i, pl in enumerate(p.grad.placements) if pl.is_partial())
-            pending.setdefault((id(p.grad.device_mesh), dims), []).append(p)
+            pending.setdefault((id(p.grad.device_mesh), tuple(p.grad.placements)), []).append(p)
     for group in pending.values():
         mesh, placements = group[0].grad.device_mesh, group[0].grad.placements
         locals_ = [p.grad.to_local() for p in group]
@@ -109,23 +108,22 @@ def _local_and_replication(grad: torch.Tensor) -> tuple[torch.Tensor, int]:
     return grad.to_local(), copies
 
 
-def global_grad_norm(params, mesh) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """(L2 norm of all gradients of the whole model, this rank's local gradient tensors).
-    `mesh` is the full (dp, pp, tp) mesh; one all-reduce per dim with more than one rank."""
+def global_grad_norm(params, mesh, device: torch.device) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """(L2 norm of all gradients of the whole model, on `device`; this rank's local gradient
+    tensors). `mesh` is the full (dp, pp, tp) mesh; one all-reduce per dim with more than
+    one rank. `device` is the collective's device (gradients may be offloaded to the host)."""
     by_copies: dict[int, list[torch.Tensor]] = {}
     for p in params:
         if p.grad is not None:
             local, copies = _local_and_replication(p.grad)
             by_copies.setdefault(copies, []).append(local)
-    locals_ = [g for group in by_copies.values() for g in group]
-    device = locals_[0].device if locals_ else torch.device("cpu")
     sumsq = torch.zeros((), device=device, dtype=torch.float32)
     for copies, grads in by_copies.items():
-        sumsq += torch.nn.utils.get_total_norm(grads, norm_type=2.0).float().square() / copies
+        sumsq += torch.nn.utils.get_total_norm(grads, norm_type=2.0).to(device, torch.float32).square() / copies
     for name in mesh.mesh_dim_names:
         if mesh[name].size() > 1:
             dist.all_reduce(sumsq, group=mesh[name].get_group())
-    return sumsq.sqrt(), locals_
+    return sumsq.sqrt(), [g for group in by_copies.values() for g in group]
 
 
 def clip_(local_grads: list[torch.Tensor], norm: torch.Tensor, max_norm: float, scale: float = 1.0) -> None:
@@ -136,7 +134,7 @@ def clip_(local_grads: list[torch.Tensor], norm: torch.Tensor, max_norm: float, 
     coef = torch.full((), 1.0 / scale, device=norm.device)
     if max_norm > 0:
         coef = coef * (max_norm / (norm / scale + 1e-6)).clamp(max=1.0)
-    torch._foreach_mul_(local_grads, coef.to(local_grads[0].dtype))
+    torch._foreach_mul_(local_grads, coef.to(local_grads[0].device, local_grads[0].dtype))
 
 
 class OptimizerParts(Stateful):

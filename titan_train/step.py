@@ -71,7 +71,7 @@ def train_step(parts, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> StepS
         loss += parts.forward_backward(inputs, targets)
     scale = parts.scaler.scale
     reduce_partial_grads_(parts.parameters())
-    norm, local_grads = global_grad_norm(parts.parameters(), parts.mesh)
+    norm, local_grads = global_grad_norm(parts.parameters(), parts.mesh, parts.device)
     skipped = False
     if parts.scaler.enabled:  # fp16 must know on the host whether to step
         skipped = not math.isfinite(norm.item())

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from titan_train import data, device, metrics
 from titan_train.build import build
 from titan_train.checkpoint import Checkpointer, train_states
-from titan_train.config import JobConfig, to_dict, validate
+from titan_train.config import JobConfig, pipeline_microbatches, to_dict, validate
 from titan_train.model_args import count_params, flops_per_token
 from titan_train.parallel_dims import ParallelDims
 from titan_train.step import Progress, train_step
@@ -78,7 +78,8 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
     checkpointer.resume()
 
     peak, peak_src = metrics.peak_flops(dev.type, device.device_name(dev), t.mixed_precision, cfg.metrics.peak_tflops)
-    pp = f" | pp {cfg.distributed.pp_schedule} x {cfg.distributed.pp_microbatches} micro-batches" if dims.pp > 1 else ""
+    d = cfg.distributed
+    pp = f" | pp {d.pp_schedule} x {pipeline_microbatches(d)} micro-batches" if dims.pp > 1 else ""
     say(f"[titan-train] {cfg.name}: {count_params(cfg.model)['total'] / 1e6:.1f}M params | {dev.type}+{dev.backend} | "
         f"world {dims.world_size} = {dims.describe()}{pp} | fsdp {parts.precision.fsdp} | {t.mixed_precision} | "
         f"ac {t.activation_checkpoint} | compile {t.compile} | global batch {t.batch_size} x {t.seq_len} tokens | "

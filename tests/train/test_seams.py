@@ -51,7 +51,7 @@ def test_grad_norm_is_one_all_reduce_per_mesh_dim(world, tp, want, fake_world):
     parts.forward_backward(tokens[:, :-1], tokens[:, 1:])
     with CommDebugMode() as comm:
         reduce_partial_grads_(parts.parameters())
-        global_grad_norm(parts.parameters(), parts.mesh)
+        global_grad_norm(parts.parameters(), parts.mesh, parts.device)
     counts = {str(op): n for op, n in comm.get_comm_counts().items()}
     assert counts == {"c10d.allreduce_": want}, counts
 

@@ -245,7 +245,7 @@ def exact_peaks(cfg, world_size: int, *, extrapolate: bool = True) -> list[RankP
     """The tracked peak of each pipeline stage's rank (one rank without pp). Deep models, and
     1F1B pipelines with many micro-batches, run small and are extrapolated (`extrapolated`);
     `extrapolate=False` runs the config as it is."""
-    from titan_train.config import pipeline_stages, validate
+    from titan_train.config import pipeline_microbatches, pipeline_stages, validate
     from titan_train.parallel_dims import ParallelDims
 
     validate(cfg, world_size)
@@ -268,12 +268,12 @@ def exact_peaks(cfg, world_size: int, *, extrapolate: bool = True) -> list[RankP
     if depths:
         steps.append([t - d0 for t in _stage_depths(cfg.model.n_layers, n_stages, dims.pp)])
     if micro:
-        steps.append([d.pp_microbatches - n0] * dims.pp)
+        steps.append([pipeline_microbatches(d) - n0] * dims.pp)
     what = []
     if depths:
         what.append(f"{depths[0]} and {depths[1]} layers per stage")
     if micro:
-        what.append(f"{micro[0]} and {micro[1]} of {d.pp_microbatches} pipeline micro-batches")
+        what.append(f"{micro[0]} and {micro[1]} of {pipeline_microbatches(d)} pipeline micro-batches")
     return [extrapolated(b, [(runs[i], k[i]) for runs, k in zip(further, steps)], "runs with " + ", ".join(what))
             for i, b in enumerate(base)]
 
@@ -299,14 +299,18 @@ def extrapolated(base: RankPeak, along: list[tuple[RankPeak, int]], runs: str) -
 
 def _many_microbatches(cfg, dims) -> bool:
     """1F1B past its warm-up: every micro-batch past pp + 1 repeats the same pattern."""
+    from titan_train.config import pipeline_microbatches
+
     d = cfg.distributed
-    return dims.pp > 1 and d.pp_schedule == "1f1b" and d.pp_microbatches > dims.pp + 2
+    return dims.pp > 1 and d.pp_schedule == "1f1b" and pipeline_microbatches(d) > dims.pp + 2
 
 
 def _with_microbatches(cfg, dims, n: int):
     """The same micro-batch size, n of them (the global batch cut to match)."""
+    from titan_train.config import pipeline_microbatches
+
     d, t = cfg.distributed, cfg.training
-    micro = t.batch_size // (dims.dp * t.grad_accum_steps * d.pp_microbatches)
+    micro = t.batch_size // (dims.dp * t.grad_accum_steps * pipeline_microbatches(d))
     return dataclasses.replace(cfg, distributed=dataclasses.replace(d, pp_microbatches=n),
                                training=dataclasses.replace(t, batch_size=micro * n * dims.dp * t.grad_accum_steps))
 
