@@ -19,6 +19,12 @@ Three things make a fake world work on a CPU:
   cache DTensor propagates shapes with global-size fake tensors under the active fake
   mode, which the tracker would count as allocations.)
 
+A fake step costs about as much Python as a real one, so a 70B model is not run layer by
+layer: each phase of the step (PHASES) has a peak affine in the depth of a stage and in the
+number of 1F1B micro-batches, and is extrapolated from small runs (`extrapolated`); tests
+check it against running the config as it is. One rank runs per pipeline stage (every rank
+of a stage holds the same bytes), each in its own process when there are several.
+
 Only torch and titan_train are imported; the doctor calls this through a subprocess
 (_exact_worker.py) so that `titan-doctor` itself never imports torch.
 """
@@ -38,7 +44,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 
 # The phases of a step whose peaks are each affine in the number of layers per stage
-# (fixed widths, fixed layout): see `extrapolate_depth`. Backward is cut at each block;
+# (fixed widths, fixed layout): see `extrapolated`. Backward is cut at each block;
 # the three blocks at either end of the stage are phases of their own (backward starts
 # without a prefetched block or a pending reduce-scatter, and ends without a block to
 # prefetch); the blocks between behave alike.

@@ -102,7 +102,7 @@ def check_memory(req: MemoryRequest) -> list[Finding]:
     target = mr.Target(req.world_size, card.memory_bytes, backend, accelerator=True,
                        hccl_buffsize_mb=_hccl_buffsize(req.env))
     est = mr.estimate_for(cfg, target)
-    found = [plan_finding(cfg, card, target, est)]
+    found = [plan_finding(cfg, card, target, est, req.config)]
     if mr.verdict(est, card.memory_bytes).status != mr.FITS:
         found.append(remedies_finding(cfg, req, target, est))
     if req.exact:
@@ -125,7 +125,7 @@ def _gib(n: int) -> str:
     return f"{n / GiB:,.2f} GiB"
 
 
-def plan_finding(cfg, card: Card, target, est) -> Finding:
+def plan_finding(cfg, card: Card, target, est, config_spec: str) -> Finding:
     from titan_train import memory_estimate as me, memory_remedies as mr
 
     lay, worst = est.layout, est.worst
@@ -143,7 +143,7 @@ def plan_finding(cfg, card: Card, target, est) -> Finding:
     fix = ""
     if v.status != mr.FITS:
         best = next(iter(mr.remedies(cfg, target, est)), None)
-        fix = f"titan-train run --config {cfg.name} {best.command}  ({best.title})" if best else ""
+        fix = f"titan-train run --config {config_spec} {best.command}  ({best.title})" if best else ""
     return Finding("memory.plan", status, message, detail=detail, fix=fix,
                    data={"config": cfg.name, "world_size": target.world_size, "layout": lay.dims.describe(),
                          "device": asdict(card), "backend": target.backend, "verdict": v.status,
