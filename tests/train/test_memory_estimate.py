@@ -3,6 +3,7 @@ trainer's own sharding, so a change to model.py or parallel.py that drifts the f
 fails here."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 
@@ -22,43 +23,53 @@ def tiny(*overrides: str) -> JobConfig:
     return load(configs_dir() / "llama_debug.toml", TINY + list(overrides))
 
 
-def saved_bytes(cfg: JobConfig, world: int) -> int:
-    """Bytes autograd saves in one forward + loss of the trainer's own built model on rank 0
-    (fake tensors, fake process group): every saved tensor's storage once, parameters (as
-    each module holds them while it runs: FSDP's unsharded ones) and buffers excluded."""
+@contextlib.contextmanager
+def built(cfg: JobConfig, world: int):
+    """(parts, dims) of the trainer's own build on rank 0 of a fake world, fake tensors."""
     torch = pytest.importorskip("torch")
     from titan_doctor.diagnose import memory_exact as mx
     from titan_train.build import build
     from titan_train.parallel_dims import ParallelDims
-    from titan_train.step import cross_entropy
 
     d = cfg.distributed
     dims = ParallelDims.for_world(world, tp=d.tp_size, pp=d.pp_size)
     with mx.fake_world(world, 0):
         mesh = dims.build_mesh("cpu")
         with mx.fake_tensors():
-            parts = build(cfg, dims, torch.device("cpu"), mesh=mesh)
-            model = parts.model_parts[0]
-            (inputs, targets), = mx.random_batches(cfg, dims, torch.device("cpu"))()
-            not_activations = {_storage(b)._cdata for b in model.buffers()}
-            seen = {}
+            yield build(cfg, dims, torch.device("cpu"), mesh=mesh), dims
 
-            def pack(x):
-                st = _storage(x)
-                seen[st._cdata] = st
-                return x
 
-            def params_in_use(module, args, output):  # global hooks run before FSDP's reshard
-                not_activations.update(_storage(p)._cdata for p in module.parameters(recurse=False))
+def saved_bytes(cfg: JobConfig, world: int) -> int:
+    """Bytes autograd saves in one forward + loss of the trainer's own built model on rank 0
+    (fake tensors, fake process group): every saved tensor's storage once, parameters (as
+    each module holds them while it runs: FSDP's unsharded ones) and buffers excluded."""
+    import torch
 
-            hook = torch.nn.modules.module.register_module_forward_hook(params_in_use)
-            try:
-                with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x), parts.precision.autocast("cpu"):
-                    loss = cross_entropy(model(inputs), targets)
-            finally:
-                hook.remove()
-            total = sum(st.nbytes() for key, st in seen.items() if key not in not_activations)
-            del loss
+    from titan_doctor.diagnose import memory_exact as mx
+    from titan_train.step import cross_entropy
+
+    with built(cfg, world) as (parts, dims):
+        model = parts.model_parts[0]
+        (inputs, targets), = mx.random_batches(cfg, dims, torch.device("cpu"))()
+        not_activations = {_storage(b)._cdata for b in model.buffers()}
+        seen = {}
+
+        def pack(x):
+            st = _storage(x)
+            seen[st._cdata] = st
+            return x
+
+        def params_in_use(module, args, output):  # global hooks run before FSDP's reshard
+            not_activations.update(_storage(p)._cdata for p in module.parameters(recurse=False))
+
+        hook = torch.nn.modules.module.register_module_forward_hook(params_in_use)
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x), parts.precision.autocast("cpu"):
+                loss = cross_entropy(model(inputs), targets)
+        finally:
+            hook.remove()
+        total = sum(st.nbytes() for key, st in seen.items() if key not in not_activations)
+        del loss
     return total
 
 
@@ -100,18 +111,9 @@ def test_block_formula_terms_scale_with_their_dimensions():
 def shard_bytes(cfg: JobConfig, world: int) -> tuple[int, int]:
     """(bytes of this rank's parameter storages, number of parameter tensors) as the
     trainer's build lays them out (FSDP pads every shard to the largest)."""
-    torch = pytest.importorskip("torch")
-    from titan_doctor.diagnose import memory_exact as mx
-    from titan_train.build import build
-    from titan_train.parallel_dims import ParallelDims
-
-    d = cfg.distributed
-    dims = ParallelDims.for_world(world, tp=d.tp_size, pp=d.pp_size)
-    with mx.fake_world(world, 0):
-        mesh = dims.build_mesh("cpu")
-        with mx.fake_tensors():
-            params = build(cfg, dims, torch.device("cpu"), mesh=mesh).parameters()
-            storages = {_storage(p)._cdata: _storage(p).nbytes() for p in params}
+    with built(cfg, world) as (parts, _):
+        params = parts.parameters()
+        storages = {_storage(p)._cdata: _storage(p).nbytes() for p in params}
     return sum(storages.values()), len(params)
 
 
