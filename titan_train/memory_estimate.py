@@ -313,8 +313,9 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
     # micro-batches are counted where autograd saves them (embedding, loss)
     micro_batches = lay.grad_accum * (lay.pp_microbatches if lay.dims.pp > 1 else 1)
     ids_saved = in_flight * T * ((8 if first else 0) + (8 if last else 0))
-    base.append(Term("token ids", max(micro_batches * T * 16 - ids_saved, 0),
-                     f"{micro_batches} micro-batches of inputs + targets, int64"))
+    if micro_batches * T * 16 > ids_saved:
+        base.append(Term("token ids", micro_batches * T * 16 - ids_saved,
+                         f"{micro_batches} micro-batches of inputs + targets, int64"))
     grads = 4 * shard  # fp32: FSDP's reduce_dtype, or the fp32 params' own grads
 
     root_numel = sum(numel(tp_local(p, t)) for p in roots)
