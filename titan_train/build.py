@@ -69,9 +69,15 @@ def build(cfg: JobConfig, dims: ParallelDims, device: torch.device, mesh: Device
                  for i in ids]
         step = pipeline.PipelineStep(has_first=0 in ids, has_last=n_stages - 1 in ids, microbatches=pipeline_microbatches(d),
                                      accum=t.grad_accum_steps, autocast=autocast, scaler=scaler, device=device)
+        # the residual stream is fp32 under autocast (the embedding is not autocast)
+        micro = t.batch_size // (dims.dp * t.grad_accum_steps * pipeline_microbatches(d))
+        io = [pipeline.stage_io(cfg.model, micro_batch=micro, seq_len=t.seq_len, tp=dims.tp,
+                                logits_dtype=precision.param_dtype,
+                                hidden_dtype=precision.param_dtype if precision.fsdp else torch.float32,
+                                first=i == 0, last=i == n_stages - 1) for i in ids]
         step.schedule = pipeline.make_schedule(parts, ids, n_stages, pp_group=mesh["pp"].get_group(), device=device,
                                                schedule=d.pp_schedule, microbatches=pipeline_microbatches(d),
-                                               loss_fn=step.loss_fn)
+                                               loss_fn=step.loss_fn, io=io)
         forward_backward = step
     else:
         with torch.device("meta"):

@@ -51,7 +51,8 @@ def main():
     """Train LLaMA the PyTorch FSDP way on Ascend NPU (hccl), NVIDIA (nccl) or CPU (gloo).
 
     \b
-    Exit codes: 0 done, 1 a rank failed while training, 2 bad config or setup.
+    Exit codes: 0 done, 1 a rank failed while training, 2 bad config or setup (including a
+    job whose memory estimate is clearly over what a rank has: --ignore-memory).
     """
 
 
@@ -71,10 +72,13 @@ def main():
 @click.option("--rdzv-id", default="titan-train", show_default=True, help="Rendezvous id shared by all nodes.")
 @click.option("--stop-after", type=click.IntRange(min=0), default=0,
               help="Stop after this many steps in this run (checkpointing there); the next run resumes.")
+@click.option("--ignore-memory", is_flag=True,
+              help="Start even when the memory estimate says the job does not fit "
+                   "(see `titan-doctor diagnose --config`).")
 @click.option("--print-config", is_flag=True, help="Print the resolved config (defaults and overrides applied) as JSON and exit.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id,
-        stop_after, print_config, debug):
+        stop_after, ignore_memory, print_config, debug):
     """Train with the given config. Starts the ranks itself, and also runs unchanged as the
     script of a `torchrun` you start yourself:
 
@@ -101,7 +105,7 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
             opts = launch.LaunchOptions(nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_id=rdzv_id,
                                         rdzv_endpoint=rdzv_endpoint, master_addr=master_addr,
                                         master_port=master_port)
-            _preflight(cfg, opts)
+            _preflight(cfg, opts, ignore_memory, path)
             if opts.world_size > 1:
                 sys.exit(launch.spawn(opts, _worker_argv(path, overrides, stop_after, debug)))
             launch.single_process_env()
@@ -112,7 +116,7 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
         _fail(str(e), debug)
 
 
-def _preflight(cfg, opts) -> None:
+def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None) -> None:
     """Everything a user can get wrong is checked here, before any rank starts."""
     from titan_train import data, device
 
@@ -122,6 +126,26 @@ def _preflight(cfg, opts) -> None:
     if dev.type != "cpu" and opts.nproc > dev.count:
         raise _UserError(f"--nproc {opts.nproc} exceeds the {dev.count} {dev.type.upper()} device(s) visible here")
     data.checked_tokenizer(cfg.data.tokenizer, cfg.data.dataset, cfg.model.vocab_size)
+    _check_memory(cfg, opts, dev, ignore_memory, path or cfg.name)
+
+
+def _check_memory(cfg, opts, dev, ignore_memory: bool, config_ref=None) -> None:
+    """Refuse a job whose analytic memory estimate is clearly over what a rank has."""
+    import os
+
+    from titan_train import device, memory_remedies as mr
+
+    memory, source = device.memory_per_rank(dev, opts.nproc)
+    buffsize = os.environ.get("HCCL_BUFFSIZE", "")
+    target = mr.Target(opts.world_size, memory, dev.backend, accelerator=dev.type != "cpu",
+                       hccl_buffsize_mb=int(buffsize) if buffsize.isdigit() and int(buffsize) > 0 else None)
+    status, line = mr.preflight(cfg, target, source)
+    if status == mr.OVER and not ignore_memory:
+        raise _UserError(f"{line}; details: titan-doctor diagnose --config {config_ref or cfg.name} --world-size "
+                         f"{opts.world_size} --device-memory {memory / 2 ** 30:.1f}GiB (and your --set lines); "
+                         "--ignore-memory starts anyway")
+    if status != mr.FITS:
+        click.echo(f"titan-train: warning: memory may not fit: {line}", err=True)
 
 
 def _worker_argv(path: Path, overrides, stop_after: int, debug: bool) -> list[str]:

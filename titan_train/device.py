@@ -156,6 +156,30 @@ def reset_peak_memory(dev: Device) -> None:
         mod.reset_peak_memory_stats()
 
 
+def memory_per_rank(dev: Device, local_ranks: int) -> tuple[int, str]:
+    """(bytes one rank may use, where the figure comes from): an accelerator's capacity as
+    its runtime reports it; on cpu, the host's available memory shared by the local ranks."""
+    mod = _module(dev.type)
+    if mod is not None:
+        total = int(mod.get_device_properties(0).total_memory)
+        return total, f"{device_name(dev)}: {total / 2 ** 30:.2f} GiB"
+    available = host_available_bytes()
+    return available // max(local_ranks, 1), (f"host memory available {available / 2 ** 30:.2f} GiB "
+                                               f"shared by {local_ranks} local rank(s)")
+
+
+def host_available_bytes() -> int:
+    """MemAvailable (free plus reclaimable cache) from /proc/meminfo; free pages elsewhere."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
 def peak_memory_bytes(dev: Device) -> int:
     """Peak allocated device memory; for cpu, the process's peak resident set."""
     mod = _module(dev.type)

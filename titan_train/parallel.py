@@ -94,9 +94,8 @@ class Precision:
 
 
 def precision_plan(mixed_precision: str, dims: ParallelDims, *, fsdp: bool, cpu_offload: bool) -> Precision:
-    """FSDP only where it does something: sharding over dp > 1 ranks, or offloading.
-    On one data-parallel rank it would only add copies to every step."""
-    return Precision(mixed_precision, fsdp=fsdp and (dims.dp > 1 or cpu_offload))
+    """FSDP only where it does something (ParallelDims.uses_fsdp)."""
+    return Precision(mixed_precision, fsdp=dims.uses_fsdp(fsdp, cpu_offload))
 
 
 def parallelize(model: nn.Module, mesh: DeviceMesh, precision: Precision, *, ac: str = "none", ac_every: int = 1,

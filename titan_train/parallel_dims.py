@@ -56,6 +56,11 @@ class ParallelDims:
     def describe(self) -> str:
         return f"dp {self.dp} x pp {self.pp} x tp {self.tp}"
 
+    def uses_fsdp(self, fsdp: bool, cpu_offload: bool) -> bool:
+        """FSDP only where it does something: sharding over dp > 1 ranks, or offloading.
+        On one data-parallel rank it would only add copies to every step."""
+        return fsdp and (self.dp > 1 or cpu_offload)
+
     def build_mesh(self, device_type: str):
         """The 3-D DeviceMesh (dp, pp, tp); the process group must already exist. The mesh
         is real even under FakeTensorMode (the memory planner): it holds ranks, not data."""
@@ -64,3 +69,15 @@ class ParallelDims:
 
         with unset_fake_temporarily():
             return init_device_mesh(device_type, self.shape, mesh_dim_names=MESH_DIMS)
+
+
+def stage_layers(n_layers: int, n_stages: int) -> list[list[int]]:
+    """Layer ids of each pipeline stage, as even as possible; earlier stages take the
+    remainder (the last stage also carries the output projection)."""
+    base, extra = divmod(n_layers, n_stages)
+    out, start = [], 0
+    for s in range(n_stages):
+        size = base + (1 if s < extra else 0)
+        out.append(list(range(start, start + size)))
+        start += size
+    return out

@@ -19,21 +19,10 @@ from torch import nn
 
 from titan_train.model import Transformer
 from titan_train.model_args import ModelArgs
+from titan_train.parallel_dims import stage_layers  # noqa: F401  (the split lives with the layout)
 from titan_train.step import cross_entropy
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
-
-
-def stage_layers(n_layers: int, n_stages: int) -> list[list[int]]:
-    """Layer ids of each stage, as even as possible; earlier stages take the remainder
-    (the last stage also carries the output projection)."""
-    base, extra = divmod(n_layers, n_stages)
-    out, start = [], 0
-    for s in range(n_stages):
-        size = base + (1 if s < extra else 0)
-        out.append(list(range(start, start + size)))
-        start += size
-    return out
 
 
 def local_stage_ids(pp_rank: int, pp_size: int, n_stages: int) -> list[int]:
@@ -56,13 +45,29 @@ def carve_stage(args: ModelArgs, layer_ids: list[int], *, first: bool, last: boo
     return model
 
 
+def stage_io(args: ModelArgs, *, micro_batch: int, seq_len: int, tp: int, hidden_dtype: torch.dtype,
+             logits_dtype: torch.dtype, first: bool, last: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """A stage's example input and output (meta tensors): token ids into the first stage,
+    logits out of the last, the residual stream between (sequence-sharded under tp). Given
+    up front, stages need not exchange shapes over the network before the first step, which
+    also lets the memory planner run a stage alone on a fake process group."""
+    seq = seq_len // tp if tp > 1 else seq_len
+    hidden = torch.empty(micro_batch, seq, args.d_model, dtype=hidden_dtype, device="meta", requires_grad=True)
+    inputs = torch.empty(micro_batch, seq_len, dtype=torch.long, device="meta") if first else hidden
+    outputs = (torch.empty(micro_batch, seq_len, args.vocab_size, dtype=logits_dtype, device="meta",
+                           requires_grad=True) if last else hidden)
+    return inputs, outputs
+
+
 def make_schedule(stages: list[nn.Module], stage_ids: list[int], n_stages: int, *, pp_group, device: torch.device,
-                  schedule: str, microbatches: int, loss_fn: Callable):
+                  schedule: str, microbatches: int, loss_fn: Callable, io: list[tuple[torch.Tensor, torch.Tensor]]):
+    """`io`: each stage's (example input, example output), see stage_io."""
     from torch.distributed.pipelining import (
         PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B)
 
-    pipeline_stages = [PipelineStage(module, sid, n_stages, device, group=pp_group)
-                       for module, sid in zip(stages, stage_ids)]
+    pipeline_stages = [PipelineStage(module, sid, n_stages, device, input_args=inputs, output_args=outputs,
+                                     group=pp_group)
+                       for module, sid, (inputs, outputs) in zip(stages, stage_ids, io)]
     if schedule == "interleaved_1f1b":
         return ScheduleInterleaved1F1B(pipeline_stages, microbatches, loss_fn=loss_fn, scale_grads=False)
     cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
@@ -90,7 +95,9 @@ class PipelineStep:
         args = (inputs,) if self.has_first else ()
         kwargs = {"target": targets, "losses": losses} if self.has_last else {}
         with self.autocast():
-            self.schedule.step(*args, **kwargs)
+            # return_outputs=False: otherwise the last stage keeps every micro-batch's logits
+            # until the step ends, to return them merged (the memory planner found this)
+            self.schedule.step(*args, return_outputs=False, **kwargs)
         if not losses:
             return torch.zeros((), device=self.device)
         total = torch.stack([loss.detach() for loss in losses]).sum()

@@ -27,6 +27,11 @@ Slow / on request:
   --log PATH   explain crash logs: files or folders (all ranks, torchrun
                error.json files too); root cause first, with its rank,
                device and fix; error codes decoded (507033, EI0006, ...)
+  --config X   memory plan: will config X fit, per rank, on --world-size
+               ranks of --device (or --device-memory)? Breakdown, verdict,
+               and ranked remedies as --set lines; --exact also runs the
+               trainer's own step under FakeTensorMode. Runs only this check:
+                 titan-doctor diagnose --config llama_70b --world-size 64 --device 910B2
 
 \b
 Exit codes: 0 all good (warnings allowed), 1 problems found (warnings too
@@ -51,6 +56,14 @@ with --strict), 2 usage error.
 @click.option("--log", "log_files", multiple=True, type=click.Path(exists=True, path_type=Path),
               help="Crash log, or a folder of logs / torchrun error.json files, to explain (repeatable); "
                    "runs only the explainer.")
+@click.option("--config", "config_spec", metavar="CONFIG",
+              help="Trainer TOML (or a shipped config name) to plan memory for; runs only the memory check.")
+@click.option("--world-size", type=click.IntRange(1, 1_000_000), help="Ranks the job runs on (with --config).")
+@click.option("--device", "device_name", metavar="NAME", help="Card from rules/devices.toml, e.g. 910B2, 910B4, H100.")
+@click.option("--device-memory", metavar="SIZE", help="Memory per card instead of --device's, e.g. 64GiB.")
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override a config value as `titan-train run --set` does (repeatable).")
+@click.option("--exact", is_flag=True, help="Also run the trainer's build + step under FakeTensorMode (slower).")
 @click.option("--import-torch/--no-import-torch", default=True, show_default=True,
               help="Import torch in the probe, which sees a torch that fails to import. "
                    "--no-import-torch reads its version files only: faster, blind to import failures.")
@@ -59,22 +72,28 @@ with --strict), 2 usage error.
 @click.option("--strict", is_flag=True, help="Warnings also make the exit code 1.")
 @click.option("--debug", is_flag=True, help="Let a crashing check raise (traceback).")
 def diagnose(list_checks, check_ids, python, ascend_roots, nproc, nnodes, comm, backend, comm_timeout,
-             log_files, import_torch, fmt, verbose, strict, debug):
+             log_files, config_spec, world_size, device_name, device_memory, overrides, exact, import_torch, fmt,
+             verbose, strict, debug):
     from titan_doctor.diagnose import registry
     from titan_doctor.diagnose.context import Context
     from titan_doctor.diagnose.runner import run_checks
 
     if list_checks:
         for c in registry.CHECKS:
-            tag = " (slow: --comm)" if c.slow else (" (--log PATH)" if c.logs else "")
+            tag = " (slow: --comm)" if c.slow else (" (--log PATH)" if c.logs else
+                                                    (" (--config CONFIG)" if c.memory else ""))
             click.echo(f"{c.id:<20} {c.title}{tag}")
         return
     bad = registry.unknown(list(check_ids))
     if bad:
         raise click.UsageError(f"unknown check id(s): {', '.join(bad)} (see --list-checks)")
-    checks = registry.select(list(check_ids), comm=comm, logs=bool(log_files))
+    checks = registry.select(list(check_ids), comm=comm, logs=bool(log_files), memory=bool(config_spec))
     if any(c.logs for c in checks) and not log_files:
         raise click.UsageError("the log check needs --log PATH")
+    if any(c.memory for c in checks):
+        findings = _memory_plan(config_spec, world_size or (nproc or 0) * nnodes, device_name, device_memory,
+                                overrides, backend, exact, python, debug)
+        _report(findings, fmt, verbose, strict)
     ctx = Context(ascend_roots=list(ascend_roots) or None, nproc=nproc, nnodes=nnodes, backend=backend,
                   comm_timeout=comm_timeout, logs=list(log_files), import_torch=import_torch)
     if python:
@@ -84,9 +103,34 @@ def diagnose(list_checks, check_ids, python, ascend_roots, nproc, nnodes, comm, 
     except knowledge.KnowledgeError as e:
         click.echo(f"titan-doctor: {e}", err=True)
         sys.exit(EXIT_USAGE)
+    _report(findings, fmt, verbose, strict)
+
+
+def _report(findings, fmt: str, verbose: bool, strict: bool) -> None:
     if fmt == "json":
         click.echo(to_checks_json(findings, summary=summary_line(findings)))
     else:
         click.echo(render_checks(findings, unicode=use_unicode(), verbose=verbose))
         click.echo("\n" + summary_line(findings))
     sys.exit(exit_code(findings, strict=strict))
+
+
+def _memory_plan(config_spec, world_size, device_name, device_memory, overrides, backend, exact, python, debug):
+    """--config: the memory plan (memory_plan.py); a bad input is a usage error (exit 2)."""
+    import sys as _sys
+
+    from titan_doctor.diagnose.memory_plan import MemoryRequest, PlanError, check_memory
+
+    if not config_spec:
+        raise click.UsageError("the memory check needs --config CONFIG --world-size N --device NAME")
+    if world_size < 1:
+        raise click.UsageError("--config needs --world-size N (or --nproc / --nnodes)")
+    req = MemoryRequest(config=config_spec, world_size=world_size, overrides=list(overrides), device=device_name,
+                        device_memory=device_memory, backend=backend, exact=exact, python=python or _sys.executable)
+    try:
+        return check_memory(req)
+    except (PlanError, knowledge.KnowledgeError) as e:
+        if debug:
+            raise
+        click.echo(f"titan-doctor: error: {e}", err=True)
+        sys.exit(EXIT_USAGE)

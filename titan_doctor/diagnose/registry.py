@@ -18,6 +18,7 @@ class Check:
     needs_probe: bool = False   # waits for the torch probe: run after the others
     slow: bool = False          # only with --comm / --check
     logs: bool = False          # only with --log
+    memory: bool = False        # only with --config (command.py runs it with its own inputs)
 
 
 def _pins() -> dict:
@@ -63,6 +64,8 @@ CHECKS: tuple[Check, ...] = (
     Check("log", "crash-log explainer: error codes and known messages, root cause first with rank and device",
           lambda c: logs.explain(c.logs),
           logs=True),
+    Check("memory", "memory plan: per-rank peak of a config x layout x card, ranked remedies",
+          lambda c: [], memory=True),
 )
 
 
@@ -71,14 +74,16 @@ def _named(check: Check, i: str) -> bool:
     return check.id == i or check.id.startswith(i + ".")
 
 
-def select(ids: list[str], *, comm: bool, logs: bool) -> list[Check]:
+def select(ids: list[str], *, comm: bool, logs: bool, memory: bool = False) -> list[Check]:
     """Checks to run: the named ones (id or family prefix), else the default set.
     Every finding's code is its check's id or starts with it plus a dot."""
     if ids:
         return [c for c in CHECKS if any(_named(c, i) for i in ids)]
     if logs:
         return [c for c in CHECKS if c.logs]
-    return [c for c in CHECKS if not c.logs and (comm or not c.slow)]
+    if memory:
+        return [c for c in CHECKS if c.memory]
+    return [c for c in CHECKS if not c.logs and not c.memory and (comm or not c.slow)]
 
 
 def unknown(ids: list[str]) -> list[str]:
