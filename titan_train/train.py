@@ -119,8 +119,7 @@ def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> None:
     dp_rank = mesh["dp"].get_local_rank()
     torch_dev = device.torch_device(dev, local_rank)
 
-    tok = data.checked_tokenizer(cfg.data.tokenizer, cfg.data.dataset, cfg.model.vocab_size)
-    tokens = data.load_tokens(cfg.data.dataset, tok, cfg.data.text_field)
+    tokens = data.open_dataset(cfg.data, cfg.model.vocab_size, log=say)  # memory-mapped when prepared
     layout = data.BatchLayout(t.batch_size, t.grad_accum_steps, dims.dp)
 
     args = model_args(cfg)
@@ -155,7 +154,7 @@ def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> None:
     peak, peak_src = metrics.peak_flops(dev.type, device.device_name(dev), mp_name, cfg.metrics.peak_tflops)
     say(f"[titan-train] {cfg.name}: {n_params / 1e6:.1f}M params | {dev.type}+{dev.backend} | world {world} "
         f"= dp {dims.dp} x tp {dims.tp} | fsdp {fsdp} | {mp_name} | "
-        f"global batch {t.batch_size} x {t.seq_len} tokens | data {tok.name}, {len(tokens):,} tokens")
+        f"global batch {t.batch_size} x {t.seq_len} tokens | data {tokens.description}")
     say(f"[titan-train] peak {peak / 1e12:.3f} TFLOP/s per device ({peak_src})")
     if cfg.metrics.tensorboard:
         say("[titan-train] metrics.tensorboard is not implemented yet; metrics go to " + cfg.metrics.output)
@@ -176,7 +175,7 @@ def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> None:
             loss_sum = torch.zeros((), device=torch_dev)
             for micro in range(t.grad_accum_steps):
                 idx = data.sample_indices(progress["samples"], layout, micro, dp_rank)
-                inputs, targets = data.make_batch(tokens, idx, t.seq_len)
+                inputs, targets = tokens.batch(idx, t.seq_len)
                 inputs = torch.from_numpy(inputs).to(torch_dev)
                 targets = torch.from_numpy(targets).to(torch_dev)
                 with autocast:
