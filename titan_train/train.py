@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from titan_train import checkpoint, data, device, metrics
+from titan_train import checkpoint, data, device, kernels, metrics
 from titan_train.config import JobConfig, to_dict, validate
 from titan_train.model import ModelArgs, Transformer, count_params, flops_per_token
 from titan_train.parallel import ParallelDims, build_mesh, parallelize, uses_fsdp
@@ -124,7 +124,7 @@ def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> None:
 
     args = model_args(cfg)
     with torch.device("meta"):
-        model = Transformer(args)
+        model = Transformer(args, kernels.for_device(dev.type))  # torch_npu fused ops on an NPU
     param_dtype = DTYPES[mp_name]
     fsdp = uses_fsdp(cfg.distributed.fsdp, dims, cfg.distributed.cpu_offload)
     parallelize(model, mesh, fsdp=fsdp, param_dtype=param_dtype,
