@@ -102,6 +102,7 @@ def npu_kernels() -> Kernels:
         # transposes; head_num = query heads, Nq / Nkv > 1 is GQA (no repeat of k, v);
         # atten_mask True = masked; sparse_mode 2 (leftUpCausal) takes the compressed
         # 2048x2048 upper-triangular mask and ignores pre/next_tockens; output 1 is the result.
+        # 4 MiB, built per call: no cached tensor outlives its device or a fake-tensor trace
         mask = torch.ones(COMPRESSED_MASK, COMPRESSED_MASK, dtype=torch.bool, device=q.device).triu_(1)
         return torch_npu.npu_fusion_attention(q, k, v, q.shape[2], "BSND", atten_mask=mask,
                                               scale=1.0 / math.sqrt(q.shape[-1]), sparse_mode=2)[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import time
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
@@ -61,6 +62,7 @@ _WORKER: ChunkEncoder | None = None
 
 def _start_worker(tokenizer: str, text_field: str, files: list[Path]) -> None:
     global _WORKER
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle, once
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
     _WORKER = ChunkEncoder(tokenizer, text_field, files)
 
