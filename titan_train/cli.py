@@ -118,7 +118,7 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
 @click.argument("sources", nargs=-1, required=True, metavar="SRC...")
 @click.option("--tokenizer", required=True, metavar="T",
               help="A HuggingFace tokenizer.json (or a folder holding one), or \"byte\"; the trainer's "
-                   "data.tokenizer must be the same file.")
+                   "data.tokenizer must be the same tokenizer (its sha256 is checked).")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Folder to create; set data.dataset = DIR to train on it.")
 @click.option("--text-field", default="text", show_default=True, help="JSONL field / parquet column with the text.")
