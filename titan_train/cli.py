@@ -202,7 +202,7 @@ def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None)
     device.check_options(dev, cpu_offload=cfg.distributed.cpu_offload, mixed_precision=cfg.training.mixed_precision)
     if dev.type != "cpu" and opts.nproc > dev.count:
         raise _UserError(f"--nproc {opts.nproc} exceeds the {dev.count} {dev.type.upper()} device(s) visible here")
-    data.checked_tokenizer(cfg.data.tokenizer, cfg.data.dataset, cfg.model.vocab_size)
+    data.check_dataset(cfg.data, cfg.model.vocab_size, cfg.training.seq_len)
     _check_memory(cfg, opts, dev, ignore_memory, path or cfg.name)
 
 

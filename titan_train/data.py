@@ -183,12 +183,16 @@ class TokenStream:
             need, start, i = need - len(piece), start + len(piece), i + 1
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
+    def check_fits(self, seq_len: int) -> None:
+        """One sample needs seq_len + 1 ids (inputs and the shifted targets)."""
+        if len(self) - seq_len - 1 <= 0:
+            raise DataError(f"the dataset has {len(self)} tokens, fewer than training.seq_len + 1 = {seq_len + 1}")
+
     def batch(self, indices: Iterable[int], seq_len: int) -> tuple[np.ndarray, np.ndarray]:
         """Inputs and next-token targets for the given samples; sample i starts at
         i * seq_len and the stream wraps around."""
+        self.check_fits(seq_len)
         span = len(self) - seq_len - 1
-        if span <= 0:
-            raise DataError(f"the dataset has {len(self)} tokens, fewer than training.seq_len + 1 = {seq_len + 1}")
         rows = np.stack([self.read((i * seq_len) % span, seq_len + 1) for i in indices]).astype(np.int64)
         return rows[:, :-1], rows[:, 1:]
 
@@ -198,17 +202,35 @@ def make_batch(tokens: np.ndarray | TokenStream, indices: Iterable[int], seq_len
     return stream.batch(indices, seq_len)
 
 
+def _is_prepared(dataset: str) -> bool:
+    return dataset != "builtin" and Path(dataset).is_dir()
+
+
+def _mapped(folder: Path) -> TokenStream:
+    """A prepared folder's shards, memory-mapped (headers read and checked, no token data)."""
+    index = token_folder.read_index(folder)
+    shards = token_folder.open_shards(folder, index)
+    return TokenStream(shards, f"{folder} (memory-mapped, {index['tokens']:,} {index['dtype']} tokens "
+                               f"in {len(shards)} shard(s), {index['documents']:,} documents)")
+
+
+def check_dataset(cfg, vocab_size: int, seq_len: int) -> None:
+    """What `open_dataset` would refuse, checked once before any rank starts (the CLI's
+    preflight) without reading the corpus: the tokenizer against the model and a prepared
+    folder's index, every shard's header against the index, and at least one sample."""
+    checked_tokenizer(cfg.tokenizer, cfg.dataset, vocab_size)
+    if _is_prepared(cfg.dataset):
+        _mapped(Path(cfg.dataset)).check_fits(seq_len)
+
+
 def open_dataset(cfg, vocab_size: int, log: Callable[[str], None] = print) -> TokenStream:
     """The token stream of the [data] section `cfg`: a prepared folder is memory-mapped;
     "builtin" and corpus files are tokenized here, in memory (the log says so, and how large)."""
     dataset, tokenizer = cfg.dataset, cfg.tokenizer
     tok = checked_tokenizer(tokenizer, dataset, vocab_size)
     path = Path(dataset)
-    if dataset != "builtin" and path.is_dir():
-        index = token_folder.read_index(path)
-        shards = token_folder.open_shards(path, index)
-        return TokenStream(shards, f"{path} (memory-mapped, {index['tokens']:,} {index['dtype']} tokens "
-                                   f"in {len(shards)} shard(s), {index['documents']:,} documents)")
+    if _is_prepared(dataset):
+        return _mapped(path)
     if dataset != "builtin":
         log(f"[titan-train] data: tokenizing {path} ({path.stat().st_size / 1e6:,.1f} MB) in memory, in every "
             f"rank; for a large corpus run `titan-train prepare-data {path} --tokenizer {tokenizer} --out DIR` "

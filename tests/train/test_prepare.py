@@ -223,6 +223,32 @@ def test_run_refuses_a_mismatched_prepared_folder_before_starting(tmp_path, monk
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.parametrize("damage,message", [
+    ("truncate", "tokens-00001.npy cannot be mapped"),
+    ("remove", "tokens-00001.npy cannot be mapped"),
+    ("short", "the dataset has 10 tokens, fewer than training.seq_len + 1 = 65"),
+])
+def test_run_checks_the_prepared_shards_before_any_rank_starts(tmp_path, monkeypatch, damage, message):
+    """Shards the index does not match, or a corpus shorter than one sample, are refused by
+    the preflight (one line, exit 2, no rank started), not by every rank after the launch."""
+    src = tmp_path / "c.txt"
+    src.write_text("0123456789" * 20 if damage != "short" else "012345678")
+    prepare.prepare([str(src)], "byte", tmp_path / "p", workers=1, shard_tokens=100)
+    shard = tmp_path / "p" / "tokens-00001.npy"
+    if damage == "truncate":
+        shard.write_bytes(shard.read_bytes()[:-4])
+    elif damage == "remove":
+        shard.unlink()
+    spawned = []
+    monkeypatch.setattr("titan_train.launch.spawn", lambda *a, **k: spawned.append(a) or 0)
+    monkeypatch.chdir(tmp_path)
+    res = _cli("run", "--config", str(REPO / "configs" / "llama_debug.toml"), "--nproc", "2",
+               "--set", "training.seq_len=64", "--set", f'data.dataset="{tmp_path / "p"}"')
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert res.output.startswith("titan-train: error: ") and message in res.output
+    assert spawned == [] and not (tmp_path / "outputs").exists()
+
+
 def test_prepare_data_runs_as_a_command(tmp_path):
     """The real entry point with worker processes (spawned) and progress lines on stderr."""
     docs = _random_docs(200)
