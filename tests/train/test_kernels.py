@@ -205,3 +205,37 @@ def test_whole_model_on_npu_kernels_matches_the_reference(npu):
         out.logsumexp(-1).sum().backward()
     for (name, a), (_, b) in zip(models[0].named_parameters(), models[1].named_parameters()):
         torch.testing.assert_close(b.grad, a.grad, msg=name)
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_build_chooses_the_kernels_once_for_every_stage_and_the_fake_tensor_build(npu, monkeypatch, fake_world, pp):
+    """build() asks kernels.for_device once, by the device it builds on, and every block of
+    every local pipeline stage calls that choice; under FakeTensorMode (the memory planner's
+    build) the same happens, and a step traces through the NPU adapters."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from titan_train import config
+    from titan_train.build import build
+    from titan_train.parallel_dims import ParallelDims
+    from titan_train.step import train_step
+
+    from .conftest import REPO
+
+    asked = []
+    monkeypatch.setattr(kernels, "for_device", lambda device_type: asked.append(device_type) or npu)
+    cfg = config.load(REPO / "configs" / "llama_debug.toml",
+                      ["training.seq_len=64", "model.n_layers=4", f"distributed.pp_size={pp}",
+                       'distributed.pp_schedule="interleaved_1f1b"'])
+    config.validate(cfg, 2)
+    fake_world(2)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        parts = build(cfg, ParallelDims.for_world(2, pp=pp), torch.device("cpu"))
+        if pp == 1:
+            tokens = torch.randint(0, 2048, (4, 65))
+            train_step(parts, [(tokens[:, :-1], tokens[:, 1:])])
+    assert asked == ["cpu"] and parts.kernels is npu
+    assert len(parts.model_parts) == (1 if pp == 1 else 2)  # interleaved: stages 0 and 2 on this rank
+    users = [(name, m) for part in parts.model_parts for name, m in part.named_modules() if hasattr(m, "kernels")]
+    blocks = {name.split(".")[1] for name, _ in users if name.startswith("layers.")}
+    assert blocks == ({"0", "1", "2", "3"} if pp == 1 else {"0", "2"})
+    assert [name for name, m in users if m.kernels is not npu] == []
