@@ -52,12 +52,13 @@ def _quiet_known_warnings() -> None:
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
 
 
-def _batches(tokens, layout: data.BatchLayout, samples: int, dp_rank: int, seq_len: int, torch_dev):
+def _batches(tokens: data.TokenStream, layout: data.BatchLayout, samples: int, dp_rank: int, seq_len: int,
+             torch_dev):
     """The micro-batches of one optimizer step for this data-parallel rank; every pipeline
     and tensor-parallel rank of the group reads the same ones."""
     out = []
     for micro in range(layout.accum):
-        inputs, targets = data.make_batch(tokens, data.sample_indices(samples, layout, micro, dp_rank), seq_len)
+        inputs, targets = tokens.batch(data.sample_indices(samples, layout, micro, dp_rank), seq_len)
         out.append((torch.from_numpy(inputs).to(torch_dev), torch.from_numpy(targets).to(torch_dev)))
     return out
 
