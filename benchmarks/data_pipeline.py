@@ -14,7 +14,9 @@ Time to first step counts from starting `titan-train run --nproc N` to rank 0 pr
 (the best of --rounds starts). Peak RSS per rank is each rank process's VmHWM, read from
 /proc while it runs (the highest over the rounds). prepare-data also reports its CPU
 seconds, because this machine's cores are shared: MB per CPU-second times the cores you own
-is about what the tool does on an idle machine.
+is about what the tool does on an idle machine. Next to it, the same figure for the
+`tokenizers` batch encoder alone, in this process on one thread (the ceiling: what
+prepare-data costs beyond it is reading, JSON, id conversion, IPC and writing).
 """
 from __future__ import annotations
 
@@ -54,6 +56,26 @@ def generate_jsonl(path: Path, megabytes: float, seed: int = 0) -> int:
             fh.write(line)
             size += len(line.encode("utf-8"))
     return path.stat().st_size
+
+
+def encoder_alone(src: Path, tokenizer: str, megabytes: float = 20) -> float:
+    """MB per CPU-second of the tokenizer's batch encoder (ids included) on the first
+    `megabytes` of `src`, one thread; reading and JSON are done before the clock starts."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # before the encoder's first use in this process
+    from titan_train import corpus, data
+
+    tok, files = data.load_tokenizer(tokenizer), [src]
+    texts, nbytes = [], 0
+    for chunk in corpus.read_chunks(files):
+        texts.append(corpus.documents(chunk, src))
+        nbytes += chunk.nbytes
+        if nbytes >= megabytes * 1e6:
+            break
+    tok.encode_batch(texts[0])  # warm-up: the BPE word cache, allocator
+    start = time.process_time()
+    for batch in texts:
+        tok.encode_batch(batch)
+    return nbytes / 1e6 / (time.process_time() - start)
 
 
 def env() -> dict[str, str]:
@@ -171,9 +193,12 @@ def main() -> None:
             cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
             index = prep["index"]
             print(f"prepare-data {label}: {nbytes / 1e6 / prep['wall']:.2f} MB/s, "
-                  f"{index['tokens'] / prep['wall']:,.0f} tokens/s, {cpu:.0f} CPU-s "
+                  f"{index['tokens'] / prep['wall']:,.0f} tokens/s, {cpu:.1f} CPU-s "
                   f"({nbytes / 1e6 / cpu:.2f} MB per CPU-second), {index['prepare']['workers']} workers", flush=True)
             results[label] = {"mb": nbytes / 1e6, "tokens": index["tokens"], "prep_wall": prep["wall"], "cpu": cpu}
+            if label == "large":
+                print(f"  tokenizer's batch encoder alone: {encoder_alone(src, a.tokenizer):.2f} MB per CPU-second "
+                      "(one thread, first 20 MB)", flush=True)
             for path_kind, dataset in (("prepared", tmp / f"prepared-{label}"), ("raw file", src)):
                 if path_kind == "raw file" and label == "large" and a.skip_raw_large:
                     continue
