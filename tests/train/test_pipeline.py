@@ -44,29 +44,3 @@ def test_pipeline_checkpoint_resumes_on_data_parallel(one_rank, tmp_path):
     for step in range(1, PARITY_STEPS + 1):
         assert got[step] == pytest.approx(one_rank.losses[step], abs=1e-4), (step, got[step], one_rank.losses[step])
 
-
-def test_pipeline_trains_on_a_prepared_folder_and_resumes_like_one_rank_on_the_raw_file(tmp_path):
-    """pp=2 on the memory-mapped path: the first stage's inputs and the last stage's targets
-    come from the same samples (both ranks read the dp group's batches), so losses match one
-    rank tokenizing the same corpus in memory, across a stop and resume."""
-    import json
-
-    from titan_train import data, prepare
-
-    corpus_file = tmp_path / "corpus.jsonl"
-    corpus_file.write_text("".join(json.dumps({"text": d}) + "\n" for d in list(data.builtin_documents())[:300]))
-    prepare.prepare([str(corpus_file)], "byte", tmp_path / "prepared", workers=1, shard_tokens=15_000)
-    raw, piped = tmp_path / "raw", tmp_path / "piped"
-    raw.mkdir(), piped.mkdir()
-    common = FAST + ["training.steps=6"]
-    ok(run_trainer(raw, overrides=common + [f'data.dataset="{corpus_file}"']))
-    on_folder = common + [f'data.dataset="{tmp_path / "prepared"}"', "checkpoint.save_interval=3",
-                          "distributed.pp_size=2", 'distributed.pp_schedule="1f1b"']
-    first = ok(run_trainer(piped, nproc=2, overrides=on_folder, extra=["--stop-after", "3"]))
-    assert "dp 1 x pp 2 x tp 1" in first.stdout and "(memory-mapped, " in first.stdout
-    second = ok(run_trainer(piped, nproc=2, overrides=on_folder))
-    assert "(step 3)" in second.stdout
-    want, got = losses(raw), losses(piped)
-    assert sorted(got) == list(range(1, 7))
-    for step in range(1, 7):
-        assert got[step] == pytest.approx(want[step], abs=1e-4), (step, got[step], want[step])

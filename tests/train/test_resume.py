@@ -58,9 +58,14 @@ def test_resume_on_a_different_mesh_reshards(tmp_path):
         assert got[step] == pytest.approx(want[step], abs=1e-4), (step, got[step], want[step])
 
 
-def test_resume_is_exact_on_a_prepared_folder_and_matches_the_raw_file(tmp_path):
+@pytest.mark.parametrize("layout,extra", [
+    ("dp 2 x pp 1 x tp 1", []),
+    # the first stage reads the inputs and the last the targets of the same samples
+    ("dp 1 x pp 2 x tp 1", ["distributed.pp_size=2", 'distributed.pp_schedule="1f1b"']),
+])
+def test_resume_is_exact_on_a_prepared_folder_and_matches_the_raw_file(tmp_path, layout, extra):
     """2 ranks on the memory-mapped path, stopped and resumed, give the losses of one
-    uninterrupted run on the same corpus tokenized in memory."""
+    uninterrupted run of the same layout on the same corpus tokenized in memory."""
     from titan_train import data, prepare
 
     corpus_file = tmp_path / "corpus.jsonl"
@@ -68,11 +73,11 @@ def test_resume_is_exact_on_a_prepared_folder_and_matches_the_raw_file(tmp_path)
     prepare.prepare([str(corpus_file)], "byte", tmp_path / "prepared", workers=1, shard_tokens=20_000)
     raw, mapped = tmp_path / "raw", tmp_path / "mapped"
     raw.mkdir(), mapped.mkdir()
-    common = FAST + ["training.steps=6"]
+    common = FAST + ["training.steps=6", *extra]
     ok(run_trainer(raw, nproc=2, overrides=common + [f'data.dataset="{corpus_file}"']))
     on_folder = common + [f'data.dataset="{tmp_path / "prepared"}"', "checkpoint.save_interval=3"]
     first = ok(run_trainer(mapped, nproc=2, overrides=on_folder, extra=["--stop-after", "3"]))
-    assert "(memory-mapped, " in first.stdout and "tokenizing" not in first.stdout
+    assert "(memory-mapped, " in first.stdout and "tokenizing" not in first.stdout and layout in first.stdout
     second = ok(run_trainer(mapped, nproc=2, overrides=on_folder))
     assert "(step 3)" in second.stdout
     want, got = losses(raw), losses(mapped)
