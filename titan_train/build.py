@@ -18,8 +18,9 @@ from torch import nn
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.distributed.device_mesh import DeviceMesh
 
-from titan_train import pipeline
+from titan_train import kernels, pipeline
 from titan_train.config import JobConfig, pipeline_microbatches, pipeline_stages
+from titan_train.kernels import Kernels
 from titan_train.model import Transformer
 from titan_train.optim import LossScaler, OptimizerParts, Schedulers, lr_lambda
 from titan_train.parallel import Precision, parallelize, precision_plan
@@ -38,6 +39,7 @@ class TrainParts:
     precision: Precision
     device: torch.device
     max_norm: float
+    kernels: Kernels               # the fused ops every stage's model calls (kernels.for_device)
     # (inputs, targets) of one micro-batch -> its detached loss share, after backward
     forward_backward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -51,6 +53,7 @@ def build(cfg: JobConfig, dims: ParallelDims, device: torch.device, mesh: Device
     precision = precision_plan(t.mixed_precision, dims, fsdp=d.fsdp, cpu_offload=d.cpu_offload)
     autocast = functools.partial(precision.autocast, device.type)
     scaler = LossScaler(enabled=t.mixed_precision == "fp16")
+    ops = kernels.for_device(device.type)  # the one choice: every stage, and the planner's fake build, get these
 
     def prepare(model: Transformer, pipelined: bool) -> Transformer:
         with unset_fake_temporarily():  # the model is still on meta; meshes made here hold ranks, not data
@@ -65,7 +68,7 @@ def build(cfg: JobConfig, dims: ParallelDims, device: torch.device, mesh: Device
         n_stages = pipeline_stages(d)
         ids = pipeline.local_stage_ids(mesh["pp"].get_local_rank(), dims.pp, n_stages)
         layers = pipeline.stage_layers(cfg.model.n_layers, n_stages)
-        parts = [prepare(pipeline.carve_stage(cfg.model, layers[i], first=i == 0, last=i == n_stages - 1), True)
+        parts = [prepare(pipeline.carve_stage(cfg.model, layers[i], ops, first=i == 0, last=i == n_stages - 1), True)
                  for i in ids]
         step = pipeline.PipelineStep(has_first=0 in ids, has_last=n_stages - 1 in ids, microbatches=pipeline_microbatches(d),
                                      accum=t.grad_accum_steps, autocast=autocast, scaler=scaler, device=device)
@@ -81,7 +84,7 @@ def build(cfg: JobConfig, dims: ParallelDims, device: torch.device, mesh: Device
         forward_backward = step
     else:
         with torch.device("meta"):
-            model = Transformer(cfg.model)
+            model = Transformer(cfg.model, ops)
         parts = [prepare(model, False)]
         forward_backward = functools.partial(eager_forward_backward, model, autocast, t.grad_accum_steps, scaler)
 
@@ -89,5 +92,5 @@ def build(cfg: JobConfig, dims: ParallelDims, device: torch.device, mesh: Device
     optimizers = OptimizerParts(parts, lambda params: torch.optim.AdamW(
         params, lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay, foreach=True))
     schedulers = Schedulers(optimizers, lr_lambda(t.warmup_steps, t.steps, t.lr_schedule, t.min_lr_ratio))
-    return TrainParts(parts, optimizers, schedulers, scaler, mesh, dims, precision, device, t.max_norm,
+    return TrainParts(parts, optimizers, schedulers, scaler, mesh, dims, precision, device, t.max_norm, ops,
                       forward_backward)

@@ -1,8 +1,10 @@
 """`titan-train`: the reference LLaMA trainer (FSDP2 + tensor + pipeline parallel) on npu / cuda / cpu."""
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -116,6 +118,81 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
         _fail(str(e), debug)
 
 
+@main.command("prepare-data")
+@click.argument("sources", nargs=-1, required=True, metavar="SRC...")
+@click.option("--tokenizer", required=True, metavar="T",
+              help="A HuggingFace tokenizer.json (or a folder holding one), or \"byte\"; the trainer's "
+                   "data.tokenizer must be the same tokenizer (its sha256 is checked).")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Folder to create; set data.dataset = DIR to train on it.")
+@click.option("--text-field", default="text", show_default=True, help="JSONL field / parquet column with the text.")
+@click.option("--workers", type=click.IntRange(min=0), default=0,
+              help="Tokenizing processes (0 = one per available core).")
+@click.option("--shard-tokens", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Token ids per shard file (default 134,217,728).")
+@click.option("--force", is_flag=True, help="Replace DIR if it is an existing prepared dataset.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: print the written index as JSON on stdout.")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def prepare_data(sources, tokenizer, out, text_field, workers, shard_tokens, force, fmt, debug):
+    """Tokenize a corpus once into memory-mapped token shards that every rank maps at start,
+    instead of each rank reading and tokenizing the corpus (start-up time and RAM then do
+    not grow with the corpus).
+
+    \b
+      titan-train prepare-data corpus/ --tokenizer tokenizer.json --out data/corpus-tok
+      titan-train run --config my.toml --set data.dataset='"data/corpus-tok"' \\
+                      --set data.tokenizer='"tokenizer.json"'
+
+    SRC are files or folders (searched recursively) of .txt (documents separated by a blank
+    line), .jsonl / .json (one object per line), either compressed as .gz or .zst, and
+    .parquet. .zst and .parquet need `pip install 'titan-npu[data]'`.
+
+    DIR gets tokens-NNNNN.npy shards (uint16 when the vocabulary has at most 65,536 ids,
+    else uint32), doc_ends-NNNNN.npy document boundaries, and index.json (tokenizer name and
+    sha256, vocab size, token and document counts, source files with sizes). It is written
+    as a hidden .DIR.partial-PID folder and renamed when complete, so DIR is never half
+    written. Progress goes to stderr.
+
+    \b
+    Exit codes: 0 written, 2 bad input (nothing written), 130 interrupted (nothing written).
+    """
+    from titan_train import corpus, prepare
+
+    extra = {"shard_tokens": shard_tokens} if shard_tokens else {}
+    try:
+        total = sum(p.stat().st_size for p in corpus.find_sources(list(sources)))
+        with _progress(total, "tokenizing") as advance:
+            index = prepare.prepare(list(sources), tokenizer, out, text_field=text_field, workers=workers,
+                                    force=force, on_progress=advance, **extra)
+    except KeyboardInterrupt:
+        click.echo(f"titan-train: interrupted; {out} was not written", err=True)
+        sys.exit(130)
+    except _user_errors() as e:
+        _fail(str(e), debug)
+    click.echo(json.dumps(index, indent=1) if fmt == "json" else prepare.summary(index, out))
+
+
+@contextlib.contextmanager
+def _progress(total: int, label: str):
+    """A bar on a terminal; in a log, a line at every 10% (bytes of input done)."""
+    if sys.stderr.isatty():
+        with click.progressbar(length=max(total, 1), label=label, file=sys.stderr) as bar:
+            yield bar.update
+        return
+    state = {"done": 0, "shown": 0, "start": time.perf_counter()}
+
+    def advance(n: int) -> None:
+        state["done"] += n
+        pct = 100 * state["done"] // max(total, 1)
+        if pct >= state["shown"] + 10:
+            state["shown"] = pct - pct % 10
+            rate = state["done"] / 1e6 / max(time.perf_counter() - state["start"], 1e-9)
+            click.echo(f"{label}: {pct}% of {total / 1e6:,.1f} MB, {rate:,.2f} MB/s", err=True)
+
+    yield advance
+
+
 def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None) -> None:
     """Everything a user can get wrong is checked here, before any rank starts."""
     from titan_train import data, device
@@ -125,7 +202,7 @@ def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None)
     device.check_options(dev, cpu_offload=cfg.distributed.cpu_offload, mixed_precision=cfg.training.mixed_precision)
     if dev.type != "cpu" and opts.nproc > dev.count:
         raise _UserError(f"--nproc {opts.nproc} exceeds the {dev.count} {dev.type.upper()} device(s) visible here")
-    data.checked_tokenizer(cfg.data.tokenizer, cfg.data.dataset, cfg.model.vocab_size)
+    data.check_dataset(cfg.data, cfg.model.vocab_size, cfg.training.seq_len)
     _check_memory(cfg, opts, dev, ignore_memory, path or cfg.name)
 
 

@@ -74,7 +74,8 @@ class TrainingConfig:
 
 @dataclass
 class DataConfig:
-    dataset: str = "builtin"               # "builtin" (generated offline corpus) or a .txt / .jsonl path
+    dataset: str = "builtin"               # "builtin" (generated), a folder from `titan-train prepare-data`
+                                           # (memory-mapped), or a small .txt / .jsonl file (tokenized in RAM)
     tokenizer: str = "byte"                # "byte" (built in) or a HuggingFace tokenizer.json path
     text_field: str = "text"               # the JSONL field holding the text
 

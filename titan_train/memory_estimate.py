@@ -25,8 +25,9 @@ BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GiB = 2 ** 30
 
 # How far the analytic estimate may be from the measured peak. benchmarks/memory_accuracy.py
-# measures it: at most 7.8% over its 16 stage rows on CPU (the issue's bound is 20%); the
-# device's own kernels (fused attention on NPU) save other tensors, so the margin keeps the
+# measures it: at most 7.8% over its 16 stage rows on CPU (the issue's bound is 20%). On
+# an NPU, build() runs torch_npu's fused ops (titan_train/kernels.py), which save what their
+# own backward needs rather than what the reference ops below save, so the margin keeps the
 # issue's bound. The preflight refuses only beyond it; the doctor calls the band "tight".
 ERROR_MARGIN = 0.20
 # Caching-allocator rounding and fragmentation plus kernel workspaces, on accelerators.
@@ -150,7 +151,7 @@ def _autocast(lay: Layout) -> bool:
 
 
 def rmsnorm_saved(tokens: int, lay: Layout) -> int:
-    """titan_train.model.RMSNorm: x.float() kept by pow and mul (4d; the input itself when it
+    """titan_train.kernels.rms_norm (the reference op): x.float() kept by pow and mul (4d; the input itself when it
     is fp32), rsqrt (4), normed.type_as(x) kept by `* weight` (r*d; aliases the fp32
     product when r = 4)."""
     d = lay.model.d_model
@@ -161,8 +162,9 @@ def rmsnorm_saved(tokens: int, lay: Layout) -> int:
 def block_saved(lay: Layout, b: int) -> int:
     """Bytes autograd keeps from one TransformerBlock's forward until its backward (no AC).
 
-    Counted op by op from titan_train/model.py and checked exactly against the live model
-    with saved_tensors_hooks (tests/train/test_memory_estimate.py::test_block_formula_*):
+    Counted op by op from titan_train/model.py and the reference ops it calls through
+    titan_train/kernels.py (what build() picks off an NPU), and checked exactly against the
+    live model with saved_tensors_hooks (tests/train/test_memory_estimate.py::test_block_*):
       2 RMSNorms on the sequence-parallel residual (T/t tokens, see rmsnorm_saved);
       linear inputs: the (gathered) norm output shared by wq/wk/wv and by w1/w3 (2*T*d*e);
         under autocast each linear keeps its own half-precision cast (5*T*d*2);

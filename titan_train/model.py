@@ -1,5 +1,7 @@
 """LLaMA, readable top to bottom: RMSNorm, RoPE, grouped-query attention, SwiGLU.
 
+The four ops Ascend fuses (norm, rope, attention, SwiGLU) are called through the `kernels`
+the model is built with (kernels.py: the reference PyTorch ops, or torch_npu's on an NPU).
 No parallelism in here. Heads are reshaped with -1 so the same code runs on tensor-parallel
 shards (each holding n_heads / tp heads). The model is built on the `meta` device and
 materialized after parallelization, so `init_weights` must fill every parameter and buffer.
@@ -11,23 +13,21 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from titan_train.kernels import REFERENCE, Kernels
 from titan_train.model_args import ModelArgs
 from titan_train.sharded_init import init_param_, stable_name
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
+    def __init__(self, dim: int, eps: float, kernels: Kernels = REFERENCE):
         super().__init__()
-        self.eps = eps
+        self.eps, self.kernels = eps, kernels
         self.weight = nn.Parameter(torch.empty(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return normed.type_as(x) * self.weight
+        return self.kernels.rms_norm(x, self.weight, self.eps)
 
 
 def rope_tables(head_dim: int, seq_len: int, theta: float, device=None) -> torch.Tensor:
@@ -37,20 +37,10 @@ def rope_tables(head_dim: int, seq_len: int, theta: float, device=None) -> torch
     return torch.stack([angles.cos(), angles.sin()])
 
 
-def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (x[2i], x[2i+1]) of each head; x is (batch, seq, heads, head_dim)."""
-    cos, sin = rope[0][None, :, None, :], rope[1][None, :, None, :]
-    x32 = x.float().unflatten(-1, (-1, 2))
-    real, imag = x32[..., 0], x32[..., 1]
-    rotated = torch.stack([real * cos - imag * sin, real * sin + imag * cos], dim=-1)
-    return rotated.flatten(-2).type_as(x)
-
-
 class Attention(nn.Module):
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs, kernels: Kernels = REFERENCE):
         super().__init__()
-        self.head_dim = args.head_dim
-        self.n_rep = args.n_heads // args.kv_heads
+        self.head_dim, self.kernels = args.head_dim, kernels
         self.wq = nn.Linear(args.d_model, args.n_heads * self.head_dim, bias=False)
         self.wk = nn.Linear(args.d_model, args.kv_heads * self.head_dim, bias=False)
         self.wv = nn.Linear(args.d_model, args.kv_heads * self.head_dim, bias=False)
@@ -62,37 +52,33 @@ class Attention(nn.Module):
         q = self.wq(x).view(bsz, seq_len, -1, self.head_dim)
         k = self.wk(x).view(bsz, seq_len, -1, self.head_dim)
         v = self.wv(x).view(bsz, seq_len, -1, self.head_dim)
-        q, k = apply_rope(q, rope), apply_rope(k, rope)
-        # (batch, heads, seq, head_dim); grouped-query: each kv head serves n_rep q heads
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        if self.n_rep > 1:
-            k = k.repeat_interleave(self.n_rep, dim=1)
-            v = v.repeat_interleave(self.n_rep, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.wo(out.transpose(1, 2).reshape(bsz, seq_len, -1))
+        q, k = self.kernels.rope(q, rope), self.kernels.rope(k, rope)
+        out = self.kernels.attention(q, k, v)  # causal; grouped-query: a kv head serves n_heads / kv_heads
+        return self.wo(out.reshape(bsz, seq_len, -1))
 
 
 class FeedForward(nn.Module):
     """SwiGLU: w2(silu(w1 x) * w3 x)."""
 
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs, kernels: Kernels = REFERENCE):
         super().__init__()
+        self.kernels = kernels
         self.w1 = nn.Linear(args.d_model, args.ffn_dim, bias=False)
         self.w2 = nn.Linear(args.ffn_dim, args.d_model, bias=False)
         self.w3 = nn.Linear(args.d_model, args.ffn_dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(self.kernels.swiglu(self.w1(x), self.w3(x)))
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, layer_id: int, args: ModelArgs):
+    def __init__(self, layer_id: int, args: ModelArgs, kernels: Kernels = REFERENCE):
         super().__init__()
         self.layer_id = layer_id
-        self.attention_norm = RMSNorm(args.d_model, args.norm_eps)
-        self.attention = Attention(args)
-        self.ffn_norm = RMSNorm(args.d_model, args.norm_eps)
-        self.feed_forward = FeedForward(args)
+        self.attention_norm = RMSNorm(args.d_model, args.norm_eps, kernels)
+        self.attention = Attention(args, kernels)
+        self.ffn_norm = RMSNorm(args.d_model, args.norm_eps, kernels)
+        self.feed_forward = FeedForward(args, kernels)
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x), rope)
@@ -100,13 +86,14 @@ class TransformerBlock(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs, kernels: Kernels = REFERENCE):
+        """`kernels`: kernels.for_device(device type), chosen once when the model is built."""
         super().__init__()
         self.args = args
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.d_model)
         # A ModuleDict keyed "0".."N-1" keeps checkpoint keys stable (layers.0.attention...)
-        self.layers = nn.ModuleDict({str(i): TransformerBlock(i, args) for i in range(args.n_layers)})
-        self.norm = RMSNorm(args.d_model, args.norm_eps)
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(i, args, kernels) for i in range(args.n_layers)})
+        self.norm = RMSNorm(args.d_model, args.norm_eps, kernels)
         self.output = nn.Linear(args.d_model, args.vocab_size, bias=False)
         self.register_buffer(
             "rope", rope_tables(args.head_dim, args.max_seq_len, args.rope_theta, device=self.output.weight.device),

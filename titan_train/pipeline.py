@@ -17,6 +17,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from titan_train.kernels import Kernels
 from titan_train.model import Transformer
 from titan_train.model_args import ModelArgs
 from titan_train.parallel_dims import stage_layers  # noqa: F401  (the split lives with the layout)
@@ -30,10 +31,10 @@ def local_stage_ids(pp_rank: int, pp_size: int, n_stages: int) -> list[int]:
     return list(range(pp_rank, n_stages, pp_size))
 
 
-def carve_stage(args: ModelArgs, layer_ids: list[int], *, first: bool, last: bool) -> Transformer:
-    """The model on meta with only this stage's pieces; names unchanged."""
+def carve_stage(args: ModelArgs, layer_ids: list[int], ops: Kernels, *, first: bool, last: bool) -> Transformer:
+    """The model on meta with only this stage's pieces, calling `ops`; names unchanged."""
     with torch.device("meta"):
-        model = Transformer(args)
+        model = Transformer(args, ops)
     keep = {str(i) for i in layer_ids}
     for name in [n for n in model.layers if n not in keep]:
         del model.layers[name]

@@ -52,12 +52,13 @@ def _quiet_known_warnings() -> None:
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
 
 
-def _batches(tokens, layout: data.BatchLayout, samples: int, dp_rank: int, seq_len: int, torch_dev):
+def _batches(tokens: data.TokenStream, layout: data.BatchLayout, samples: int, dp_rank: int, seq_len: int,
+             torch_dev):
     """The micro-batches of one optimizer step for this data-parallel rank; every pipeline
     and tensor-parallel rank of the group reads the same ones."""
     out = []
     for micro in range(layout.accum):
-        inputs, targets = data.make_batch(tokens, data.sample_indices(samples, layout, micro, dp_rank), seq_len)
+        inputs, targets = tokens.batch(data.sample_indices(samples, layout, micro, dp_rank), seq_len)
         out.append((torch.from_numpy(inputs).to(torch_dev), torch.from_numpy(targets).to(torch_dev)))
     return out
 
@@ -67,8 +68,7 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
     _quiet_known_warnings()
     t = cfg.training
     torch_dev = device.torch_device(dev, local_rank)
-    tok = data.checked_tokenizer(cfg.data.tokenizer, cfg.data.dataset, cfg.model.vocab_size)
-    tokens = data.load_tokens(cfg.data.dataset, tok, cfg.data.text_field)
+    tokens = data.open_dataset(cfg.data, cfg.model.vocab_size, log=say)  # memory-mapped when prepared
     layout = data.BatchLayout(t.batch_size, t.grad_accum_steps, dims.dp)
 
     parts = build(cfg, dims, torch_dev)
@@ -83,7 +83,7 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
     say(f"[titan-train] {cfg.name}: {count_params(cfg.model)['total'] / 1e6:.1f}M params | {dev.type}+{dev.backend} | "
         f"world {dims.world_size} = {dims.describe()}{pp} | fsdp {parts.precision.fsdp} | {t.mixed_precision} | "
         f"ac {t.activation_checkpoint} | compile {t.compile} | global batch {t.batch_size} x {t.seq_len} tokens | "
-        f"data {tok.name}, {len(tokens):,} tokens")
+        f"data {tokens.description}")
     say(f"[titan-train] peak {peak / 1e12:.3f} TFLOP/s per device ({peak_src})")
     if cfg.metrics.tensorboard:
         say("[titan-train] metrics.tensorboard is not implemented yet; metrics go to " + cfg.metrics.output)

@@ -1,14 +1,9 @@
 """Every NPU-side name the rules emit exists in the torch_npu package source.
 
-torch_npu cannot be imported without CANN, so its wheel (from the registry, cached in
-~/.cache/titan-npu) is read statically. Skipped only when the registry is unreachable.
+torch_npu cannot be imported without CANN, so its wheel is read statically (tests/npu_wheel.py).
+Skipped only when the registry is unreachable.
 """
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -17,27 +12,12 @@ from titan_doctor.migrate import npu_api
 from titan_doctor.migrate.rules import NPU_API_FILE, builtin_files
 from titan_knowledge import rules_dir
 
-VERSION = "2.13.0"
-CACHE = Path(os.environ.get("TITAN_NPU_CACHE", Path.home() / ".cache" / "titan-npu"))
+from ..npu_wheel import VERSION, torch_npu_wheel
 
 
 @pytest.fixture(scope="module")
 def sources():
-    wheels = sorted(CACHE.glob(f"torch_npu-{VERSION}-*.whl"))
-    if not wheels:
-        CACHE.mkdir(parents=True, exist_ok=True)
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                 f"torch-npu=={VERSION}", "-d", str(CACHE)],
-                capture_output=True, text=True, timeout=600)
-        except subprocess.TimeoutExpired:
-            pytest.skip("package registry unreachable (pip download timed out)")
-        wheels = sorted(CACHE.glob(f"torch_npu-{VERSION}-*.whl"))
-        if proc.returncode != 0 or not wheels:
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            pytest.skip(f"could not fetch torch-npu=={VERSION} from the package registry: {last}")
-    return npu_api.wheel_sources(wheels[0])
+    return npu_api.wheel_sources(torch_npu_wheel())
 
 
 def _emitted() -> list[tuple[str, dict]]:

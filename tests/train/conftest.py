@@ -11,6 +11,22 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
+def _shared_data() -> Path:
+    """The read-only test assets: $TITAN_SHARED_DATA, else `shared/data` beside the checkout
+    (or beside its parent folder, for a git worktree under wt/). Tests skip when absent."""
+    if os.environ.get("TITAN_SHARED_DATA"):
+        return Path(os.environ["TITAN_SHARED_DATA"])
+    for base in (REPO.parent, REPO.parent.parent):
+        if (base / "shared" / "data").is_dir():
+            return base / "shared" / "data"
+    return REPO.parent / "shared" / "data"
+
+
+SHARED_DATA = _shared_data()
+TOKENIZER_2K = SHARED_DATA / "tokenizer-2k" / "tokenizer.json"
+TINYSHAKESPEARE = SHARED_DATA / "tinyshakespeare" / "input.txt"
+needs_tokenizer_2k = pytest.mark.skipif(not TOKENIZER_2K.is_file(), reason="shared test assets absent")
+
 # The debug model's shape with short sequences: real multi-rank runs in seconds on 2 cores.
 FAST = ["training.seq_len=64", "training.batch_size=8", "metrics.log_every=1",
         "training.warmup_steps=2", "checkpoint.save_interval=0"]

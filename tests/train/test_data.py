@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from titan_train import data
+from titan_train import corpus, data
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
+from .conftest import TINYSHAKESPEARE, TOKENIZER_2K, needs_tokenizer_2k
+
 
 
 def test_builtin_corpus_is_deterministic_and_byte_tokenized():
@@ -42,18 +42,23 @@ def test_make_batch_targets_are_inputs_shifted_and_the_stream_wraps():
         data.make_batch(tokens, range(1), seq_len=200)
 
 
+def _documents(path) -> list[str]:
+    files = corpus.find_sources([str(path)])
+    return [d for c in corpus.read_chunks(files) for d in corpus.documents(c, path)]
+
+
 def test_jsonl_and_text_files(tmp_path):
     jl = tmp_path / "c.jsonl"
     jl.write_text(json.dumps({"text": "hi"}) + "\n\n" + json.dumps({"text": "yo"}) + "\n")
-    assert list(data.file_documents(jl)) == ["hi", "yo"]
+    assert _documents(jl) == ["hi", "yo"]
     assert data.load_tokens(str(jl), data.byte_tokenizer()).tolist() == [104, 105, 256, 121, 111, 256]
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"body": "x"}\n')
-    with pytest.raises(data.DataError, match="bad.jsonl:1 has no string field 'text'"):
-        list(data.file_documents(bad))
+    bad.write_text('{"text": "fine"}\n\n{"body": "x"}\n')
+    with pytest.raises(data.DataError, match="bad.jsonl:3 has no string field 'text'"):
+        _documents(bad)
     txt = tmp_path / "c.txt"
     txt.write_text("first doc\n\nsecond doc\n")
-    assert list(data.file_documents(txt)) == ["first doc", "second doc\n"]
+    assert _documents(txt) == ["first doc", "second doc\n"]
 
 
 def test_tokenizer_errors_are_one_line(tmp_path):
@@ -64,12 +69,12 @@ def test_tokenizer_errors_are_one_line(tmp_path):
         data.load_tokenizer(str(tmp_path / "tokenizer.json"))
 
 
-@pytest.mark.skipif(not (SHARED / "tokenizer-2k" / "tokenizer.json").is_file(), reason="shared test assets absent")
+@needs_tokenizer_2k
 def test_hf_tokenizer_on_tinyshakespeare():
     pytest.importorskip("tokenizers")
-    tok = data.load_tokenizer(str(SHARED / "tokenizer-2k" / "tokenizer.json"))
+    tok = data.load_tokenizer(str(TOKENIZER_2K))
     assert tok.vocab_size <= 2048 + 16 and tok.name.startswith("hf:")
-    text = (SHARED / "tinyshakespeare" / "input.txt").read_text()[:5000]
+    text = TINYSHAKESPEARE.read_text()[:5000]
     ids = tok.encode_batch([text])[0]
     assert 0 < len(ids) < 0.9 * len(text)  # BPE merges: fewer tokens than bytes
     assert max(ids) < tok.vocab_size

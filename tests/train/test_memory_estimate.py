@@ -1,6 +1,6 @@
 """The analytic memory estimate: its terms are recomputed from the live model and the
-trainer's own sharding, so a change to model.py or parallel.py that drifts the formulas
-fails here."""
+trainer's own sharding, so a change to model.py, kernels.py (the reference ops the build
+picks on CPU) or parallel.py that drifts the formulas fails here."""
 from __future__ import annotations
 
 import contextlib

@@ -43,3 +43,4 @@ def test_pipeline_checkpoint_resumes_on_data_parallel(one_rank, tmp_path):
     assert sorted(got) == list(range(1, PARITY_STEPS + 1))
     for step in range(1, PARITY_STEPS + 1):
         assert got[step] == pytest.approx(one_rank.losses[step], abs=1e-4), (step, got[step], one_rank.losses[step])
+

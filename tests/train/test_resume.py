@@ -1,6 +1,8 @@
 """Checkpoints: resume gives the same losses as an uninterrupted run; retention keeps N."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from .conftest import FAST, losses, ok, run_trainer
@@ -54,3 +56,31 @@ def test_resume_on_a_different_mesh_reshards(tmp_path):
     want, got = losses(straight), losses(moved)
     for step in range(1, 7):
         assert got[step] == pytest.approx(want[step], abs=1e-4), (step, got[step], want[step])
+
+
+@pytest.mark.parametrize("layout,extra", [
+    ("dp 2 x pp 1 x tp 1", []),
+    # the first stage reads the inputs and the last the targets of the same samples
+    ("dp 1 x pp 2 x tp 1", ["distributed.pp_size=2", 'distributed.pp_schedule="1f1b"']),
+])
+def test_resume_is_exact_on_a_prepared_folder_and_matches_the_raw_file(tmp_path, layout, extra):
+    """2 ranks on the memory-mapped path, stopped and resumed, give the losses of one
+    uninterrupted run of the same layout on the same corpus tokenized in memory."""
+    from titan_train import data, prepare
+
+    corpus_file = tmp_path / "corpus.jsonl"
+    corpus_file.write_text("".join(json.dumps({"text": d}) + "\n" for d in list(data.builtin_documents())[:400]))
+    prepare.prepare([str(corpus_file)], "byte", tmp_path / "prepared", workers=1, shard_tokens=20_000)
+    raw, mapped = tmp_path / "raw", tmp_path / "mapped"
+    raw.mkdir(), mapped.mkdir()
+    common = FAST + ["training.steps=6", *extra]
+    ok(run_trainer(raw, nproc=2, overrides=common + [f'data.dataset="{corpus_file}"']))
+    on_folder = common + [f'data.dataset="{tmp_path / "prepared"}"', "checkpoint.save_interval=3"]
+    first = ok(run_trainer(mapped, nproc=2, overrides=on_folder, extra=["--stop-after", "3"]))
+    assert "(memory-mapped, " in first.stdout and "tokenizing" not in first.stdout and layout in first.stdout
+    second = ok(run_trainer(mapped, nproc=2, overrides=on_folder))
+    assert "(step 3)" in second.stdout
+    want, got = losses(raw), losses(mapped)
+    assert sorted(got) == list(range(1, 7))
+    for step in range(1, 7):
+        assert got[step] == pytest.approx(want[step], abs=1e-6), (step, got[step], want[step])
