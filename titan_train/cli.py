@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -12,6 +13,7 @@ from titan_train import __version__
 from titan_train import config as config_mod
 from titan_train.device import disable_backend_autoload
 from titan_train.resources import configs_dir
+from titan_train.signals import EXIT_SIGINT, Stopped
 
 EXIT_USAGE = 2
 
@@ -51,7 +53,9 @@ def main():
     """Train LLaMA the PyTorch FSDP way on Ascend NPU (hccl), NVIDIA (nccl) or CPU (gloo).
 
     \b
-    Exit codes: 0 done, 1 a rank failed while training, 2 bad config or setup.
+    Exit codes: 0 done, 1 a rank failed while training, 2 bad config or setup,
+    124 a step hung (stack dumps in <run folder>/hang), 143 / 130 stopped by
+    SIGTERM / SIGINT after saving a checkpoint (run the same command to resume).
     """
 
 
@@ -103,13 +107,23 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
                                         master_port=master_port)
             _preflight(cfg, opts)
             if opts.world_size > 1:
-                sys.exit(launch.spawn(opts, _worker_argv(path, overrides, stop_after, debug)))
+                sys.exit(launch.spawn(opts, _worker_argv(path, overrides, stop_after, debug),
+                                      config_mod.run_dir(cfg)))
             launch.single_process_env()
         from titan_train.train import train
 
         train(cfg, stop_after)
     except _user_errors() as e:
         _fail(str(e), debug)
+    except Stopped as e:   # preempted: the checkpoint is saved; say so once, no traceback
+        if os.environ.get("RANK", "0") == "0":
+            click.echo(f"titan-train: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:   # Ctrl-C before the loop could stop gracefully
+        if debug:
+            traceback.print_exc()
+        click.echo("titan-train: interrupted (Ctrl-C); nothing was saved after the last checkpoint", err=True)
+        sys.exit(EXIT_SIGINT)
 
 
 def _preflight(cfg, opts) -> None:
