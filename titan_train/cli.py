@@ -136,6 +136,10 @@ def _preflight(cfg, opts) -> None:
     if dev.type != "cpu" and opts.nproc > dev.count:
         raise _UserError(f"--nproc {opts.nproc} exceeds the {dev.count} {dev.type.upper()} device(s) visible here")
     data.checked_tokenizer(cfg.data.tokenizer, cfg.data.dataset, cfg.model.vocab_size)
+    if cfg.metrics.tensorboard:
+        from titan_train import metrics
+
+        metrics.require_tensorboard()
 
 
 def _worker_argv(path: Path, overrides, stop_after: int, debug: bool) -> list[str]:
@@ -147,9 +151,33 @@ def _worker_argv(path: Path, overrides, stop_after: int, debug: bool) -> list[st
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
-    from titan_train import data, device
+    from titan_train import data, device, metrics
 
-    return config_mod.ConfigError, device.DeviceError, data.DataError, _UserError
+    return config_mod.ConfigError, device.DeviceError, data.DataError, metrics.MissingExtra, _UserError
+
+
+@main.command()
+@click.argument("runs", nargs=-1, required=True, metavar="RUN_DIR...")
+@click.option("-o", "--output", "out", default="", metavar="PNG",
+              help="Where to write the PNG (default: <first RUN_DIR>/metrics.png).")
+def plot(runs, out):
+    """Plot loss, tokens/s, MFU and peak memory over steps for one or more runs, one line
+    per run, from each RUN_DIR/metrics.jsonl (a run folder such as outputs/llama_debug, or
+    the .jsonl file). Needs matplotlib: pip install 'titan-npu[plot]'.
+
+    \b
+      titan-train plot outputs/llama_debug outputs/llama_debug_tp2 -o compare.png
+    """
+    from titan_train import metrics
+    from titan_train import plot as plot_mod
+
+    first = Path(runs[0])
+    target = Path(out) if out else (first.parent if first.suffix == ".jsonl" else first) / "metrics.png"
+    try:
+        written = plot_mod.plot(list(runs), target)
+    except (plot_mod.PlotError, metrics.MissingExtra) as e:
+        _fail(str(e), debug=False)
+    click.echo(f"wrote {written} ({len(runs)} run(s))")
 
 if __name__ == "__main__":
     main()
