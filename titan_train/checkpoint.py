@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,21 +55,67 @@ def latest(folder: str | Path) -> tuple[int, Path] | None:
     return steps[-1] if steps else None
 
 
-def save(folder: str | Path, step: int, state: TrainState) -> Path:
-    """Collective: every rank calls it. Returns the final `step-N` path."""
+def _begin(folder: str | Path, step: int) -> tuple[Path, Path]:
+    """(step-N.tmp, step-N): an empty tmp folder every rank can write into."""
     folder = Path(folder)
     final, tmp = folder / f"step-{step}", folder / f"step-{step}.tmp"
     if dist.get_rank() == 0:
         folder.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
     dist.barrier()
-    dcp.save({"train": state}, checkpoint_id=str(tmp))
+    return tmp, final
+
+
+def _commit(tmp: Path, final: Path) -> Path:
+    """Every rank's write is done: only now does the folder get its resumable name."""
     dist.barrier()
     if dist.get_rank() == 0:
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
     dist.barrier()
     return final
+
+
+def save(folder: str | Path, step: int, state: TrainState) -> Path:
+    """Collective: every rank calls it. Returns the final `step-N` path."""
+    tmp, final = _begin(folder, step)
+    dcp.save({"train": state}, checkpoint_id=str(tmp))
+    return _commit(tmp, final)
+
+
+# ---- [checkpoint] async_save: the write runs in the background while training goes on ----
+
+@dataclass
+class PendingSave:
+    step: int
+    tmp: Path
+    final: Path
+    future: Any        # concurrent.futures.Future from dcp.async_save
+
+    def done(self) -> bool:
+        return self.future.done()
+
+
+def async_group():
+    """Collective, once per run: a gloo group of its own for the background writer, whose
+    plan exchange must never interleave with the training step's collectives (torchtitan
+    does the same). gloo works for every device: async_save stages to host memory first."""
+    return dist.new_group(backend="gloo")
+
+
+def start_async_save(folder: str | Path, step: int, state: TrainState, group) -> PendingSave:
+    """Collective. Stages the state to host memory (training may change it right after this
+    returns) and writes step-N.tmp in a background thread."""
+    tmp, final = _begin(folder, step)
+    future = dcp.async_save({"train": state}, checkpoint_id=str(tmp), process_group=group)
+    return PendingSave(step, tmp, final, future)
+
+
+def finish_async_save(pending: PendingSave) -> Path:
+    """Collective. Waits for this rank's write, then renames step-N.tmp -> step-N once every
+    rank's write is done. Call before the next save, and before exit."""
+    pending.future.result()
+    return _commit(pending.tmp, pending.final)
 
 
 def load(path: str | Path, state: TrainState) -> None:
