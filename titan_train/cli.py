@@ -61,7 +61,8 @@ def main():
 
 @main.command()
 @click.option("--config", "config_spec", default="llama_debug", show_default=True,
-              help="Trainer TOML file, or the name of a shipped config (llama_debug, llama_7b, llama_13b, llama_70b).")
+              help="Trainer TOML file, or the name of a shipped config (llama_debug, llama_7b, llama_13b, llama_70b). "
+                   "A torchtitan v0.2 llama3 TOML (train_configs/*.toml) is converted; what it cannot use is listed at start.")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override a config value, e.g. --set training.steps=20 (repeatable; values are TOML).")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
@@ -96,7 +97,8 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
 
     path = resolve_config(config_spec)
     try:
-        cfg = config_mod.load(path, list(overrides))
+        world = int(os.environ["WORLD_SIZE"]) if launch.under_torchrun() else nproc * nnodes
+        cfg = _load_config(path, list(overrides), world, announce=launch.announces() and not print_config)
         if print_config:
             click.echo(json.dumps(config_mod.to_dict(cfg), indent=2))
             return
@@ -124,6 +126,18 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
             traceback.print_exc()
         click.echo("titan-train: interrupted (Ctrl-C); nothing was saved after the last checkpoint", err=True)
         sys.exit(EXIT_SIGINT)
+
+
+def _load_config(path: Path, overrides: list[str], world_size: int, announce: bool):
+    """A trainer TOML, or a torchtitan one (converted, with what it ignores printed once)."""
+    from titan_train import torchtitan_config
+
+    if not torchtitan_config.is_torchtitan(config_mod.read_toml(path)):
+        return config_mod.load(path, overrides)
+    cfg, conversion = torchtitan_config.load(path, overrides, world_size)
+    if announce:
+        click.echo(conversion.block(path))
+    return cfg
 
 
 def _preflight(cfg, opts) -> None:

@@ -223,25 +223,32 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return section, key, value
 
 
-def load(path: str | Path, overrides: list[str] = ()) -> JobConfig:
-    """Read a TOML config and apply overrides (checked like the file itself)."""
+def read_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except IsADirectoryError:
         raise ConfigError(f"config path is a folder, not a TOML file: {path}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from None
+
+
+def load(path: str | Path, overrides: list[str] = ()) -> JobConfig:
+    """Read a TOML config and apply overrides (checked like the file itself)."""
+    return from_raw(read_toml(path), overrides, Path(path).stem)
+
+
+def from_raw(raw: dict[str, Any], overrides: list[str] = (), name: str = "job") -> JobConfig:
+    """Sections as read from TOML, plus `--set` overrides, into a checked JobConfig."""
     for text in overrides:
         section, key, value = parse_override(text)
         raw.setdefault(section, {})
         if not isinstance(raw[section], dict):
             raise ConfigError(f"--set {text!r}: [{section}] is not a table")
         raw[section][key] = value
-    cfg = from_dict(raw, name=path.stem)
-    return _fill_defaults(cfg)
+    return _fill_defaults(from_dict(raw, name=name))
 
 
 def _fill_defaults(cfg: JobConfig) -> JobConfig:

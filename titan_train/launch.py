@@ -96,6 +96,14 @@ def under_torchrun() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
 
 
+def announces() -> bool:
+    """Whether this process prints the run's start-up notes once: the launcher (or a single
+    process), or rank 0 under a torchrun the user started."""
+    if not under_torchrun():
+        return True
+    return os.environ.get("RANK") == "0" and "TITAN_TRAIN_LAUNCHED" not in os.environ
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -221,7 +229,8 @@ def start_ranks(cmd: list[str], opts: LaunchOptions, env: Mapping[str, str], log
     rdzv = rdzv or rendezvous(opts)
     base = dict(env)
     base.update(MASTER_ADDR=rdzv.master_addr, MASTER_PORT=str(rdzv.master_port), WORLD_SIZE=str(opts.world_size),
-                LOCAL_WORLD_SIZE=str(opts.nproc), GROUP_RANK=str(rdzv.node_rank), PYTHONUNBUFFERED="1")
+                LOCAL_WORLD_SIZE=str(opts.nproc), GROUP_RANK=str(rdzv.node_rank), PYTHONUNBUFFERED="1",
+                TITAN_TRAIN_LAUNCHED="1")
     # One intra-op thread pool per core, not per rank per core (torchrun would force 1).
     base.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // opts.nproc)))
     procs, outcomes, files, threads = [], [], [], []
