@@ -407,8 +407,8 @@ def run_and_report(cmd: list[str], opts: LaunchOptions, run_dir: str | Path, env
         if result.first_failure is not None:
             print(log_tail(result.first_failure), file=sys.stderr)
     elif result.forwarded:
-        print(f"titan-train: stopped on {signal.Signals(result.forwarded).name}; "
-              "run the same command to resume", file=sys.stderr)
+        print(f"titan-train: stopped on {signal.Signals(result.forwarded).name} (exit {result.exit_code}); "
+              "the same command resumes from the last checkpoint", file=sys.stderr)
     return result.exit_code
 
 

@@ -22,7 +22,7 @@ from .conftest import REPO, trainer_env
 LOOP = Path(__file__).with_name("ops_loop.py")
 
 
-def _launcher(run_dir: Path, cfg: dict, fault: str = "", nproc: int = 2) -> subprocess.Popen:
+def _launcher(run_dir: Path, cfg: dict, fault: str = "", nproc: int = 2, opts: str = "") -> subprocess.Popen:
     """The launcher in its own process (as `titan-train run` is), running the stand-in loop."""
     env = trainer_env()
     env["OPS_CFG"] = json.dumps({"run_dir": str(run_dir), **cfg})
@@ -30,7 +30,7 @@ def _launcher(run_dir: Path, cfg: dict, fault: str = "", nproc: int = 2) -> subp
         env[faults.ENV] = fault
     code = ("import sys; from titan_train import launch; "
             f"sys.exit(launch.run_and_report([sys.executable, {str(LOOP)!r}], "
-            f"launch.LaunchOptions(nproc={nproc}), {str(run_dir)!r}, timeout_s=240))")
+            f"launch.LaunchOptions({opts or f'nproc={nproc}'}), {str(run_dir)!r}, timeout_s=240))")
     return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -105,7 +105,7 @@ def test_sigterm_to_the_launcher_is_forwarded_and_ranks_save_at_one_step(tmp_pat
     proc.send_signal(signal.SIGTERM)
     rc, _, err = _finish(proc)
     assert rc == EXIT_SIGTERM, err
-    assert "stopped on SIGTERM; run the same command to resume" in err
+    assert "stopped on SIGTERM (exit 143); the same command resumes from the last checkpoint" in err
     stops = {json.loads((tmp_path / f"result_rank{r}.json").read_text())["stopped_at"] for r in (0, 1)}
     assert len(stops) == 1 and 2 <= stops.pop() < 200
 
@@ -129,3 +129,39 @@ def test_last_error_line_and_peer_classification():
     assert launch.last_error_line(prefixed, 1) == "KeyError: 'w'"
     assert launch.last_error_line("all good\n", 3) == "all good"
     assert not launch.peer_lost("ValueError: bad shape")
+
+
+def test_two_static_nodes_match_one_node(tmp_path):
+    """--master-addr/--node-rank (the Slurm script's rendezvous): ranks node_rank x nproc + local."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir(), two.mkdir()
+    rc, _, err = _finish(_launcher(one, {"steps": 3}, nproc=4))
+    assert rc == 0, err
+    port = launch.free_port()
+    nodes = [_launcher(two, {"steps": 3}, opts=f"nproc=2, nnodes=2, node_rank={k}, master_addr='127.0.0.1', "
+                                                 f"master_port={port}") for k in (0, 1)]
+    for node in nodes:
+        rc, _, err = _finish(node)
+        assert rc == 0, err
+    assert sorted(p.name for p in (two / "logs").iterdir()) == [f"rank{r}.log" for r in range(4)]
+    results = lambda d: [json.loads((d / f"result_rank{r}.json").read_text())["losses"] for r in range(4)]  # noqa: E731
+    assert results(two) == results(one)
+
+
+def test_ctrl_c_on_the_real_trainer_exits_130_without_a_traceback(tmp_path):
+    env = trainer_env()
+    cmd = [sys.executable, "-m", "titan_train.cli", "run", "--config", str(REPO / "configs" / "llama_debug.toml"),
+           "--nproc", "2", "--set", "training.seq_len=64", "--set", "training.steps=500",
+           "--set", "metrics.log_every=1", "--set", "checkpoint.save_interval=0"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for line in proc.stdout:
+        if line.startswith("step     1"):
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err
+    assert err.strip().splitlines()[-1].startswith("titan-train: stopped on SIGINT (exit 130)")
+    for r in (0, 1):
+        log = (tmp_path / "outputs" / "llama_debug" / "logs" / f"rank{r}.log").read_text()
+        assert "Traceback" not in log and "titan-train: interrupted (Ctrl-C)" in log
