@@ -270,7 +270,7 @@ def start_ranks(cmd: list[str], opts: LaunchOptions, env: Mapping[str, str], log
 
 def _wait(procs, outcomes, start, timeout_s, stop_grace_s, signal_grace_s) -> LaunchResult:
     result = LaunchResult(outcomes, "", 0)
-    kill_at = None
+    kill_at, failure_seen = None, False
     with _Forwarder() as fwd:
         while True:
             now = time.monotonic() - start
@@ -284,12 +284,13 @@ def _wait(procs, outcomes, start, timeout_s, stop_grace_s, signal_grace_s) -> La
                 result.forwarded = fwd.signum
                 for p, _ in running:
                     _signal_group(p, fwd.signum)
-                kill_at = now + signal_grace_s
-            if kill_at is None and any(o.failed for o in outcomes):
+                kill_at = min(kill_at if kill_at is not None else float("inf"), now + signal_grace_s)
+            if not failure_seen and any(o.failed for o in outcomes):   # also while ranks save after a signal
+                failure_seen = True
                 for p, o in running:
                     o.stopped = True
                     _signal_group(p, signal.SIGTERM)
-                kill_at = now + stop_grace_s
+                kill_at = min(kill_at if kill_at is not None else float("inf"), now + stop_grace_s)
             if kill_at is None and timeout_s is not None and now > timeout_s:
                 result.timed_out = True
                 for p, o in running:
