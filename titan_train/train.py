@@ -85,16 +85,15 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
         f"ac {t.activation_checkpoint} | compile {t.compile} | global batch {t.batch_size} x {t.seq_len} tokens | "
         f"data {tok.name}, {len(tokens):,} tokens")
     say(f"[titan-train] peak {peak / 1e12:.3f} TFLOP/s per device ({peak_src})")
-    if cfg.metrics.tensorboard:
-        say("[titan-train] metrics.tensorboard is not implemented yet; metrics go to " + cfg.metrics.output)
     if progress.step >= t.steps:
         say(f"[titan-train] already at step {progress.step} >= training.steps = {t.steps}; nothing to do")
         return
 
     last_step = min(t.steps, progress.step + stop_after) if stop_after > 0 else t.steps
-    logger = metrics.MetricsLogger(cfg.metrics, dims=dims, dev=dev, tokens_per_step=t.batch_size * t.seq_len,
+    logger = metrics.MetricsLogger(metrics.open_sinks(cfg.metrics, rank, progress.step), every=cfg.metrics.log_every,
+                                   dims=dims, dev=dev, tokens_per_step=t.batch_size * t.seq_len,
                                    flops_per_token=flops_per_token(cfg.model, t.seq_len), peak=peak,
-                                   last_step=last_step, rank=rank, say=say)
+                                   last_step=last_step, total_steps=t.steps, say=say)
     logger.start({"config": to_dict(cfg), "world_size": dims.world_size, "device": dev.type,
                   "backend": dev.backend, "resumed_from": progress.step})
     try:
