@@ -1,6 +1,6 @@
 """Per-step cost of the run-operation pieces the loop will call every step, side by side:
 span() (not profiling), Watchdog.watch(), GracefulStop.agreed() (one 4-byte all-reduce on a
-1-rank gloo group), and Progress.fields(). Prints microseconds per call; never pass/fail.
+1-rank gloo group), and Eta.fields(). Prints microseconds per call; never pass/fail.
 
     .venv/bin/python benchmarks/ops_overhead.py
 """
@@ -42,11 +42,11 @@ def main():
             with wd.watch(1):
                 pass
 
-        progress = metrics.Progress(1000)
+        eta = metrics.Eta(1000)
         rows = [("span('forward'), not profiling", per_call_us(in_span)),
                 ("Watchdog.watch(step)", per_call_us(in_watch)),
                 ("GracefulStop.agreed() (gloo, 1 rank)", per_call_us(stop.agreed, n=2000)),
-                ("Progress.fields(step)", per_call_us(lambda: progress.fields(10)))]
+                ("Eta.fields(step)", per_call_us(lambda: eta.fields(10)))]
     dist.destroy_process_group()
     width = max(len(name) for name, _ in rows)
     print(f"{'per step':<{width}}  us/call   (pid {os.getpid()}, {N} calls)")

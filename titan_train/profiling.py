@@ -66,6 +66,13 @@ class Profiler:
         return (f"profiling steps {first}-{first + c.active - 1} ({cycles} of wait {c.wait} + warmup {c.warmup} "
                 f"+ active {c.active}) -> {Path(c.folder) / 'rank<N>'}")
 
+    def announce(self, say) -> None:
+        """The start-of-run lines (when profiling): which steps, where, and a missing snapshot."""
+        if self.cfg.enabled:
+            say(f"[titan-train] {self.describe()}")
+        if self.memory_snapshot_note:
+            say(f"[titan-train] {self.memory_snapshot_note}")
+
     def __enter__(self) -> "Profiler":
         global _recording
         if not self.cfg.enabled:

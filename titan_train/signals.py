@@ -3,13 +3,14 @@
     with signals.GracefulStop() as stop:
         while step < last:
             ... one training step ...
-            if stop.agreed(torch_dev):           # one 4-byte all-reduce (MAX) per step
-                checkpointer.save(step)          # every rank is at the same step
-                raise signals.Stopped(step, stop.signum)
+            if (signum := stop.agreed()):         # one 4-byte all-reduce (MAX) per step
+                checkpointer.save(step)           # every rank is at the same step
+                raise signals.Stopped(step, signum)
 
 A handler only sets a flag: the step in flight finishes, its collectives stay matched, and
 the all-reduce makes a rank that got no signal (a node Slurm signalled later) stop at the
-same step. The CLI turns `Stopped` into one line and the exit code below, so a job script
+same step. The flag travels as a host tensor on a gloo group, so asking costs no wait for
+the accelerator's queue. The CLI turns `Stopped` into one line and the exit code below, so a job script
 can tell "preempted, resume me" from "failed".
 
 Exit codes (128 + signal number, the shell's convention): SIGTERM -> 143, SIGINT -> 130.
@@ -46,12 +47,14 @@ class Stopped(Exception):
 class GracefulStop:
     """Installs flag-setting handlers for SIGTERM and SIGINT while in the `with` block and
     restores the previous ones after. Only the main thread can install handlers; elsewhere
-    the block is a no-op that never asks to stop."""
+    the block is a no-op that never asks to stop. Entering is collective when a process
+    group with another backend than gloo exists (it makes the gloo group the flag uses)."""
 
     def __init__(self, signums=HANDLED, announce=True):
         self.signums = tuple(signums)
         self.signum = 0            # first signal received on this rank (0 = none)
         self.announce = announce
+        self.group = None          # gloo group for the flag (None: the default group is gloo)
         self._previous: dict[int, object] = {}
 
     def _handle(self, signum, _frame) -> None:
@@ -64,6 +67,10 @@ class GracefulStop:
             sys.stderr.flush()
 
     def __enter__(self) -> "GracefulStop":
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_backend() != "gloo":
+            self.group = dist.new_group(backend="gloo")
         if threading.current_thread() is threading.main_thread():
             for s in self.signums:
                 self._previous[s] = signal.signal(s, self._handle)
@@ -74,13 +81,13 @@ class GracefulStop:
             signal.signal(s, handler)
         self._previous.clear()
 
-    def agreed(self, torch_device=None) -> int:
+    def agreed(self) -> int:
         """Collective: the signal any rank received (0 if none), the same on every rank."""
         import torch
         import torch.distributed as dist
 
         if not (dist.is_available() and dist.is_initialized()):
             return self.signum
-        flag = torch.tensor([self.signum], dtype=torch.int32, device=torch_device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        flag = torch.tensor([self.signum], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
         return int(flag.item())

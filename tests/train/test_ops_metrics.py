@@ -122,13 +122,13 @@ def test_tensorboard_missing_is_a_one_line_setup_error(tmp_path):
 
 def test_progress_and_eta_on_the_rank0_line():
     now = [100.0]
-    progress = metrics.Progress(40, clock=lambda: now[0])
+    eta = metrics.Eta(40, clock=lambda: now[0])
     record = {"step": 10, "loss": 2.0, "grad_norm": 1.0, "lr": 1e-3, "tokens_per_s": 1000.0,
               "tokens_per_s_per_rank": 500.0, "mfu": 0.1, "peak_mem_gib": 1.0}
-    assert metrics.format_line(record, progress).startswith("step 10/40 (25%) | loss 2.0000")
-    assert metrics.format_line(record, progress).endswith("| eta ?")
+    assert metrics.format_line(record, eta).startswith("step 10/40 (25%) | loss 2.0000")
+    assert metrics.format_line(record, eta).endswith("| eta ?")
     now[0] = 110.0                      # 10 more steps in 10 s -> 1 s/step, 20 steps left
-    line = metrics.format_line({**record, "step": 20}, progress)
+    line = metrics.format_line({**record, "step": 20}, eta)
     assert line.startswith("step 20/40 (50%)") and line.endswith("| eta 20s")
     assert [metrics.format_duration(s) for s in (5, 65, 3725, 180000)] == ["5s", "1m05s", "1h02m", "2d02h"]
-    assert metrics.format_line(record).startswith("step    10 | loss")   # without progress: unchanged
+    assert metrics.format_line(record).startswith("step    10 | loss")   # without an Eta: unchanged
