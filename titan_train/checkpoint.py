@@ -24,6 +24,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
+from titan_train import faults
+
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -156,10 +158,24 @@ def _commit(tmp: Path, final: Path) -> Path:
     return final
 
 
+class _Writer(dcp.FileSystemWriter):
+    """DCP's file writer, plus the test hook (faults.py) that kills a rank right after it
+    wrote its own files, before the save is complete: the "killed mid-save" case."""
+
+    def __init__(self, path: Path, step: int):
+        super().__init__(str(path))
+        self.step = step
+
+    def write_data(self, plan, planner):
+        written = super().write_data(plan, planner)
+        faults.maybe_inject(self.step, dist.get_rank(), site="save")
+        return written
+
+
 def save(folder: str | Path, step: int, states: dict[str, Stateful]) -> Path:
     """Collective: every rank calls it. Returns the final `step-N` path."""
     tmp, final = _begin(folder, step)
-    dcp.save(states, checkpoint_id=str(tmp))
+    dcp.save(states, checkpoint_id=str(tmp), storage_writer=_Writer(tmp, step))
     return _commit(tmp, final)
 
 
@@ -187,7 +203,7 @@ def start_async_save(folder: str | Path, step: int, states: dict[str, Stateful],
     """Collective. Stages the state to host memory (training may change it right after this
     returns) and writes step-N.tmp in a background thread."""
     tmp, final = _begin(folder, step)
-    future = dcp.async_save(states, checkpoint_id=str(tmp), process_group=group)
+    future = dcp.async_save(states, checkpoint_id=str(tmp), storage_writer=_Writer(tmp, step), process_group=group)
     return PendingSave(step, tmp, final, future)
 
 

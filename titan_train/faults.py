@@ -6,9 +6,12 @@
     kill   SIGKILL this rank inside the step: the launcher must name it
     raise  raise RuntimeError inside the step: the failure summary must show its last line
     term   send SIGTERM to this rank only: every rank must still stop at the same step
+    kill_in_save   SIGKILL this rank in the checkpoint save of STEP, right after it wrote its
+           own files and before the save is complete: resume must skip that checkpoint
 
-Called at the start of every watched step (`Watchdog.watch`), so the loop carries no hook
-of its own. Unset (always, outside tests) it costs one dict lookup.
+Called at the start of every watched step (`Watchdog.watch`) and in the checkpoint writer
+(checkpoint.py), so the loop carries no hook of its own. Unset (always, outside tests) it
+costs one dict lookup.
 """
 from __future__ import annotations
 
@@ -17,7 +20,8 @@ import signal
 import time
 
 ENV = "TITAN_TRAIN_FAULT"
-KINDS = ("hang", "kill", "raise", "term")
+KINDS = ("hang", "kill", "raise", "term", "kill_in_save")
+SAVE_KINDS = ("kill_in_save",)     # injected by the checkpoint writer, not at the step's start
 
 
 def parse(spec: str) -> tuple[str, int, int, float]:
@@ -34,16 +38,17 @@ def parse(spec: str) -> tuple[str, int, int, float]:
     return kind, rank, step, seconds
 
 
-def maybe_inject(step: int, rank: int) -> None:
+def maybe_inject(step: int, rank: int, site: str = "step") -> None:
+    """`site`: "step" (the start of a training step) or "save" (inside a checkpoint write)."""
     spec = os.environ.get(ENV)
     if not spec:
         return
     kind, at_rank, at_step, seconds = parse(spec)
-    if (rank, step) != (at_rank, at_step):
+    if (rank, step) != (at_rank, at_step) or (kind in SAVE_KINDS) != (site == "save"):
         return
     if kind == "hang":
         time.sleep(seconds)
-    elif kind == "kill":
+    elif kind in ("kill", "kill_in_save"):
         os.kill(os.getpid(), signal.SIGKILL)
     elif kind == "raise":
         raise RuntimeError(f"injected fault ({ENV}) on rank {rank} at step {step}")
