@@ -12,7 +12,8 @@ Every rank writes stdout and stderr to <log_dir>/rank<N>.log (plain text for
 `titan-doctor diagnose --log`); only rank 0's stdout is echoed here. When a rank fails, the
 others are stopped (SIGTERM, then SIGKILL after `stop_grace_s`), and `summary()` names the
 rank that failed first, its error's last line, every log and the diagnose command, before
-any other output about the failure. SIGTERM / SIGINT sent to the launcher are forwarded to
+any other output about the failure; the summary is also kept in
+<log_dir>/launcher_node<K>.log for the doctor. SIGTERM / SIGINT sent to the launcher are forwarded to
 every rank, which stop at an agreed step (signals.py) and exit 143 / 130.
 """
 from __future__ import annotations
@@ -78,6 +79,7 @@ class LaunchResult:
     forwarded: int = 0                # signal forwarded to the ranks (0 = none)
     first_failure: RankOutcome | None = None
     log_dir: Path = field(default_factory=Path)
+    node_rank: int = 0
 
     @property
     def exit_code(self) -> int:
@@ -264,6 +266,7 @@ def start_ranks(cmd: list[str], opts: LaunchOptions, env: Mapping[str, str], log
             f.close()
         rdzv.close()
     result.master_addr, result.master_port, result.log_dir = rdzv.master_addr, rdzv.master_port, log_dir
+    result.node_rank = rdzv.node_rank
     result.first_failure = first_failure(result.ranks)
     return result
 
@@ -391,9 +394,15 @@ def summary(result: LaunchResult, run_dir: str | Path, prog: str = "titan-train"
 
 
 def log_tail(r: RankOutcome, n: int = 20) -> str:
-    """The failed rank's own last lines (printed after the summary)."""
+    """The failed rank's own last lines (printed after the summary); "" for an empty log."""
     tail = read_log(r.log).rstrip().splitlines()[-n:]
-    return "\n".join([f"---- last {len(tail)} lines of {r.log} ----", *tail])
+    return "\n".join([f"---- last {len(tail)} lines of {r.log} ----", *tail]) if tail else ""
+
+
+def launcher_log(log_dir: str | Path, node_rank: int) -> Path:
+    """Where this node's launcher keeps its failure summary, next to the rank logs, so that
+    `titan-doctor diagnose --log <run folder>` reads the same verdict the console showed."""
+    return Path(log_dir) / f"launcher_node{node_rank}.log"
 
 
 def run_and_report(cmd: list[str], opts: LaunchOptions, run_dir: str | Path, env: Mapping[str, str] | None = None,
@@ -403,10 +412,14 @@ def run_and_report(cmd: list[str], opts: LaunchOptions, run_dir: str | Path, env
     result = start_ranks(cmd, opts, os.environ if env is None else env, Path(run_dir) / "logs", **kw)
     text = summary(result, run_dir)
     sys.stdout.flush()
+    saved = launcher_log(result.log_dir, result.node_rank)
+    saved.unlink(missing_ok=True)   # a summary from an earlier run must not be read as this one's
     if text:
         print(text, file=sys.stderr)
-        if result.first_failure is not None:
-            print(log_tail(result.first_failure), file=sys.stderr)
+        saved.write_text(text + "\n", encoding="utf-8")
+        tail = log_tail(result.first_failure) if result.first_failure is not None else ""
+        if tail:
+            print(tail, file=sys.stderr)
     elif result.forwarded:
         print(f"titan-train: stopped on {signal.Signals(result.forwarded).name} (exit {result.exit_code}); "
               "the same command resumes from the last checkpoint", file=sys.stderr)
