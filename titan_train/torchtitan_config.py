@@ -6,13 +6,18 @@ torchtitan itself does); every key that does not is named in one block printed a
 with the reason, so nothing is dropped silently. Layout changes we cannot honour (context
 parallel, a shard degree that does not fit the world size, another model) are errors.
 
-Keys for features other branches add (activation checkpointing, pipeline schedules,
-compile, initial load) are written under their trainer names when this trainer has them,
-and listed as ignored when it does not yet.
+Activation checkpointing, pipeline schedules and compile map onto the trainer's
+training.activation_checkpoint / ac_every / compile and distributed.pp_schedule /
+pp_microbatches. A key whose trainer counterpart does not exist (initial load) is listed
+as ignored, never dropped.
 
 Facts about torchtitan come from pytorch/torchtitan v0.2.2: torchtitan/config/job_config.py
 (section fields and defaults), torchtitan/train.py (global batch and gradient accumulation),
-torchtitan/tools/profiling.py (profiler schedule), and rules/torchtitan_llama3.toml (flavors).
+torchtitan/tools/profiling.py (profiler schedule), torchtitan/distributed/activation_checkpoint.py
+(layer-wise selective AC wraps every k-th block whole; op-level recomputes every second mm),
+torchtitan/distributed/pipeline_parallel.py (n_microbatches = local_batch_size /
+pipeline_parallel_microbatch_size; two stages per rank for multi-stage schedules), torch's
+pipelining get_schedule_class (schedule names), and rules/torchtitan_llama3.toml (flavors).
 """
 from __future__ import annotations
 
@@ -217,11 +222,13 @@ def _parallelism(r: _Reader, world: int) -> int:
     r.set("distributed", "tp_size", tp, "parallelism.tensor_parallel_degree")
     r.set("distributed", "pp_size", pp, "parallelism.pipeline_parallel_degree")
     if pp > 1:
-        r.set("distributed", "pp_schedule", r.get("parallelism", "pipeline_parallel_schedule"),
-              "parallelism.pipeline_parallel_schedule")
+        r.set("distributed", "pp_schedule", _pp_schedule(r), "parallelism.pipeline_parallel_schedule")
+        local = int(r.get("training", "local_batch_size"))
         micro = int(r.get("parallelism", "pipeline_parallel_microbatch_size"))
-        r.set("distributed", "pp_microbatches", max(1, int(r.get("training", "local_batch_size")) // micro),
-              "parallelism.pipeline_parallel_microbatch_size")
+        if micro < 1 or local % micro:
+            raise ConfigError(f"parallelism.pipeline_parallel_microbatch_size = {micro} must divide training.local_batch_size "
+                              f"= {local}")
+        r.set("distributed", "pp_microbatches", local // micro, "parallelism.pipeline_parallel_microbatch_size")
     r.used.update({"parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_microbatch_size"})
     for key in ("fsdp_reshard_after_forward", "enable_async_tensor_parallel", "disable_loss_parallel",
                 "expert_parallel_degree", "expert_tensor_parallel_degree", "pipeline_parallel_layers_per_stage",
@@ -231,7 +238,8 @@ def _parallelism(r: _Reader, world: int) -> int:
         r.used.add(f"parallelism.{key}")
         default = {"fsdp_reshard_after_forward": "default"}.get(key)
         value = r.raw.get("parallelism", {}).get(key)
-        if value not in (None, default, False, 1, -1):
+        neutral = value is None or value is False or value == default or (type(value) is int and value in (1, -1))
+        if not neutral:  # (True == 1 in Python: a switched-on flag must not pass as a degree of 1)
             r.out.ignored.append(f"parallelism.{key} = {value!r}: not supported")
     return dp
 
@@ -316,15 +324,50 @@ def _outputs(r: _Reader) -> None:
     r.ignore("compile.components", "compile applies per transformer block")
 
 
+# torchtitan's pipeline_parallel_schedule names (torch's get_schedule_class, case-insensitive)
+# -> ours. The multi-stage ones run two stages per rank, as torchtitan does by default; ours
+# is the interleaved 1F1B among them (same gradients, another order of micro-batches).
+_PP_SCHEDULES = {"gpipe": "gpipe", "1f1b": "1f1b", "interleaved1f1b": "interleaved_1f1b"}
+_PP_MULTI_STAGE = ("loopedbfs", "interleavedzerobubble", "zbvzerobubble", "dualpipev")
+
+
+def _pp_schedule(r: _Reader) -> str:
+    name = str(r.get("parallelism", "pipeline_parallel_schedule"))
+    if name.lower() in _PP_SCHEDULES:
+        return _PP_SCHEDULES[name.lower()]
+    if name.lower() in _PP_MULTI_STAGE:
+        r.out.approximated.append(f"parallelism.pipeline_parallel_schedule = {name!r}: runs as 'interleaved_1f1b' "
+                                  "(two stages per rank, same gradients)")
+        return "interleaved_1f1b"
+    raise ConfigError(f"parallelism.pipeline_parallel_schedule = {name!r}: use one of GPipe, 1F1B, Interleaved1F1B "
+                      f"(or LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV, run as Interleaved1F1B)")
+
+
 def _activation_checkpoint(r: _Reader) -> None:
+    """torchtitan's modes onto ours. Its layer-wise selective AC ('selective' with an integer
+    k) wraps every k-th block whole: that is our full AC with ac_every = k. Its op-level
+    selective AC ('op') is our selective AC."""
     mode = r.get("activation_checkpoint", "mode")
     option = str(r.get("activation_checkpoint", "selective_ac_option"))
+    every = 1
     if mode == "memory_budget":
         r.out.approximated.append("activation_checkpoint.mode = 'memory_budget' (compiler-driven): runs as 'full'")
         mode = "full"
+    elif mode == "selective" and option.isdigit() and int(option) > 0:
+        mode, every = "full", int(option)
+        if every > 1:
+            r.out.approximated.append(f"activation_checkpoint.selective_ac_option = '{option}': blocks 0, {every}, "
+                                      f"{2 * every}, ... are checkpointed whole (torchtitan: blocks {every - 1}, "
+                                      f"{2 * every - 1}, ...), as many blocks")
+    elif mode == "selective" and option == "op":
+        r.out.approximated.append("activation_checkpoint.selective_ac_option = 'op': keeps every matmul output "
+                                  "(torchtitan recomputes every second one)")
+    elif mode == "selective":
+        raise ConfigError(f"activation_checkpoint.selective_ac_option = {option!r}: use 'op' or a positive integer")
     r.set("training", "activation_checkpoint", mode, "activation_checkpoint.mode")
-    if mode == "selective" and option.isdigit():
-        r.set("training", "ac_every", int(option), "activation_checkpoint.selective_ac_option")
+    r.set("training", "ac_every", every, "activation_checkpoint.selective_ac_option")
+    r.ignore("activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns",
+             "op-level selective AC keeps every matmul output here")
 
 
 def load(path: str | Path, overrides: list[str], world_size: int) -> tuple[JobConfig, Conversion]:

@@ -1,5 +1,6 @@
-"""torchtitan's own llama3 TOMLs (tests/train/fixtures/torchtitan, v0.2.2), converted field
-by field into the trainer's config, and one of them trained for a few steps."""
+"""torchtitan llama3 TOMLs (tests/train/fixtures/torchtitan: our files with the settings of
+torchtitan v0.2.2's published configs), converted field by field into the trainer's config,
+and one of them trained for a few steps with pipeline parallel and activation checkpointing."""
 from __future__ import annotations
 
 import json
@@ -50,12 +51,11 @@ def test_debug_model_converts_field_by_field():
         assert line in block, line
     # off switches are not noise in the block
     assert "enable_wandb" not in block and "validation" not in block and "compile" not in block
-    # issue 8's keys: converted when the trainer has them, reported until then
-    if ("training", "activation_checkpoint") in config_mod._TYPES:
-        assert (t.activation_checkpoint, t.ac_every) == ("selective", 2)
-    else:
-        assert "activation_checkpoint.mode -> training.activation_checkpoint = 'selective'" in block
-        assert "activation_checkpoint.selective_ac_option -> training.ac_every = 2" in block
+    # layer-wise selective AC every 2nd block = whole blocks checkpointed, every 2nd
+    assert (t.activation_checkpoint, t.ac_every, t.compile) == ("full", 2, False)
+    assert "selective_ac_option = '2': blocks 0, 2, 4, ... are checkpointed whole (torchtitan: blocks 1, 3, ...)" in block
+    # pipeline_parallel_schedule is there but pp is 1: the trainer's default stays
+    assert cfg.distributed.pp_schedule == config_mod.DistributedConfig().pp_schedule
 
 
 def test_llama3_8b_and_70b_shapes_and_layouts():
@@ -67,16 +67,42 @@ def test_llama3_8b_and_70b_shapes_and_layouts():
     assert (cfg.training.batch_size, cfg.training.warmup_steps, cfg.optimizer.lr) == (64, 200, 3e-4)
     assert (cfg.profiling.enabled, cfg.profiling.wait, cfg.metrics.tensorboard, cfg.metrics.log_every) == (True, 96, True, 10)
     assert cfg.model.ffn_dim_multiplier == 1.3
+    assert (cfg.training.activation_checkpoint, cfg.training.ac_every) == ("selective", 1)   # op-level SAC
+    assert "selective_ac_option = 'op': keeps every matmul output (torchtitan recomputes every second one)" in \
+        conv.block("llama3_8b.toml")
     config_mod.validate(cfg, 64)
 
     cfg, _ = _load("llama3_70b", world=64)
     m = cfg.model   # llama3_args["70B"]; tensor_parallel_degree = 8, local batch 8 -> dp 8 x 8
     assert (m.d_model, m.n_layers, m.n_heads, m.n_kv_heads, m.multiple_of) == (8192, 80, 64, 8, 4096)
     assert (cfg.distributed.tp_size, cfg.training.batch_size, cfg.optimizer.lr) == (8, 64, 1.5e-4)
+    assert (cfg.training.activation_checkpoint, cfg.training.ac_every) == ("full", 1)
     config_mod.validate(cfg, 64)
 
-    cfg, _ = _load("llama3_405b", world=512)
+    cfg, conv = _load("llama3_405b", world=512)
     assert (cfg.model.d_model, cfg.model.n_layers, cfg.model.n_heads, cfg.model.ffn_dim_multiplier) == (16384, 126, 128, 1.2)
+    assert (cfg.training.activation_checkpoint, cfg.training.compile, cfg.distributed.tp_size) == ("full", True, 8)
+    block = conv.block("llama3_405b.toml")
+    assert "parallelism.enable_async_tensor_parallel = True: not supported" in block
+    assert "compile.components = ['model', 'loss']: compile applies per transformer block" in block
+
+
+@pytest.mark.parametrize("schedule, ours, note", [
+    ("GPipe", "gpipe", None), ("1F1B", "1f1b", None), ("Interleaved1F1B", "interleaved_1f1b", None),
+    ("interleaved1f1b", "interleaved_1f1b", None),   # torch reads the names case-insensitively
+    ("ZBVZeroBubble", "interleaved_1f1b", "pipeline_parallel_schedule = 'ZBVZeroBubble': runs as 'interleaved_1f1b'"),
+])
+def test_pipeline_keys_map_to_the_trainers(tmp_path, schedule, ours, note):
+    src = (FIXTURES / "debug_model.toml").read_text()
+    src = src.replace("pipeline_parallel_degree = 1", "pipeline_parallel_degree = 2")
+    src = src.replace('"Interleaved1F1B"', repr(schedule).replace("'", '"'))
+    path = tmp_path / "tt.toml"
+    path.write_text(src.replace("[parallelism]", "[parallelism]\npipeline_parallel_microbatch_size = 2"))
+    cfg, conv = tt.load(path, [], 4)
+    d = cfg.distributed   # 4 ranks / pp 2 = dp 2; local batch 8 / micro-batch size 2 = 4 micro-batches
+    assert (d.pp_size, d.pp_schedule, d.pp_microbatches, cfg.training.batch_size) == (2, ours, 4, 16)
+    assert (note in conv.block("tt.toml")) if note else "pipeline_parallel_schedule" not in conv.block("tt.toml")
+    config_mod.validate(cfg, 4)
 
 
 def test_global_batch_sets_grad_accumulation_and_overrides_apply_after(tmp_path):
@@ -97,6 +123,13 @@ def test_global_batch_sets_grad_accumulation_and_overrides_apply_after(tmp_path)
      "model.name = 'deepseek_v3': only torchtitan's llama3 model converts to this trainer"),
     (("data_parallel_shard_degree = -1", "data_parallel_shard_degree = 3"),
      "parallelism: data_parallel_replicate_degree (1) x data_parallel_shard_degree (3) must be 4"),
+    (("selective_ac_option = '2'", "selective_ac_option = 'some'"),
+     "activation_checkpoint.selective_ac_option = 'some': use 'op' or a positive integer"),
+    (("pipeline_parallel_degree = 1", "pipeline_parallel_degree = 2\npipeline_parallel_microbatch_size = 3"),
+     "parallelism.pipeline_parallel_microbatch_size = 3 must divide training.local_batch_size = 8"),
+    (("pipeline_parallel_degree = 1\npipeline_parallel_schedule = \"Interleaved1F1B\"",
+      "pipeline_parallel_degree = 2\npipeline_parallel_schedule = \"Fancy\""),
+     "parallelism.pipeline_parallel_schedule = 'Fancy': use one of GPipe"),
 ])
 def test_layouts_and_models_we_cannot_honour_are_one_line_errors(tmp_path, edit, message):
     path = tmp_path / "tt.toml"
@@ -112,15 +145,22 @@ def test_only_torchtitan_files_are_read_as_torchtitan():
     assert not any(tt.is_torchtitan(config_mod.read_toml(p)) for p in repo_configs.glob("*.toml"))
 
 
-def test_torchtitan_debug_model_trains_a_few_steps(tmp_path):
-    cmd = [sys.executable, "-m", "titan_train.cli", "run", "--config", str(FIXTURES / "debug_model.toml"),
+def test_torchtitan_debug_model_trains_a_few_steps_with_pp_and_ac(tmp_path):
+    """The debug config with the one change a torchtitan user makes for two pipeline stages
+    (pipeline_parallel_degree = 2): its Interleaved1F1B schedule, micro-batch size and
+    every-2nd-block AC run through the trainer's own pp / AC keys."""
+    path = tmp_path / "debug_pp2.toml"
+    path.write_text((FIXTURES / "debug_model.toml").read_text().replace("pipeline_parallel_degree = 1",
+                                                                       "pipeline_parallel_degree = 2"))
+    cmd = [sys.executable, "-m", "titan_train.cli", "run", "--config", str(path),
            "--set", "training.seq_len=64", "--set", "training.steps=3", "--nproc", "2"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=trainer_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     out = proc.stdout
     assert out.count("torchtitan config, converted") == 1          # the launcher prints it, the ranks do not
-    assert out.index("torchtitan config, converted") < out.index("step     1")
-    assert "world 2 = dp 2 x tp 1 | fsdp True | bf16 | global batch 16 x 64 tokens" in out
+    assert out.index("torchtitan config, converted") < out.index("step 1/3")
+    assert ("world 2 = dp 1 x pp 2 x tp 1 | pp interleaved_1f1b x 8 micro-batches | fsdp False | bf16 | ac full | "
+            "compile False | global batch 8 x 64 tokens") in out
     records = [json.loads(x) for x in (tmp_path / "outputs" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in records if "step" in r]
     assert len(losses) == 3 and losses[-1] < losses[0]
