@@ -62,8 +62,8 @@ class GracefulStop:
             return  # a repeat (the launcher forwards what the terminal also sent): one stop is enough
         self.signum = signum
         if self.announce:
-            sys.stderr.write(f"titan-train: {signal.Signals(signum).name} received: finishing this step, "
-                             "saving a checkpoint and exiting\n")
+            sys.stderr.write(f"titan-train: {signal.Signals(signum).name} received: finishing this step; every rank "
+                             "stops after the same one (saving it when checkpointing)\n")
             sys.stderr.flush()
 
     def __enter__(self) -> "GracefulStop":

@@ -15,6 +15,7 @@ from torch.distributed.fsdp import fully_shard  # noqa: E402
 
 from titan_train import checkpoint  # noqa: E402
 from titan_train.model import ModelArgs, Transformer  # noqa: E402
+from titan_train.step import Progress  # noqa: E402
 
 
 def build():
@@ -25,18 +26,18 @@ def build():
         fully_shard(block)
     fully_shard(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    progress = {"step": 0}
-    return model, opt, checkpoint.TrainState(model, opt, sched, progress), progress
+    progress = Progress()
+    # the trainer's own top-level keys for the model and the progress (train_states)
+    return model, opt, {"model": checkpoint.ModelState([model]), "progress": progress}, progress
 
 
 def train_step(model, opt, progress, rank):
-    g = torch.Generator().manual_seed(100 * progress["step"] + rank)
+    g = torch.Generator().manual_seed(100 * progress.step + rank)
     tokens = torch.randint(0, 64, (2, 17), generator=g)
     F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()).backward()
     opt.step()
     opt.zero_grad()
-    progress["step"] += 1
+    progress.advance(2)
 
 
 def full(model):
@@ -63,7 +64,7 @@ def main():
     checkpoint.load(final, state2)
     loaded = full(model2)
     same = all(torch.equal(at_save[k], loaded[k]) for k in at_save)
-    report = {"named_early": named_early, "moved": moved, "same": same, "step": progress2["step"],
+    report = {"named_early": named_early, "moved": moved, "same": same, "step": progress2.step,
               "final": str(final), "tmp_left": (folder / "step-2.tmp").exists()}
     (folder.parent / f"async_rank{rank}.json").write_text(json.dumps(report))
     dist.destroy_process_group()

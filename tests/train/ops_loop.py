@@ -1,6 +1,7 @@
-"""A tiny stand-in training loop, one rank per process, that uses the run-operation pieces
-exactly as the real loop will: profiler + spans, hang watchdog, graceful stop on signals.
-Started by the tests through titan_train.launch (real processes on gloo).
+"""A tiny stand-in training loop, one rank per process, with the run-operation pieces the
+real loop uses (profiler + spans, hang watchdog, graceful stop on signals), for launcher
+tests that need quick runs. Started by the tests through titan_train.launch (real
+processes on gloo); the trainer itself is tested in test_run_safety.py.
 
 Settings come as JSON in $OPS_CFG: steps, run_dir, step_sleep, profile (dict for
 ProfilingConfig), watchdog (dict for WatchdogConfig), grace_s.

@@ -28,7 +28,7 @@ def test_two_nodes_of_two_ranks_match_four_ranks_on_one_node(tmp_path):
     outs = [n.communicate(timeout=300) for n in nodes]
     for n, (out, err) in zip(nodes, outs):
         assert n.returncode == 0, f"{out[-2000:]}\n{err[-2000:]}"
-    assert sum("world 4 = dp 4 x tp 1" in out for out, _ in outs) == 1   # only global rank 0 prints
+    assert sum("world 4 = dp 4 x pp 1 x tp 1" in out for out, _ in outs) == 1   # only global rank 0 prints
     logs = multi / "outputs" / "llama_debug" / "logs"
     assert sorted(p.name for p in logs.iterdir()) == ["rank0.log", "rank1.log", "rank2.log", "rank3.log"]
 

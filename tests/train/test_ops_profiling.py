@@ -1,41 +1,13 @@
-"""Profiler: a profiled run leaves a Chrome trace per rank with the step's spans and the
-same losses; on NPU the torch_npu profiler is configured as its docs say (stand-in module)."""
+"""Profiler pieces: spans name the phase, a disabled profiler does nothing, the memory
+snapshot says why it is missing on CPU, and on NPU the torch_npu profiler is configured as
+its docs say (stand-in module). A real profiled run: test_run_safety.py."""
 from __future__ import annotations
 
-import json
 import sys
 import types
 
-import pytest
-
 from titan_train import device, profiling
 from titan_train.config import ProfilingConfig
-
-from .test_ops_safety import _finish, _launcher
-
-
-def _losses(run_dir):
-    return [json.loads((run_dir / f"result_rank{r}.json").read_text())["losses"] for r in (0, 1)]
-
-
-def test_profiled_run_writes_a_chrome_trace_per_rank_and_keeps_the_losses(tmp_path):
-    plain, profiled = tmp_path / "plain", tmp_path / "profiled"
-    plain.mkdir(), profiled.mkdir()
-    prof = {"enabled": True, "wait": 1, "warmup": 1, "active": 2, "repeat": 1, "folder": str(profiled / "profile")}
-    rc, _, err = _finish(_launcher(plain, {"steps": 5}))
-    assert rc == 0, err
-    rc, _, err = _finish(_launcher(profiled, {"steps": 5, "profile": prof}))
-    assert rc == 0, err
-    assert _losses(plain) == _losses(profiled)            # bit-identical: profiling observes only
-    for rank in (0, 1):
-        traces = sorted((profiled / "profile" / f"rank{rank}").glob("*.json"))
-        assert [t.name for t in traces] == ["trace_step4.json"]   # steps 3-4 recorded (wait 1, warmup 1)
-        events = json.loads(traces[0].read_text())["traceEvents"]
-        spans = {e["name"] for e in events if e.get("cat") == "user_annotation"}
-        assert {"forward", "backward", "optimizer", "checkpoint"} <= spans
-        steps = {e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")}
-        assert steps == {"ProfilerStep#2", "ProfilerStep#3"}
-        assert all(e["ph"] == "X" and e["dur"] >= 0 for e in events if e.get("name") == "forward")
 
 
 def test_span_only_names_the_phase_when_not_profiling():
