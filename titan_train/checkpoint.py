@@ -7,12 +7,15 @@ pipeline stage, so DCP reshards a checkpoint onto any other mesh.
 
 A checkpoint is written into `step-N.tmp/` and renamed to `step-N/` only after every rank
 finished, so a folder named `step-N` is always complete; resume takes the newest one.
-Retention (`keep_last_n`) deletes only complete, older folders.
+Retention (`keep_last_n`) deletes only complete, older folders. With `[checkpoint] async`,
+DCP's async save writes step-N.tmp in the background while training goes on; the rename
+(and retention) happen when that write is finished, at the next save or at the end.
 """
 from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,8 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
+
+from titan_train import faults
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
@@ -53,10 +58,22 @@ def train_states(parts, progress) -> dict[str, Stateful]:
 
 class Checkpointer:
     """Resume at start, save on the configured steps, wait at the end: the loop's three calls.
-    Every method is collective (all ranks call it)."""
+    Every method is collective (all ranks call it).
+
+    With `async_save`, `maybe_save` stages the state to host memory and returns while
+    step-N.tmp is written in the background (on a gloo group of its own); the next save, or
+    `wait()`, finishes that write, renames it to step-N and prunes. Until then the previous
+    complete step-N is what a crash resumes from."""
 
     def __init__(self, cfg, states: dict[str, Stateful], *, say=print):
         self.cfg, self.states, self.say = cfg, states, say
+        self.group = async_group() if cfg.async_save and self.enabled else None
+        self.pending: PendingSave | None = None
+        self.last_saved: int | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.cfg.save_interval > 0
 
     def resume(self) -> int | None:
         """Load the newest complete checkpoint, if resuming; returns its step."""
@@ -68,25 +85,38 @@ class Checkpointer:
             return None
         step, path = found
         load(path, self.states)
+        self.last_saved = step
         self.say(f"[titan-train] resumed from {path} (step {step})")
         return step
 
     def maybe_save(self, step: int, *, last: bool = False) -> Path | None:
-        """Save at every save_interval-th step and at the run's last step (when saving at all)."""
-        interval = self.cfg.save_interval
-        if not interval or (step % interval and not last):
+        """Save at every save_interval-th step and at the run's last step (when saving at all);
+        a step already saved is not saved twice. Returns the step-N path it will have."""
+        if not self.enabled or (step % self.cfg.save_interval and not last) or step == self.last_saved:
             return None
-        saved = save(self.cfg.folder, step, self.states)
-        if dist.get_rank() == 0:
-            pruned = prune(self.cfg.folder, self.cfg.keep_last_n)
-            self.say(f"[titan-train] saved {saved}" + (f" (removed {len(pruned)} older)" if pruned else ""))
-        dist.barrier()
-        return saved
+        self.last_saved = step
+        self._finish_pending()
+        if self.group is not None:
+            self.pending = start_async_save(self.cfg.folder, step, self.states, self.group)
+            return self.pending.final
+        return self._saved(save(self.cfg.folder, step, self.states))
 
     def wait(self) -> None:
-        """Return when every rank has finished its last save. Saves are synchronous today, so
-        this is a barrier; an asynchronous save would be completed and renamed here."""
+        """Return when every rank has finished its last save (an async one is renamed here)."""
+        self._finish_pending()
         dist.barrier()
+
+    def _finish_pending(self) -> None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            self._saved(finish_async_save(pending))
+
+    def _saved(self, path: Path) -> Path:
+        if dist.get_rank() == 0:
+            pruned = prune(self.cfg.folder, self.cfg.keep_last_n)
+            self.say(f"[titan-train] saved {path}" + (f" (removed {len(pruned)} older)" if pruned else ""))
+        dist.barrier()
+        return path
 
 
 def complete_steps(folder: str | Path) -> list[tuple[int, Path]]:
@@ -107,21 +137,81 @@ def latest(folder: str | Path) -> tuple[int, Path] | None:
     return steps[-1] if steps else None
 
 
-def save(folder: str | Path, step: int, states: dict[str, Stateful]) -> Path:
-    """Collective: every rank calls it. Returns the final `step-N` path."""
+def _begin(folder: str | Path, step: int) -> tuple[Path, Path]:
+    """(step-N.tmp, step-N): an empty tmp folder every rank can write into."""
     folder = Path(folder)
     final, tmp = folder / f"step-{step}", folder / f"step-{step}.tmp"
     if dist.get_rank() == 0:
         folder.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
     dist.barrier()
-    dcp.save(states, checkpoint_id=str(tmp))
+    return tmp, final
+
+
+def _commit(tmp: Path, final: Path) -> Path:
+    """Every rank's write is done: only now does the folder get its resumable name."""
     dist.barrier()
     if dist.get_rank() == 0:
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
     dist.barrier()
     return final
+
+
+class _Writer(dcp.FileSystemWriter):
+    """DCP's file writer, plus the test hook (faults.py) that kills a rank right after it
+    wrote its own files, before the save is complete: the "killed mid-save" case."""
+
+    def __init__(self, path: Path, step: int):
+        super().__init__(str(path))
+        self.step = step
+
+    def write_data(self, plan, planner):
+        written = super().write_data(plan, planner)
+        faults.maybe_inject(self.step, dist.get_rank(), site="save")
+        return written
+
+
+def save(folder: str | Path, step: int, states: dict[str, Stateful]) -> Path:
+    """Collective: every rank calls it. Returns the final `step-N` path."""
+    tmp, final = _begin(folder, step)
+    dcp.save(states, checkpoint_id=str(tmp), storage_writer=_Writer(tmp, step))
+    return _commit(tmp, final)
+
+
+# ---- [checkpoint] async_save: the write runs in the background while training goes on ----
+
+@dataclass
+class PendingSave:
+    step: int
+    tmp: Path
+    final: Path
+    future: Any        # concurrent.futures.Future from dcp.async_save
+
+    def done(self) -> bool:
+        return self.future.done()
+
+
+def async_group():
+    """Collective, once per run: a gloo group of its own for the background writer, whose
+    plan exchange must never interleave with the training step's collectives (torchtitan
+    does the same). gloo works for every device: async_save stages to host memory first."""
+    return dist.new_group(backend="gloo")
+
+
+def start_async_save(folder: str | Path, step: int, states: dict[str, Stateful], group) -> PendingSave:
+    """Collective. Stages the state to host memory (training may change it right after this
+    returns) and writes step-N.tmp in a background thread."""
+    tmp, final = _begin(folder, step)
+    future = dcp.async_save(states, checkpoint_id=str(tmp), storage_writer=_Writer(tmp, step), process_group=group)
+    return PendingSave(step, tmp, final, future)
+
+
+def finish_async_save(pending: PendingSave) -> Path:
+    """Collective. Waits for this rank's write, then renames step-N.tmp -> step-N once every
+    rank's write is done. Call before the next save, and before exit."""
+    pending.future.result()
+    return _commit(pending.tmp, pending.final)
 
 
 def load(path: str | Path, states: dict[str, Stateful]) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 import traceback
@@ -14,6 +15,7 @@ from titan_train import __version__
 from titan_train import config as config_mod
 from titan_train.device import disable_backend_autoload
 from titan_train.resources import configs_dir
+from titan_train.signals import EXIT_SIGINT, Stopped
 
 EXIT_USAGE = 2
 
@@ -54,13 +56,17 @@ def main():
 
     \b
     Exit codes: 0 done, 1 a rank failed while training, 2 bad config or setup (including a
-    job whose memory estimate is clearly over what a rank has: --ignore-memory).
+    job whose memory estimate is clearly over what a rank has: --ignore-memory),
+    124 a step hung (stack dumps in <run folder>/hang), 143 / 130 stopped by
+    SIGTERM / SIGINT after saving a checkpoint (run the same command to resume).
     """
 
 
 @main.command()
 @click.option("--config", "config_spec", default="llama_debug", show_default=True,
-              help="Trainer TOML file, or the name of a shipped config (llama_debug, llama_7b, llama_13b, llama_70b, llama_70b_long).")
+              help="Trainer TOML file, or the name of a shipped config (llama_debug, llama_7b, llama_13b, llama_70b, "
+                   "llama_70b_long). A torchtitan v0.2 llama3 TOML (train_configs/*.toml) is converted; what it "
+                   "cannot use is listed at start.")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override a config value, e.g. --set training.steps=20 (repeatable; values are TOML).")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
@@ -98,7 +104,8 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
 
     path = resolve_config(config_spec)
     try:
-        cfg = config_mod.load(path, list(overrides))
+        world = int(os.environ["WORLD_SIZE"]) if launch.under_torchrun() else nproc * nnodes
+        cfg = _load_config(path, list(overrides), world, announce=launch.announces() and not print_config)
         if print_config:
             click.echo(json.dumps(config_mod.to_dict(cfg), indent=2))
             return
@@ -109,13 +116,35 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
                                         master_port=master_port)
             _preflight(cfg, opts, ignore_memory, path)
             if opts.world_size > 1:
-                sys.exit(launch.spawn(opts, _worker_argv(path, overrides, stop_after, debug)))
+                sys.exit(launch.spawn(opts, _worker_argv(path, overrides, stop_after, debug),
+                                      config_mod.run_dir(cfg)))
             launch.single_process_env()
         from titan_train.train import train
 
         train(cfg, stop_after)
     except _user_errors() as e:
         _fail(str(e), debug)
+    except Stopped as e:   # preempted: the checkpoint is saved; say so once, no traceback
+        if os.environ.get("RANK", "0") == "0":
+            click.echo(f"titan-train: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:   # Ctrl-C before the loop could stop gracefully
+        if debug:
+            traceback.print_exc()
+        click.echo("titan-train: interrupted (Ctrl-C); nothing was saved after the last checkpoint", err=True)
+        sys.exit(EXIT_SIGINT)
+
+
+def _load_config(path: Path, overrides: list[str], world_size: int, announce: bool):
+    """A trainer TOML, or a torchtitan one (converted, with what it ignores printed once)."""
+    from titan_train import torchtitan_config
+
+    if not torchtitan_config.is_torchtitan(config_mod.read_toml(path)):
+        return config_mod.load(path, overrides)
+    cfg, conversion = torchtitan_config.load(path, overrides, world_size)
+    if announce:
+        click.echo(conversion.block(path))
+    return cfg
 
 
 @main.command("prepare-data")
@@ -203,6 +232,10 @@ def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None)
     if dev.type != "cpu" and opts.nproc > dev.count:
         raise _UserError(f"--nproc {opts.nproc} exceeds the {dev.count} {dev.type.upper()} device(s) visible here")
     data.check_dataset(cfg.data, cfg.model.vocab_size, cfg.training.seq_len)
+    if cfg.metrics.tensorboard:
+        from titan_train import metrics
+
+        metrics.require_tensorboard()
     _check_memory(cfg, opts, dev, ignore_memory, path or cfg.name)
 
 
@@ -234,10 +267,35 @@ def _worker_argv(path: Path, overrides, stop_after: int, debug: bool) -> list[st
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
-    from titan_train import data, device
+    from titan_train import data, device, metrics
     from titan_train.checkpoint import CheckpointError
 
-    return config_mod.ConfigError, device.DeviceError, data.DataError, CheckpointError, _UserError
+    return (config_mod.ConfigError, device.DeviceError, data.DataError, CheckpointError, metrics.MissingExtra,
+            _UserError)
+
+
+@main.command()
+@click.argument("runs", nargs=-1, required=True, metavar="RUN_DIR...")
+@click.option("-o", "--output", "out", default="", metavar="PNG",
+              help="Where to write the PNG (default: <first RUN_DIR>/metrics.png).")
+def plot(runs, out):
+    """Plot loss, tokens/s, MFU and peak memory over steps for one or more runs, one line
+    per run, from each RUN_DIR/metrics.jsonl (a run folder such as outputs/llama_debug, or
+    the .jsonl file). Needs matplotlib: pip install 'titan-npu[plot]'.
+
+    \b
+      titan-train plot outputs/llama_debug outputs/llama_debug_tp2 -o compare.png
+    """
+    from titan_train import metrics
+    from titan_train import plot as plot_mod
+
+    first = Path(runs[0])
+    target = Path(out) if out else (first.parent if first.suffix == ".jsonl" else first) / "metrics.png"
+    try:
+        written = plot_mod.plot(list(runs), target)
+    except (plot_mod.PlotError, metrics.MissingExtra) as e:
+        _fail(str(e), debug=False)
+    click.echo(f"wrote {written} ({len(runs)} run(s))")
 
 if __name__ == "__main__":
     main()

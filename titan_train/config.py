@@ -53,6 +53,7 @@ class CheckpointConfig:
     keep_last_n: int = 0                   # keep only the newest N step-* folders (0 = keep all)
     folder: str = ""                       # default: outputs/<config name>/checkpoints
     resume: bool = True                    # resume from the newest complete step-* folder
+    async_save: bool = False               # DCP async save: training goes on while step-N.tmp is written (TOML key: async)
 
 
 @dataclass
@@ -83,9 +84,34 @@ class DataConfig:
 @dataclass
 class MetricsConfig:
     log_every: int = 1                     # print a metrics line every N steps
-    tensorboard: bool = False              # not implemented yet (a later issue)
+    tensorboard: bool = False              # also write TensorBoard event files (pip install 'titan-npu[tb]')
+    tb_folder: str = ""                    # TensorBoard folder (default: <run folder>/tb)
     peak_tflops: float = 0.0               # override the per-device peak used for MFU (0 = look up / measure)
-    output: str = ""                       # metrics.jsonl path (default: outputs/<config name>/metrics.jsonl)
+    output: str = ""                       # metrics.jsonl path (default: outputs/<config name>/metrics.jsonl);
+                                           # its folder is the run folder (traces, rank logs, hang dumps)
+
+
+@dataclass
+class ProfilingConfig:
+    enabled: bool = False                  # trace steps with torch.profiler (torch_npu.profiler on NPU)
+    wait: int = 1                          # steps skipped at the start of each cycle
+    warmup: int = 1                        # steps traced but thrown away (profiler start-up cost)
+    active: int = 2                        # steps recorded per cycle
+    repeat: int = 1                        # cycles (0 = until the run ends)
+    folder: str = ""                       # traces go to <folder>/rank<N>/ (default: <run folder>/profile)
+    record_shapes: bool = False            # record operator input shapes
+    profile_memory: bool = False           # record tensor allocations per operator
+    with_stack: bool = False               # record Python stacks (large traces)
+    memory_snapshot: bool = False          # also dump the allocator history (memory_snapshot_rank<N>.pickle; npu/cuda)
+    npu_level: str = "Level1"              # torch_npu profiler level: Level0 | Level1 | Level2
+
+
+@dataclass
+class WatchdogConfig:
+    enabled: bool = True                   # fail a hung run with per-rank stack dumps instead of waiting forever
+    factor: float = 20.0                   # a step is hung when it takes factor x the median step time ...
+    floor_s: float = 300.0                 # ... and at least this many seconds
+    startup_s: float = 1800.0              # limit for the first steps, before there is a median (compile, warm-up)
 
 
 @dataclass
@@ -97,6 +123,8 @@ class JobConfig:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     data: DataConfig = field(default_factory=DataConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
+    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
     name: str = "job"                      # taken from the config file's name
 
 
@@ -109,7 +137,10 @@ CHOICES = {
     ("training", "mixed_precision"): ("fp32", "bf16", "fp16"),
     ("training", "activation_checkpoint"): ("none", "full", "selective"),
     ("distributed", "pp_schedule"): ("gpipe", "1f1b", "interleaved_1f1b"),
+    ("profiling", "npu_level"): ("Level0", "Level1", "Level2"),
 }
+# TOML keys that are Python keywords, stored under another field name.
+KEY_ALIASES = {("checkpoint", "async"): "async_save"}
 
 
 def _coerce(section: str, key: str, value: Any) -> Any:
@@ -162,6 +193,7 @@ def from_dict(raw: dict[str, Any], name: str = "job") -> JobConfig:
             raise ConfigError(f"[{section}] must be a table of key = value")
         target = getattr(cfg, section)
         for key, value in values.items():
+            key = KEY_ALIASES.get((section, key), key)
             if (section, key) not in _TYPES:
                 raise ConfigError(f"unknown key {section}.{key}; valid keys in [{section}]: "
                                   f"{', '.join(_section_keys(section))}")
@@ -186,25 +218,32 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return section, key, value
 
 
-def load(path: str | Path, overrides: list[str] = ()) -> JobConfig:
-    """Read a TOML config and apply overrides (checked like the file itself)."""
+def read_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except IsADirectoryError:
         raise ConfigError(f"config path is a folder, not a TOML file: {path}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from None
+
+
+def load(path: str | Path, overrides: list[str] = ()) -> JobConfig:
+    """Read a TOML config and apply overrides (checked like the file itself)."""
+    return from_raw(read_toml(path), overrides, Path(path).stem)
+
+
+def from_raw(raw: dict[str, Any], overrides: list[str] = (), name: str = "job") -> JobConfig:
+    """Sections as read from TOML, plus `--set` overrides, into a checked JobConfig."""
     for text in overrides:
         section, key, value = parse_override(text)
         raw.setdefault(section, {})
         if not isinstance(raw[section], dict):
             raise ConfigError(f"--set {text!r}: [{section}] is not a table")
         raw[section][key] = value
-    cfg = from_dict(raw, name=path.stem)
-    return _fill_defaults(cfg)
+    return _fill_defaults(from_dict(raw, name=name))
 
 
 def _fill_defaults(cfg: JobConfig) -> JobConfig:
@@ -212,9 +251,18 @@ def _fill_defaults(cfg: JobConfig) -> JobConfig:
         cfg.checkpoint.folder = f"outputs/{cfg.name}/checkpoints"
     if not cfg.metrics.output:
         cfg.metrics.output = f"outputs/{cfg.name}/metrics.jsonl"
+    if not cfg.metrics.tb_folder:
+        cfg.metrics.tb_folder = str(run_dir(cfg) / "tb")
+    if not cfg.profiling.folder:
+        cfg.profiling.folder = str(run_dir(cfg) / "profile")
     if cfg.model.n_kv_heads is None:
         cfg.model.n_kv_heads = cfg.model.n_heads
     return cfg
+
+
+def run_dir(cfg: JobConfig) -> Path:
+    """The run folder: where metrics.jsonl lives, and with it traces, rank logs and hang dumps."""
+    return Path(cfg.metrics.output).parent
 
 
 def validate(cfg: JobConfig, world_size: int) -> None:
@@ -224,17 +272,23 @@ def validate(cfg: JobConfig, world_size: int) -> None:
                 ("model", "n_layers"), ("model", "n_kv_heads"), ("model", "max_seq_len"),
                 ("model", "multiple_of"), ("distributed", "tp_size"), ("distributed", "pp_size"),
                 ("training", "batch_size"), ("training", "seq_len"), ("training", "steps"),
-                ("training", "grad_accum_steps"), ("training", "ac_every"), ("metrics", "log_every")]
+                ("training", "grad_accum_steps"), ("training", "ac_every"), ("metrics", "log_every"),
+                ("profiling", "active")]
     for section, key in positive:
         value = getattr(getattr(cfg, section), key)
         if value < 1:
             raise ConfigError(f"{section}.{key} = {value} must be >= 1")
     for section, key in [("checkpoint", "save_interval"), ("checkpoint", "keep_last_n"),
                          ("training", "warmup_steps"), ("training", "max_norm"),
-                         ("optimizer", "weight_decay")]:
+                         ("optimizer", "weight_decay"), ("profiling", "wait"), ("profiling", "warmup"),
+                         ("profiling", "repeat")]:
         value = getattr(getattr(cfg, section), key)
         if value < 0:
             raise ConfigError(f"{section}.{key} = {value} must be >= 0")
+    w = cfg.watchdog
+    for key in ("factor", "floor_s", "startup_s"):
+        if getattr(w, key) <= 0:
+            raise ConfigError(f"watchdog.{key} = {getattr(w, key)} must be > 0")
     if cfg.optimizer.lr <= 0:
         raise ConfigError(f"optimizer.lr = {cfg.optimizer.lr} must be > 0")
     if len(cfg.optimizer.betas) != 2 or not all(0 <= b < 1 for b in cfg.optimizer.betas):

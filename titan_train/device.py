@@ -187,3 +187,54 @@ def peak_memory_bytes(dev: Device) -> int:
         return int(mod.max_memory_allocated())
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+# ---- profiling: which profiler, and the allocator's memory history ----
+
+def profiler_api(dev: Device, npu_level: str = "Level1"):
+    """(profiler module, activities, extra profile() kwargs, trace handler or None).
+
+    NPU: `torch_npu.profiler` with CPU + NPU activities, its `_ExperimentalConfig` at the
+    given level, and its own `tensorboard_trace_handler` (it writes the raw Ascend data and
+    then parses it into trace_view.json). Elsewhere: `torch.profiler`, CPU (+ CUDA), and the
+    caller exports the Chrome trace itself (handler None)."""
+    if dev.type == "npu":
+        import torch_npu
+
+        prof = torch_npu.profiler
+        config = prof._ExperimentalConfig(profiler_level=getattr(prof.ProfilerLevel, npu_level),
+                                          aic_metrics=prof.AiCMetrics.PipeUtilization)
+        activities = [prof.ProfilerActivity.CPU, prof.ProfilerActivity.NPU]
+        return prof, activities, {"experimental_config": config}, prof.tensorboard_trace_handler
+    import torch.profiler as prof
+
+    activities = [prof.ProfilerActivity.CPU]
+    if dev.type == "cuda":
+        activities.append(prof.ProfilerActivity.CUDA)
+    return prof, activities, {}, None
+
+
+def _memory_module(dev: Device):
+    mod = _module(dev.type)
+    memory = getattr(mod, "memory", None) if mod is not None else None
+    if memory is None or not hasattr(memory, "_record_memory_history") or not hasattr(memory, "_dump_snapshot"):
+        return None
+    return memory
+
+
+def record_memory_history(dev: Device, enabled: bool, max_entries: int = 100_000) -> bool:
+    """Start (or stop) the caching allocator's history; False where the device has none (cpu)."""
+    memory = _memory_module(dev)
+    if memory is None:
+        return False
+    memory._record_memory_history("all" if enabled else None, max_entries=max_entries)
+    return True
+
+
+def dump_memory_snapshot(dev: Device, path: str) -> bool:
+    """Write the allocator history as a pickle for https://pytorch.org/memory_viz."""
+    memory = _memory_module(dev)
+    if memory is None:
+        return False
+    memory._dump_snapshot(path)
+    return True

@@ -1,4 +1,5 @@
-"""Loss, tokens/s, MFU and memory: computing them, printing them, writing metrics.jsonl.
+"""Loss, tokens/s, MFU and memory: computing them, printing them (with progress and ETA),
+writing them to metrics.jsonl and, optionally, TensorBoard.
 
 Peak FLOPs come from rules/devices.toml for accelerators; for a CPU there is no datasheet
 number that means anything, so a short matmul probe measures what this machine reaches.
@@ -48,13 +49,16 @@ def mfu(tokens_per_s_per_device: float, flops_per_token: float, peak: float) -> 
     return tokens_per_s_per_device * flops_per_token / peak
 
 
-def format_line(m: dict[str, Any]) -> str:
-    """One human line per logged step (rank 0)."""
-    parts = [f"step {m['step']:>5}", f"loss {m['loss']:.4f}", f"grad_norm {m['grad_norm']:.3f}",
+def format_line(m: dict[str, Any], eta: "Eta | None" = None) -> str:
+    """One human line per logged step (rank 0); with `eta`, the step out of the total and an ETA."""
+    done, left = eta.fields(m["step"]) if eta else (f"{m['step']:>5}", None)
+    parts = [f"step {done}", f"loss {m['loss']:.4f}", f"grad_norm {m['grad_norm']:.3f}",
              f"lr {m['lr']:.2e}",
              f"tok/s {m['tokens_per_s']:,.0f} ({m['tokens_per_s_per_rank']:,.0f}/rank)"]
     parts.append(f"mfu {m['mfu'] * 100:.1f}%" if m.get("mfu") is not None else "mfu n/a")
     parts.append(f"mem {m['peak_mem_gib']:.2f} GiB")
+    if left is not None:
+        parts.append(f"eta {left}")
     return " | ".join(parts)
 
 
@@ -75,29 +79,114 @@ class MetricsFile:
         self._fh.close()
 
 
+class MissingExtra(Exception):
+    """An optional dependency a setting needs is not installed (a user error, one line)."""
+
+
+def require_tensorboard() -> None:
+    try:
+        import tensorboard  # noqa: F401  (torch.utils.tensorboard needs the package itself)
+        from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+    except ImportError:
+        raise MissingExtra("metrics.tensorboard = true needs tensorboard: pip install 'titan-npu[tb]' "
+                           "(or set metrics.tensorboard = false)") from None
+
+
+class TensorBoardSink:
+    """The metrics.jsonl records as TensorBoard scalars: one tag per numeric field, named as
+    in the JSONL, at the record's step; the start record (config) as text. A resumed run
+    purges events past its starting step, so a crashed run's extra steps do not linger."""
+
+    def __init__(self, folder: str | Path, resumed_from: int = 0):
+        require_tensorboard()
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.folder = Path(folder)
+        self._w = SummaryWriter(log_dir=str(self.folder), purge_step=resumed_from + 1 if resumed_from else None)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if "step" not in record:
+            if record.get("event") == "start":
+                self._w.add_text("start", "```\n" + json.dumps(record, indent=2) + "\n```", record.get("resumed_from", 0))
+            return
+        for key, value in record.items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                self._w.add_scalar(key, value, record["step"])
+        self._w.flush()
+
+    def close(self) -> None:
+        self._w.close()
+
+
+def open_sinks(cfg, rank: int, resumed_from: int = 0) -> list:
+    """Where rank 0's records go (`cfg`: the [metrics] section): metrics.jsonl, and
+    TensorBoard when enabled. Other ranks: none."""
+    if rank != 0:
+        return []
+    sinks = [MetricsFile(cfg.output)]
+    if cfg.tensorboard:
+        sinks.append(TensorBoardSink(cfg.tb_folder, resumed_from))
+    return sinks
+
+
+def format_duration(seconds: float) -> str:
+    """12s, 3m05s, 1h02m, 2d03h."""
+    s = int(round(max(seconds, 0)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+class Eta:
+    """Where the run is ('12/40 (30%)') and when it ends, for the rank-0 line. The rate is
+    measured from the end of this run's first logged step (which pays for warm-up and
+    compilation) and counts only this run's steps, so a resumed run's ETA is not skewed by
+    the run before it."""
+
+    def __init__(self, total_steps: int, clock=time.monotonic):
+        self.total, self._clock = total_steps, clock
+        self._first: tuple[int, float] | None = None
+
+    def fields(self, step: int) -> tuple[str, str]:
+        """('12/40 (30%)', '1m23s'); the ETA is '?' until a second step was seen."""
+        now = self._clock()
+        if self._first is None:
+            self._first = (step, now)
+        done = f"{step}/{self.total} ({100 * step / self.total:.0f}%)"
+        first_step, t0 = self._first
+        if step <= first_step:
+            return done, "?"
+        return done, format_duration((now - t0) / (step - first_step) * (self.total - step))
+
+
 class MetricsLogger:
     """The loop's metrics, one `log(step, stats)` call per step (every rank calls it).
 
     On a logging step (every `log_every`, and the run's last) it sums the loss over ranks,
-    reads the figures to the host once, prints the rank-0 line and appends metrics.jsonl;
-    other steps cost nothing. Tokens/s is measured over the window since the last logged
-    step; time spent inside `paused()` (saving a checkpoint) is left out of it.
+    reads the figures to the host once, prints the rank-0 line (with progress and ETA
+    towards `total_steps`) and hands the record to every sink (`open_sinks`: metrics.jsonl,
+    TensorBoard); other steps cost nothing. Tokens/s is measured over the window since the
+    last logged step; time spent inside `paused()` (saving a checkpoint) is left out of it.
     """
 
-    def __init__(self, cfg, *, dims, dev, tokens_per_step: int, flops_per_token: float, peak: float,
-                 last_step: int, rank: int, say=print):
-        self.every, self.last_step, self.say = cfg.log_every, last_step, say
+    def __init__(self, sinks: list, *, every: int, dims, dev, tokens_per_step: int, flops_per_token: float,
+                 peak: float, last_step: int, total_steps: int, say=print):
+        self.sinks, self.every, self.last_step, self.say = sinks, every, last_step, say
         self.dims, self.dev, self.tokens_per_step = dims, dev, tokens_per_step
         self.flops_per_token, self.peak = flops_per_token, peak
-        self.file = MetricsFile(cfg.output) if rank == 0 else None
+        self.eta = Eta(total_steps)
         self.window_start, self.window_tokens = time.perf_counter(), 0
 
     def start(self, record: dict[str, Any]) -> None:
         """Write the run's start record and open the first throughput window."""
         from titan_train import device
 
-        if self.file:
-            self.file.write({"event": "start", **record})
+        for sink in self.sinks:
+            sink.write({"event": "start", **record})
         device.reset_peak_memory(self.dev)
         self.window_start, self.window_tokens = time.perf_counter(), 0
 
@@ -121,9 +210,9 @@ class MetricsLogger:
                   "peak_mem_gib": device.peak_memory_bytes(self.dev) / 2 ** 30, "elapsed_s": elapsed}
         if stats.loss_scale is not None:
             record["loss_scale"] = stats.loss_scale
-        self.say(format_line(record), flush=True)
-        if self.file:
-            self.file.write(record)
+        self.say(format_line(record, self.eta), flush=True)
+        for sink in self.sinks:
+            sink.write(record)
         self.window_start, self.window_tokens = time.perf_counter(), 0
         return record
 
@@ -137,5 +226,5 @@ class MetricsLogger:
             self.window_start += time.perf_counter() - start
 
     def close(self) -> None:
-        if self.file:
-            self.file.close()
+        for sink in self.sinks:
+            sink.close()

@@ -21,6 +21,7 @@ from titan_train.kernels import Kernels
 from titan_train.model import Transformer
 from titan_train.model_args import ModelArgs
 from titan_train.parallel_dims import stage_layers  # noqa: F401  (the split lives with the layout)
+from titan_train.profiling import span
 from titan_train.step import cross_entropy
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
@@ -95,7 +96,7 @@ class PipelineStep:
         losses: list[torch.Tensor] = []
         args = (inputs,) if self.has_first else ()
         kwargs = {"target": targets, "losses": losses} if self.has_last else {}
-        with self.autocast():
+        with span("forward_backward"), self.autocast():  # torch names each micro-batch's Forward i / Backward i
             # return_outputs=False: otherwise the last stage keeps every micro-batch's logits
             # until the step ends, to return them merged (the memory planner found this)
             self.schedule.step(*args, return_outputs=False, **kwargs)

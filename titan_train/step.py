@@ -4,7 +4,8 @@ optimizer and LR schedule. Also where training stands (`Progress`, checkpointed)
 `train_step` keeps everything on the device: it returns tensors, not floats, so nothing
 waits for the host unless fp16 needs its overflow check. That is also what lets the memory
 planner run it under FakeTensorMode. How forward + backward runs is the part's own
-callable: eager here, the pipeline schedule with pipeline parallel (pipeline.py).
+callable: eager here, the pipeline schedule with pipeline parallel (pipeline.py). The
+phases are `span`s: named ranges in a profiler trace, and the phase the hang watchdog reports.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from torch import nn
 from torch.distributed.checkpoint.stateful import Stateful
 
 from titan_train.optim import clip_, global_grad_norm, reduce_partial_grads_
+from titan_train.profiling import span
 
 
 @dataclass
@@ -56,10 +58,12 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 def eager_forward_backward(model: nn.Module, autocast, accum: int, scaler, inputs: torch.Tensor,
                            targets: torch.Tensor) -> torch.Tensor:
     """One micro-batch through the whole model; returns its (detached) loss / accum."""
-    with autocast():
-        logits = model(inputs)
-    loss = cross_entropy(logits, targets) / accum
-    (loss * scaler.scale if scaler.enabled else loss).backward()
+    with span("forward"):
+        with autocast():
+            logits = model(inputs)
+        loss = cross_entropy(logits, targets) / accum
+    with span("backward"):
+        (loss * scaler.scale if scaler.enabled else loss).backward()
     return loss.detach()
 
 
@@ -70,17 +74,18 @@ def train_step(parts, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> StepS
     for inputs, targets in batches:
         loss += parts.forward_backward(inputs, targets)
     scale = parts.scaler.scale
-    reduce_partial_grads_(parts.parameters())
-    norm, local_grads = global_grad_norm(parts.parameters(), parts.mesh, parts.device)
-    skipped = False
-    if parts.scaler.enabled:  # fp16 must know on the host whether to step
-        skipped = not math.isfinite(norm.item())
-        parts.scaler.update(not skipped)
-    if not skipped:
-        clip_(local_grads, norm, parts.max_norm, scale)
-        parts.optimizers.step()
-    lr = parts.schedulers.last_lr
-    parts.schedulers.step()
-    parts.optimizers.zero_grad()
+    with span("optimizer"):  # global grad norm, clipping, the optimizer and LR schedule
+        reduce_partial_grads_(parts.parameters())
+        norm, local_grads = global_grad_norm(parts.parameters(), parts.mesh, parts.device)
+        skipped = False
+        if parts.scaler.enabled:  # fp16 must know on the host whether to step
+            skipped = not math.isfinite(norm.item())
+            parts.scaler.update(not skipped)
+        if not skipped:
+            clip_(local_grads, norm, parts.max_norm, scale)
+            parts.optimizers.step()
+        lr = parts.schedulers.last_lr
+        parts.schedulers.step()
+        parts.optimizers.zero_grad()
     return StepStats(loss=loss, grad_norm=norm / scale, lr=lr, loss_scale=scale if parts.scaler.enabled else None,
                      skipped=skipped)

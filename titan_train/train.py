@@ -1,11 +1,13 @@
 """The training loop, read top to bottom. Runs in every rank (started by launch.py or torchrun).
 
-Everything that is not the loop lives in its own module and enters here as one call:
-the layout (parallel_dims), `build` (model, parallelism, optimizer), `train_step` (or the
-pipeline's), the `Checkpointer` and the `MetricsLogger`.
+Everything that is not the loop lives in its own module and enters here as one call or
+one context manager: the layout (parallel_dims), `build` (model, parallelism, optimizer),
+`train_step` (or the pipeline's), the `Checkpointer`, the `MetricsLogger`, the graceful stop
+on SIGTERM / SIGINT (signals), the hang watchdog and the profiler.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import warnings
@@ -13,12 +15,13 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from titan_train import data, device, metrics
+from titan_train import data, device, metrics, profiling, signals, watchdog
 from titan_train.build import build
 from titan_train.checkpoint import Checkpointer, train_states
-from titan_train.config import JobConfig, pipeline_microbatches, to_dict, validate
+from titan_train.config import JobConfig, pipeline_microbatches, run_dir, to_dict, validate
 from titan_train.model_args import count_params, flops_per_token
 from titan_train.parallel_dims import ParallelDims
+from titan_train.profiling import span
 from titan_train.step import Progress, train_step
 
 
@@ -85,25 +88,30 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
         f"ac {t.activation_checkpoint} | compile {t.compile} | global batch {t.batch_size} x {t.seq_len} tokens | "
         f"data {tokens.description}")
     say(f"[titan-train] peak {peak / 1e12:.3f} TFLOP/s per device ({peak_src})")
-    if cfg.metrics.tensorboard:
-        say("[titan-train] metrics.tensorboard is not implemented yet; metrics go to " + cfg.metrics.output)
     if progress.step >= t.steps:
         say(f"[titan-train] already at step {progress.step} >= training.steps = {t.steps}; nothing to do")
         return
 
     last_step = min(t.steps, progress.step + stop_after) if stop_after > 0 else t.steps
-    logger = metrics.MetricsLogger(cfg.metrics, dims=dims, dev=dev, tokens_per_step=t.batch_size * t.seq_len,
+    logger = metrics.MetricsLogger(metrics.open_sinks(cfg.metrics, rank, progress.step), every=cfg.metrics.log_every,
+                                   dims=dims, dev=dev, tokens_per_step=t.batch_size * t.seq_len,
                                    flops_per_token=flops_per_token(cfg.model, t.seq_len), peak=peak,
-                                   last_step=last_step, rank=rank, say=say)
+                                   last_step=last_step, total_steps=t.steps, say=say)
     logger.start({"config": to_dict(cfg), "world_size": dims.world_size, "device": dev.type,
                   "backend": dev.backend, "resumed_from": progress.step})
-    try:
+    with signals.GracefulStop() as stop, watchdog.Watchdog(cfg.watchdog, run_dir(cfg), rank) as wd, \
+            profiling.Profiler(cfg.profiling, dev, rank) as prof, contextlib.closing(logger):
+        prof.announce(say)
         while progress.step < last_step:
-            stats = train_step(parts, _batches(tokens, layout, progress.samples, dp_rank, t.seq_len, torch_dev))
-            progress.advance(t.batch_size)
-            logger.log(progress.step, stats)
-            with logger.paused():  # saving is not training time
-                checkpointer.maybe_save(progress.step, last=progress.step == last_step)
+            with wd.watch(progress.step + 1):  # a step far slower than the median dumps every rank's stack
+                stats = train_step(parts, _batches(tokens, layout, progress.samples, dp_rank, t.seq_len, torch_dev))
+                progress.advance(t.batch_size)
+                logger.log(progress.step, stats)
+                signum = stop.agreed()  # SIGTERM / SIGINT on any rank: every rank stops after this step
+            with logger.paused(), span("checkpoint"):  # saving is not training time
+                checkpointer.maybe_save(progress.step, last=progress.step == last_step or bool(signum))
+            prof.step()
+            if signum:
+                checkpointer.wait()
+                raise signals.Stopped(progress.step, signum, saved=checkpointer.enabled)
         checkpointer.wait()
-    finally:
-        logger.close()

@@ -40,17 +40,22 @@ def trainer_env() -> dict[str, str]:
     return env
 
 
-def run_trainer(workdir: Path, *, nproc: int = 1, overrides=(), torchrun: bool = False,
-                extra=(), timeout: int = 300) -> subprocess.CompletedProcess:
+def trainer_cmd(nproc: int = 1, overrides=(), extra=(), torchrun: bool = False) -> list[str]:
+    """`titan-train run` of the debug config (or a torchrun starting it)."""
     args = ["run", "--config", str(REPO / "configs" / "llama_debug.toml"), *extra]
     for o in overrides:
         args += ["--set", o]
     if torchrun:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-               "-m", "titan_train.cli", *args]
-    else:
-        cmd = [sys.executable, "-m", "titan_train.cli", *args, "--nproc", str(nproc)]
-    return subprocess.run(cmd, cwd=workdir, env=trainer_env(), capture_output=True, text=True, timeout=timeout)
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+                "-m", "titan_train.cli", *args]
+    return [sys.executable, "-m", "titan_train.cli", *args, "--nproc", str(nproc)]
+
+
+def run_trainer(workdir: Path, *, nproc: int = 1, overrides=(), torchrun: bool = False,
+                extra=(), timeout: int = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the trainer to its end in `workdir`; `env`: extra variables (a fault to inject)."""
+    return subprocess.run(trainer_cmd(nproc, overrides, extra, torchrun), cwd=workdir, env={**trainer_env(), **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def per_step(workdir: Path, field: str, name: str = "llama_debug") -> dict[int, float]:

@@ -1,6 +1,6 @@
 """One rank of the live collective test (started by comm.py, never by users).
 
-Writes its progress to $TD_RESULT after every phase, so a rank that hangs or dies is
+Writes its progress to $TD_RESULT_DIR/rank<N>.json after every phase, so a rank that hangs or dies is
 named together with the phase it was in.
 """
 import json
@@ -18,10 +18,11 @@ STATE = {"phase": "start"}
 
 def save(**kw):
     STATE.update(kw)
-    tmp = os.environ["TD_RESULT"] + ".tmp"
+    result = Path(os.environ["TD_RESULT_DIR"]) / f"rank{os.environ['RANK']}.json"
+    tmp = result.with_suffix(".tmp")
     with open(tmp, "w") as fh:
         json.dump(STATE, fh)
-    os.replace(tmp, os.environ["TD_RESULT"])
+    os.replace(tmp, result)
 
 
 def main():

@@ -4,9 +4,7 @@ that fails or hangs, with the likely cause (via the log signatures)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -15,7 +13,7 @@ from titan_doctor.diagnose import signatures
 from titan_doctor.diagnose.distributed_env import DEFAULT_PORT, check_master, port_free
 from titan_doctor.diagnose.logs import enrich
 from titan_doctor.findings import Finding, Status
-from titan_train.launch import free_port
+from titan_train.launch import LaunchOptions, Rendezvous, free_port, read_log, start_ranks
 
 WORKER = Path(__file__).with_name("_comm_worker.py")
 SIZES = (1 << 12, 1 << 18, 1 << 22, 1 << 25)   # 4 KiB .. 32 MiB
@@ -38,7 +36,8 @@ class RankResult:
 
 def launch(nproc: int, python: str, env: Mapping[str, str], backend: str = "auto", timeout: float = 60.0,
            sizes: tuple[int, ...] = SIZES) -> tuple[list[RankResult], dict[str, str]]:
-    """Run the ranks; kill all of them as soon as one fails or the timeout passes."""
+    """Run the ranks through the trainer's launcher: each rank's output in its own log, the
+    others stopped as soon as one fails, all of them after the timeout."""
     with tempfile.TemporaryDirectory(prefix="titan-doctor-comm-") as tmp:
         return _launch(nproc, python, env, backend, timeout, sizes, Path(tmp))
 
@@ -49,31 +48,14 @@ def _launch(nproc: int, python: str, env: Mapping[str, str], backend: str, timeo
     base.setdefault("MASTER_ADDR", "127.0.0.1")
     if "MASTER_PORT" not in base:
         base["MASTER_PORT"] = str(free_port() if not port_free(DEFAULT_PORT)[0] else DEFAULT_PORT)
-    base.update(WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc), TD_TIMEOUT=str(timeout),
-                TD_SIZES=",".join(str(s) for s in sizes), TD_BACKEND=backend, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
-    procs = []
-    for r in range(nproc):
-        e = dict(base, RANK=str(r), LOCAL_RANK=str(r), TD_RESULT=str(workdir / f"rank{r}.json"))
-        err = open(workdir / f"rank{r}.err", "w+")
-        procs.append((subprocess.Popen([python, str(WORKER)], env=e, stdout=subprocess.DEVNULL, stderr=err), err))
-    deadline = time.monotonic() + timeout + 30  # + import time
-    while time.monotonic() < deadline:
-        codes = [p.poll() for p, _ in procs]
-        if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
-            break
-        time.sleep(0.1)
-    time.sleep(0.3)  # let peers of a failed rank write their own error
-    results = []
-    for r, (p, err) in enumerate(procs):
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-            code = None
-        else:
-            code = p.returncode
-        err.seek(0)
-        results.append(RankResult(r, code, _read_state(workdir / f"rank{r}.json"), err.read()))
-        err.close()
+    base.update(TD_TIMEOUT=str(timeout), TD_SIZES=",".join(str(s) for s in sizes), TD_BACKEND=backend,
+                TD_RESULT_DIR=str(workdir), TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    rdzv = Rendezvous(0, base["MASTER_ADDR"], int(base["MASTER_PORT"]))
+    # a failed rank's peers get 0.3 s to write their own error before they are stopped
+    run = start_ranks([python, str(WORKER)], LaunchOptions(nproc=nproc), base, workdir, echo_rank0=False,
+                      timeout_s=timeout + 30, stop_grace_s=0.3, rdzv=rdzv)   # + 30: import time
+    results = [RankResult(o.rank, None if o.stopped else o.returncode,
+                          _read_state(workdir / f"rank{o.rank}.json"), read_log(o.log)) for o in run.ranks]
     return results, {"MASTER_ADDR": base["MASTER_ADDR"], "MASTER_PORT": base["MASTER_PORT"]}
 
 

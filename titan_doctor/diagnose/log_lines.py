@@ -23,9 +23,11 @@ _PREFIXES = (
 )
 _PID_LINE = re.compile(r"\(PID:\s*\d+,\s*Device:\s*(-?\d+),\s*RankID:\s*(-?\d+)\)")
 # c10d "[Rank 3]", lmdeploy "Rank[2]", "aborted on rank 0", torchrun's summary "rank      : 0 (local_rank: 0)",
-# HCCL/MindIE "HcclCommInitRootInfo fail, error:2, rank:1, rankSize:4", c10d "[4] is setting up NCCL communicator"
+# HCCL/MindIE "HcclCommInitRootInfo fail, error:2, rank:1, rankSize:4", c10d "[4] is setting up NCCL communicator",
+# titan-train's launcher summary "titan-train: rank 1 failed first (...)" / "  stuck: rank 1 (...)"
 _RANK_MARK = re.compile(r"\bRank[ \[](\d+)\]|\bon rank (\d+)\b|^\s*rank\s*:\s*(\d+) \(local_rank|\brank:(\d+), rankSize:"
-                        r"|\[(\d+)\] is setting up [NH]CCL communicator")
+                        r"|\[(\d+)\] is setting up [NH]CCL communicator"
+                        r"|^titan-train: rank (\d+) failed first \(|^\s*stuck: rank (\d+) \(")
 # the device CANN's own text names: "deviceId=3", "device_id=3", the device-error report
 # "The error from device(chipId:7, dieId:0)" / "device(2)", "open device 2 failed", "invalid device=1"
 _WEAK_DEVICE = re.compile(r"\b(?:deviceId|device_id|devId)\s?=\s?(\d+)\b|\bdevice\((?:chipId:)?(\d+)[,)]"

@@ -1,0 +1,56 @@
+"""Fault injection for tests of the safety machinery, driven by one environment variable.
+
+    TITAN_TRAIN_FAULT="KIND@RANK:STEP[:SECONDS]"   e.g. "hang@1:3:60", "kill@1:2", "raise@0:4"
+
+    hang   sleep SECONDS (default 3600) inside the step: the hang watchdog must fire
+    kill   SIGKILL this rank inside the step: the launcher must name it
+    raise  raise RuntimeError inside the step: the failure summary must show its last line
+    term   send SIGTERM to this rank only: every rank must still stop at the same step
+    kill_in_save   SIGKILL this rank in the checkpoint save of STEP, right after it wrote its
+           own files and before the save is complete: resume must skip that checkpoint
+
+Called at the start of every watched step (`Watchdog.watch`) and in the checkpoint writer
+(checkpoint.py), so the loop carries no hook of its own. Unset (always, outside tests) it
+costs one dict lookup.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+ENV = "TITAN_TRAIN_FAULT"
+KINDS = ("hang", "kill", "raise", "term", "kill_in_save")
+SAVE_KINDS = ("kill_in_save",)     # injected by the checkpoint writer, not at the step's start
+
+
+def parse(spec: str) -> tuple[str, int, int, float]:
+    """'hang@1:3:60' -> ('hang', 1, 3, 60.0); a malformed spec is a ValueError naming the format."""
+    try:
+        kind, where = spec.split("@", 1)
+        parts = where.split(":")
+        rank, step = int(parts[0]), int(parts[1])
+        seconds = float(parts[2]) if len(parts) > 2 else 3600.0
+    except (ValueError, IndexError):
+        raise ValueError(f"{ENV}={spec!r}: expected KIND@RANK:STEP[:SECONDS], e.g. hang@1:3:60") from None
+    if kind not in KINDS:
+        raise ValueError(f"{ENV}={spec!r}: KIND must be one of {', '.join(KINDS)}")
+    return kind, rank, step, seconds
+
+
+def maybe_inject(step: int, rank: int, site: str = "step") -> None:
+    """`site`: "step" (the start of a training step) or "save" (inside a checkpoint write)."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    kind, at_rank, at_step, seconds = parse(spec)
+    if (rank, step) != (at_rank, at_step) or (kind in SAVE_KINDS) != (site == "save"):
+        return
+    if kind == "hang":
+        time.sleep(seconds)
+    elif kind in ("kill", "kill_in_save"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif kind == "raise":
+        raise RuntimeError(f"injected fault ({ENV}) on rank {rank} at step {step}")
+    elif kind == "term":
+        os.kill(os.getpid(), signal.SIGTERM)
