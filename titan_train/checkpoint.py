@@ -17,7 +17,6 @@ DCP's async save writes step-N.tmp in the background while training goes on; the
 """
 from __future__ import annotations
 
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,10 +28,9 @@ from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_mo
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.stateful import Stateful
 
-from titan_train import checkpoint_integrity, faults, lineage, resume_compare
+from titan_train import faults, lineage, resume_compare, resume_plan
 from titan_train.config import to_dict
 
-_STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
 class CheckpointError(Exception):
@@ -89,75 +87,38 @@ class Checkpointer:
 
     def resume(self) -> int | None:
         """Load the newest readable checkpoint of the folder, if resuming; returns its step.
-        Rank 0 picks it and checks its config; every rank then loads it (or the fallback)."""
+        Rank 0 picks it and checks its config (resume_plan.py); every rank then loads it,
+        or the next candidate when DCP fails to read it."""
         if dist.get_rank() == 0:
             remove_partial(self.cfg.folder)
-        plan = [self._plan() if dist.get_rank() == 0 else None]
-        dist.broadcast_object_list(plan, src=0)
-        kind, payload = plan[0]
-        if kind == "error":
-            raise CheckpointError(payload)
-        if kind == "fresh":
-            return None
-        for step, path, lineage_id, notes in payload:
-            for note in notes:
+        chosen: list = [None]
+        if dist.get_rank() == 0 and self.cfg.resume:
+            try:
+                chosen = [resume_plan.plan(self.cfg.folder, self.job, self.say)]
+            except (resume_compare.ShapeChanged, resume_plan.NothingReadable) as e:
+                chosen = [str(e)]
+        dist.broadcast_object_list(chosen, src=0)
+        if isinstance(chosen[0], str):
+            raise CheckpointError(chosen[0])
+        for candidate in chosen[0] or []:
+            for note in candidate.notes:
                 self.say(note)
             try:
-                load(path, self.states)
+                load(candidate.path, self.states)
             except CheckpointException as e:   # damage the index check could not see
                 if dist.get_rank() == 0:
-                    self._set_aside(path, f"failed to load ({_first_line(e)})")
+                    resume_plan.set_aside(candidate.path, f"failed to load ({_first_line(e)})", self.say)
                 dist.barrier()
                 continue
-            self.last_saved, self.lineage = step, lineage_id
+            self.last_saved, self.lineage = candidate.step, candidate.lineage
             if self.job is not None:
                 resume_compare.apply_optimizer_config(self.states["optim"], self.states["scheduler"],
                                                       self.job.optimizer)
-            return step
-        raise CheckpointError(f"no checkpoint in {self.cfg.folder} could be loaded (see above); start with "
-                              "`titan-train run --fresh` (moves them aside) or set checkpoint.folder")
-
-    def _plan(self):
-        """Rank 0: ("fresh", None) | ("error", line) | ("resume", [(step, path, lineage, notes), ...])."""
-        if not self.cfg.resume:
-            return ("fresh", None)
-        mine, others = lineage.resume_candidates(self.cfg.folder)
-        usable = []
-        for entry in mine:
-            bad = checkpoint_integrity.problem(entry.path)
-            if bad:
-                self._set_aside(entry.path, bad)
-                continue
-            try:
-                notes = self._compare(entry)
-            except resume_compare.ShapeChanged as e:
-                return ("error", str(e))
-            usable.append((entry.step, entry.path, entry.lineage or lineage.new_id(), notes))
-        if not usable:
-            return ("fresh", None)
-        step, path = usable[0][:2]
-        skipped = [e for e in others if e.step > step]
-        where = f" ({len(others)} other step-N folder(s) of other runs left untouched" + (
-            f", including newer {lineage.describe(skipped)}" if skipped else "") + ")" if others else ""
-        usable[0][3].insert(0, f"[titan-train] resumed from {path} (step {step}); lineage {usable[0][2]}, "
-                               f"the newest complete checkpoint in the folder{where}")
-        for fallback in usable[1:]:
-            fallback[3].insert(0, f"[titan-train] resuming from the previous checkpoint of the lineage instead: "
-                                  f"{fallback[1]} (step {fallback[0]})")
-        return ("resume", usable)
-
-    def _compare(self, entry) -> list[str]:
-        rec = lineage.read_record(entry.path)
-        if self.job is None or rec is None or "config" not in rec:
-            return []
-        return resume_compare.compare(rec["config"], to_dict(self.job), str(entry.path)).lines()
-
-    def _set_aside(self, path: Path, why: str) -> None:
-        aside = path.with_name(path.name + ".unreadable")
-        shutil.rmtree(aside, ignore_errors=True)
-        path.rename(aside)
-        self.say(f"[titan-train] checkpoint {path} is unreadable: {why}; moved to {aside.name}, "
-                 "falling back to the previous complete one")
+            return candidate.step
+        if chosen[0]:
+            raise CheckpointError(f"no checkpoint in {self.cfg.folder} could be loaded (see above); start with "
+                                  "`titan-train run --fresh` (moves them aside) or set checkpoint.folder")
+        return None
 
     def maybe_save(self, step: int, *, last: bool = False) -> Path | None:
         """Save at every save_interval-th step and at the run's last step (when saving at all),
@@ -201,15 +162,7 @@ class Checkpointer:
 
 def complete_steps(folder: str | Path) -> list[tuple[int, Path]]:
     """(step, path) of every complete checkpoint, oldest first."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = []
-    for child in folder.iterdir():
-        match = _STEP_DIR.match(child.name)
-        if match and (child / ".metadata").is_file():
-            found.append((int(match.group(1)), child))
-    return sorted(found)
+    return [(e.step, e.path) for e in lineage.survey(folder) if e.complete]
 
 
 def latest(folder: str | Path) -> tuple[int, Path] | None:

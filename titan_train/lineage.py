@@ -110,14 +110,14 @@ def check_fresh_start(folder: str | Path, fresh: bool, say=print) -> None:
 
 
 def resume_candidates(folder: str | Path) -> tuple[list[Entry], list[Entry]]:
-    """(the chosen lineage's complete checkpoints newest first, every other step-N folder).
-    The lineage is that of the newest complete checkpoint in the folder."""
+    """(the chosen lineage's step-N folders newest first, every other step-N folder). The
+    lineage is that of the newest complete checkpoint in the folder; its incomplete folders
+    (a .metadata lost after the save) are candidates too, so the damage gets reported."""
     entries = survey(folder)
-    complete = [e for e in entries if e.complete]
-    if not complete:
-        return [], entries
-    chosen = complete[-1].lineage
-    mine = [e for e in reversed(complete) if e.lineage == chosen]
+    if not entries:
+        return [], []
+    anchor = next((e for e in reversed(entries) if e.complete), entries[-1])
+    mine = [e for e in reversed(entries) if e.lineage == anchor.lineage and (e.complete or e.step > anchor.step)]
     return mine, [e for e in entries if e not in mine]
 
 

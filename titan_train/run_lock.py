@@ -41,7 +41,8 @@ def _proc_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists on this host (shared with token_folder.py)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -70,7 +71,7 @@ def _stale(info: dict) -> bool:
     if info.get("host") != socket.gethostname() or not isinstance(info.get("pid"), int):
         return False
     pid = info["pid"]
-    if not _alive(pid):
+    if not pid_alive(pid):
         return True
     started = info.get("proc_start")
     return started is not None and _proc_start(pid) not in (None, started)
