@@ -26,9 +26,9 @@ class NonFinite(Exception):
     def __init__(self, step: int, what: str, last_saved: int | None = None):
         self.step = step
         kept = f" (the last checkpoint, step {last_saved}, is from before it and is kept)" if last_saved else ""
+        again = "then rerun: it resumes from the last checkpoint" if last_saved else "then rerun"
         super().__init__(f"{what} at step {step}: training stopped and nothing was saved after it{kept}; lower "
-                         "optimizer.lr, raise training.warmup_steps or check the data, then rerun (it resumes from "
-                         "the last checkpoint)")
+                         f"optimizer.lr, raise training.warmup_steps or check the data, {again}")
 
 
 class FiniteGuard:

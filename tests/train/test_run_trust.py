@@ -201,9 +201,12 @@ def test_resume_with_a_changed_lr_trains_with_the_new_lr(tmp_path):
 
     common = FAST + ["training.warmup_steps=0", 'training.lr_schedule="constant"', "checkpoint.save_interval=1"]
     ok(run_trainer(tmp_path, nproc=1, overrides=common + ["training.steps=3", "optimizer.lr=0.001"]))
-    proc = ok(run_trainer(tmp_path, nproc=1, overrides=common + ["training.steps=5", "optimizer.lr=0.003"]))
+    proc = ok(run_trainer(tmp_path, nproc=1, overrides=common + ["training.steps=5", "optimizer.lr=0.003",
+                                                                 "training.seq_len=32"]))
     changed = [line for line in proc.stdout.splitlines() if "optimizer/schedule changed" in line]
     assert len(changed) == 1 and "optimizer.lr 0.001 -> 0.003" in changed[0] and "training.steps 3 -> 5" in changed[0]
+    data = [line for line in proc.stdout.splitlines() if "data layout changed" in line]
+    assert len(data) == 1 and "training.seq_len 64 -> 32" in data[0] and "data order" in data[0]
     lrs = per_step(tmp_path, "lr")
     assert lrs[3] == pytest.approx(1e-3) and lrs[4] == pytest.approx(3e-3) and lrs[5] == pytest.approx(3e-3)
 
@@ -315,6 +318,20 @@ def test_nan_from_an_absurd_lr_stops_at_that_step_and_keeps_the_last_finite_chec
     proc = run_trainer(quiet, nproc=2, overrides=absurd + ["checkpoint.save_interval=0", "metrics.log_every=100"])
     assert proc.returncode == 3 and f"at step {bad}: training stopped" in proc.stderr
     assert steps_in(quiet) == []
+
+
+def test_fp16_run_whose_loss_scale_collapses_stops_instead_of_halving_in_silence(tmp_path):
+    tiny = ["training.seq_len=32", "training.batch_size=2", "model.n_layers=1", "model.d_model=64", "model.n_heads=4",
+            "model.n_kv_heads=4", "model.multiple_of=32", "training.steps=40", "optimizer.lr=1e4",
+            "training.warmup_steps=0", 'training.lr_schedule="constant"', 'training.mixed_precision="fp16"',
+            "checkpoint.save_interval=4", "checkpoint.keep_last_n=0", "metrics.log_every=1"]
+    proc = run_trainer(tmp_path, nproc=1, overrides=tiny)
+    assert proc.returncode == 3, (proc.stdout[-2000:], proc.stderr[-2000:])
+    scale = per_step(tmp_path, "loss_scale")
+    stop = max(scale)
+    assert scale[stop] == 1.0 and scale[stop - 1] == 2.0 and stop < 40     # stopped at the first overflow at scale 1
+    assert "fp16 loss scale collapsed" in proc.stderr and f"scale 1) at step {stop}:" in proc.stderr
+    assert all(int(n.split("-")[1]) < stop for n in steps_in(tmp_path))
 
 
 def test_guard_in_process_fp16_collapse_and_the_first_bad_step():
