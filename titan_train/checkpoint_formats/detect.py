@@ -235,7 +235,7 @@ def flatten(obj: Any, prefix: str = "", depth: int = 0) -> dict[str, Any]:
         for k, v in obj.items():
             out.update(flatten(v, f"{prefix}{k}.", depth + 1))
         return out or ({prefix.rstrip("."): obj} if prefix else {})
-    if isinstance(obj, list) and obj and any(isinstance(v, (dict, TensorRef, list)) for v in obj):
+    if isinstance(obj, list) and obj and any(isinstance(v, (dict, list)) or hasattr(v, "shape") for v in obj):
         out = {}
         for i, v in enumerate(obj):
             out.update(flatten(v, f"{prefix}{i}.", depth + 1))
