@@ -115,6 +115,7 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
 def _preflight(cfg, opts) -> None:
     """Everything a user can get wrong is checked here, before any rank starts."""
     from titan_train import data, device
+    from titan_train.checkpoint_formats import initial_load
 
     config_mod.validate(cfg, opts.world_size)
     dev = device.select(cfg.distributed.backend, device.probe())
@@ -122,6 +123,7 @@ def _preflight(cfg, opts) -> None:
     if dev.type != "cpu" and opts.nproc > dev.count:
         raise _UserError(f"--nproc {opts.nproc} exceeds the {dev.count} {dev.type.upper()} device(s) visible here")
     data.checked_tokenizer(cfg.data.tokenizer, cfg.data.dataset, cfg.model.vocab_size)
+    initial_load.preflight(cfg)
 
 
 def _worker_argv(path: Path, overrides, stop_after: int, debug: bool) -> list[str]:
@@ -134,8 +136,9 @@ def _worker_argv(path: Path, overrides, stop_after: int, debug: bool) -> list[st
 
 def _user_errors() -> tuple[type[Exception], ...]:
     from titan_train import data, device
+    from titan_train.checkpoint_formats import CheckpointError
 
-    return config_mod.ConfigError, device.DeviceError, data.DataError, _UserError
+    return config_mod.ConfigError, device.DeviceError, data.DataError, CheckpointError, _UserError
 
 if __name__ == "__main__":
     main()

@@ -64,6 +64,10 @@ class CheckpointConfig:
     keep_last_n: int = 0                   # keep only the newest N step-* folders (0 = keep all)
     folder: str = ""                       # default: outputs/<config name>/checkpoints
     resume: bool = True                    # resume from the newest complete step-* folder
+    initial_load_path: str = ""            # a new run (nothing to resume) starts from this checkpoint: DCP, torch.save, HF safetensors, Meta, DeepSpeed
+    initial_load_model_only: bool = True   # weights only; false also loads the optimizer moments (DCP in the trainer's layout)
+    export_final: str = "none"             # none | torch | hf: at the last step write the model to <folder>/export-step-N/
+    export_dtype: str = "fp32"             # fp32 | bf16 | fp16: dtype of export_final
 
 
 @dataclass
@@ -114,6 +118,8 @@ CHOICES = {
     ("distributed", "backend"): BACKEND_CHOICES,
     ("training", "lr_schedule"): ("cosine", "linear", "constant"),
     ("training", "mixed_precision"): ("fp32", "bf16", "fp16"),
+    ("checkpoint", "export_final"): ("none", "torch", "hf"),
+    ("checkpoint", "export_dtype"): ("fp32", "bf16", "fp16"),
 }
 
 

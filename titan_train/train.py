@@ -15,6 +15,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from titan_train import checkpoint, data, device, metrics
+from titan_train.checkpoint_formats.export import export_final
+from titan_train.checkpoint_formats.initial_load import load_initial
 from titan_train.config import JobConfig, to_dict, validate
 from titan_train.model import ModelArgs, Transformer, count_params, flops_per_token
 from titan_train.parallel import ParallelDims, build_mesh, parallelize, uses_fsdp
@@ -149,6 +151,9 @@ def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> None:
     if found:
         checkpoint.load(found[1], state)
         say(f"[titan-train] resumed from {found[1]} (step {progress['step']})")
+    elif ckpt.initial_load_path:
+        say("[titan-train] " + load_initial(model, ckpt.initial_load_path, args=args, optimizer=optimizer,
+                                            model_only=ckpt.initial_load_model_only))
 
     n_params = count_params(args)["total"]
     fpt = flops_per_token(args, t.seq_len)
@@ -225,3 +230,8 @@ def _train(cfg, dev, rank, world, local_rank, say, stop_after: int) -> None:
     finally:
         if log_file:
             log_file.close()
+    if progress["step"] >= t.steps:  # the run is complete: hand the model over in the format asked for
+        exported = export_final(model, ckpt.folder, ckpt.export_final, args=args, step=progress["step"],
+                                dtype=ckpt.export_dtype)
+        if exported:
+            say(f"[titan-train] exported the final model to {exported}")

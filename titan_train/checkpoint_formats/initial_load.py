@@ -98,3 +98,16 @@ def _load_dcp(model: torch.nn.Module, info: CheckpointInfo, optimizer) -> int:
     else:
         set_state_dict(model, optimizer, model_state_dict=loaded, optim_state_dict=optim_sd)
     return len(loaded)
+
+
+def preflight(cfg) -> None:
+    """Before any rank starts: a run that will start from checkpoint.initial_load_path gets
+    its one-line error now if that checkpoint is missing, unreadable, unsafe or does not fit
+    [model]. Metadata only; nothing is loaded."""
+    from titan_train import checkpoint
+    from titan_train.train import model_args
+
+    ck = cfg.checkpoint
+    if not ck.initial_load_path or (ck.resume and checkpoint.latest(ck.folder)):
+        return
+    open_checked(ck.initial_load_path, model_args(cfg))
