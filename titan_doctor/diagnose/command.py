@@ -26,6 +26,11 @@ Slow / on request:
                init, all_reduce correctness, bus bandwidth table
   --log PATH   explain crash logs: files or folders (all ranks, torchrun
                error.json files too)
+  --checkpoint PATH
+               what a checkpoint is (DCP folder or step-N, torch.save full /
+               FSDP1 parts, HF safetensors, Meta consolidated.NN.pth,
+               DeepSpeed) from metadata only; with --config FILE also missing,
+               unexpected and mis-shaped keys against the trainer's model
 
 \b
 Exit codes: 0 all good (warnings allowed), 1 problems found (warnings too
@@ -50,6 +55,10 @@ with --strict), 2 usage error.
 @click.option("--log", "log_files", multiple=True, type=click.Path(exists=True, path_type=Path),
               help="Crash log, or a folder of logs / torchrun error.json files, to explain (repeatable); "
                    "runs only the explainer.")
+@click.option("--checkpoint", "checkpoint_path", type=click.Path(path_type=Path),
+              help="Checkpoint file or folder to identify and check; runs only the checkpoint check.")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Trainer TOML config to check --checkpoint against (keys, shapes, [model] fields).")
 @click.option("--import-torch/--no-import-torch", default=True, show_default=True,
               help="Import torch in the probe, which sees a torch that fails to import. "
                    "--no-import-torch reads its version files only: faster, blind to import failures.")
@@ -58,24 +67,28 @@ with --strict), 2 usage error.
 @click.option("--strict", is_flag=True, help="Warnings also make the exit code 1.")
 @click.option("--debug", is_flag=True, help="Let a crashing check raise (traceback).")
 def diagnose(list_checks, check_ids, python, ascend_roots, nproc, nnodes, comm, backend, comm_timeout,
-             log_files, import_torch, fmt, verbose, strict, debug):
+             log_files, checkpoint_path, config_file, import_torch, fmt, verbose, strict, debug):
     from titan_doctor.diagnose import registry
     from titan_doctor.diagnose.context import Context
     from titan_doctor.diagnose.runner import run_checks
 
     if list_checks:
         for c in registry.CHECKS:
-            tag = " (slow: --comm)" if c.slow else (" (--log PATH)" if c.logs else "")
+            tag = " (slow: --comm)" if c.slow else (" (--log PATH)" if c.logs else
+                                                    (" (--checkpoint PATH)" if c.checkpoint else ""))
             click.echo(f"{c.id:<20} {c.title}{tag}")
         return
     bad = registry.unknown(list(check_ids))
     if bad:
         raise click.UsageError(f"unknown check id(s): {', '.join(bad)} (see --list-checks)")
-    checks = registry.select(list(check_ids), comm=comm, logs=bool(log_files))
+    checks = registry.select(list(check_ids), comm=comm, logs=bool(log_files), ckpt=checkpoint_path is not None)
     if any(c.logs for c in checks) and not log_files:
         raise click.UsageError("the log check needs --log PATH")
+    if (any(c.checkpoint for c in checks) or config_file) and checkpoint_path is None:
+        raise click.UsageError("the checkpoint check (and --config) needs --checkpoint PATH")
     ctx = Context(ascend_roots=list(ascend_roots) or None, nproc=nproc, nnodes=nnodes, backend=backend,
-                  comm_timeout=comm_timeout, logs=list(log_files), import_torch=import_torch)
+                  comm_timeout=comm_timeout, logs=list(log_files), import_torch=import_torch,
+                  checkpoint=checkpoint_path, config=config_file)
     if python:
         ctx.python = python
     try:

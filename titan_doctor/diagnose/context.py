@@ -24,6 +24,8 @@ class Context:
     comm_timeout: float = 60.0
     logs: list[Path] = field(default_factory=list)
     import_torch: bool = True
+    checkpoint: Path | None = None
+    config: Path | None = None
     _probe: probe.Probe | None = None
 
     def start_probe(self) -> None:

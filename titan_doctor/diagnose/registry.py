@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from titan_doctor.diagnose import ascend, comm, devices, distributed_env as dist, logs, versions
+from titan_doctor.diagnose import ascend, checkpoint, comm, devices, distributed_env as dist, logs, versions
 from titan_doctor.diagnose.context import Context
 from titan_doctor.findings import Finding
 
@@ -18,6 +18,7 @@ class Check:
     needs_probe: bool = False   # waits for the torch probe: run after the others
     slow: bool = False          # only with --comm / --check
     logs: bool = False          # only with --log
+    checkpoint: bool = False    # only with --checkpoint
 
 
 def _pins() -> dict:
@@ -61,6 +62,8 @@ CHECKS: tuple[Check, ...] = (
           lambda c: comm.check_comm(c.nproc or 2, c.python, c.env, c.backend, c.comm_timeout), slow=True),
     Check("log", "crash-log explainer: known signatures, root cause first", lambda c: logs.explain(c.logs),
           logs=True),
+    Check("ckpt", "checkpoint: format, contents, fit to a trainer config (--config)",
+          lambda c: checkpoint.check(c.checkpoint, c.config), checkpoint=True),
 )
 
 
@@ -69,14 +72,14 @@ def _named(check: Check, i: str) -> bool:
     return check.id == i or check.id.startswith(i + ".")
 
 
-def select(ids: list[str], *, comm: bool, logs: bool) -> list[Check]:
+def select(ids: list[str], *, comm: bool, logs: bool, ckpt: bool = False) -> list[Check]:
     """Checks to run: the named ones (id or family prefix), else the default set.
     Every finding's code is its check's id or starts with it plus a dot."""
     if ids:
         return [c for c in CHECKS if any(_named(c, i) for i in ids)]
-    if logs:
-        return [c for c in CHECKS if c.logs]
-    return [c for c in CHECKS if not c.logs and (comm or not c.slow)]
+    if logs or ckpt:
+        return [c for c in CHECKS if (logs and c.logs) or (ckpt and c.checkpoint)]
+    return [c for c in CHECKS if not c.logs and not c.checkpoint and (comm or not c.slow)]
 
 
 def unknown(ids: list[str]) -> list[str]:

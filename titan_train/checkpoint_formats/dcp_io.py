@@ -120,6 +120,10 @@ def load_into(state_dict: dict[str, Any], path: Path, process_group=None) -> Non
 
 def save(state_dict: dict[str, Any], path: Path) -> None:
     """Write a state dict (nested or flat) as a DCP folder from one process."""
+    import warnings
+
     import torch.distributed.checkpoint as dcp
 
-    dcp.save(state_dict, storage_writer=FileSystemWriter(str(path)), no_dist=True)
+    with warnings.catch_warnings():  # "assuming the intent is to save in a single process": it is
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save(state_dict, storage_writer=FileSystemWriter(str(path)), no_dist=True)

@@ -152,11 +152,14 @@ class FieldDiff:
     evidence: str           # "tok_embeddings.weight [32000, 4096]" / "config.json"
     numeric: bool = False   # shapes agree; the model would compute something else
 
-    def fix(self, d_model: int, prefer_multiple_of: int = 256) -> str:
+    def settings(self, d_model: int, prefer_multiple_of: int = 256) -> dict[str, Any]:
+        """[model] values that make the config agree with the checkpoint."""
         if self.field == "ffn_dim":
-            fields = ffn_fields_for(d_model, int(self.checkpoint), prefer_multiple_of)
-            return "set " + " and ".join(f"[model] {k} = {v}" for k, v in fields.items())
-        return f"set [model] {self.field} = {self.checkpoint!r}"
+            return ffn_fields_for(d_model, int(self.checkpoint), prefer_multiple_of)
+        return {self.field: self.checkpoint}
+
+    def fix(self, d_model: int, prefer_multiple_of: int = 256) -> str:
+        return "set " + " and ".join(f"[model] {k} = {v!r}" for k, v in self.settings(d_model, prefer_multiple_of).items())
 
     def describe(self) -> str:
         name = "feed-forward width (multiple_of / ffn_dim_multiplier)" if self.field == "ffn_dim" else self.field
