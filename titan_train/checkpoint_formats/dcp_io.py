@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, _EmptyStateDictLoadPlanner
 from torch.distributed.checkpoint.metadata import StorageMeta
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
@@ -64,7 +65,7 @@ class _SafeEverythingPlanner(_SafeBytes, _EmptyStateDictLoadPlanner):
     """Loads every entry of a checkpoint (as format_utils.dcp_to_torch_save does), safely."""
 
 
-def _translate(err: Exception, path: Path) -> CheckpointError:
+def _translate(err: BaseException, path: Path) -> CheckpointError:
     text = str(err)
     if isinstance(err, CheckpointError):
         return err
@@ -74,21 +75,31 @@ def _translate(err: Exception, path: Path) -> CheckpointError:
                            f"{text.strip().splitlines()[-1][:200] if text.strip() else ''}")
 
 
+def _check_metadata(path: Path) -> None:
+    """Read `.metadata` once up front: DCP would bury a refusal in its own error text and a
+    logged traceback, and fall back to per-rank metadata files."""
+    try:
+        SafeFileSystemReader(str(path)).read_metadata()
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read the DCP metadata: {e.strerror or e}") from None
+
+
 def _checked_load(state_dict: dict, path: Path, planner) -> None:
+    _check_metadata(path)
     try:
         _load_state_dict(state_dict, storage_reader=SafeFileSystemReader(str(path)), planner=planner, no_dist=True)
-    except Exception as e:  # noqa: BLE001 - DCP wraps reader errors in its own CheckpointException
+    except (Exception, CheckpointException) as e:  # noqa: BLE001 - DCP wraps rank errors (a BaseException)
         cause = _root_cause(e)
         raise _translate(cause, path) from None
 
 
-def _root_cause(err: Exception) -> Exception:
+def _root_cause(err: BaseException) -> BaseException:
     """DCP re-raises rank failures as CheckpointException({rank: (exc, traceback)})."""
     failures = getattr(err, "failures", None)
     if isinstance(failures, dict) and failures:
         first = next(iter(failures.values()))
         inner = first[0] if isinstance(first, tuple) else first
-        if isinstance(inner, Exception):
+        if isinstance(inner, BaseException):
             return _root_cause(inner)
     return err
 
@@ -111,10 +122,11 @@ def load_into(state_dict: dict[str, Any], path: Path, process_group=None) -> Non
     """Collective load into (DTensor-)sharded tensors: each rank reads only its chunks."""
     import torch.distributed.checkpoint as dcp
 
+    _check_metadata(path)
     try:
         dcp.load(state_dict, storage_reader=SafeFileSystemReader(str(path)),
                  planner=SafeLoadPlanner(allow_partial_load=True), process_group=process_group)
-    except Exception as e:  # noqa: BLE001
+    except (Exception, CheckpointException) as e:  # noqa: BLE001
         raise _translate(_root_cause(e), path) from None
 
 

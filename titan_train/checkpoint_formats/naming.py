@@ -133,7 +133,7 @@ def map_keys(keys) -> KeyMap:
             km.to_ours[key] = name
     km.prefixes = [p for p in prefixes if p]
     for p in km.prefixes:
-        if p.startswith("module."):
+        if "module" in p.split("."):
             km.wrappers["module."] = LEADING_WRAPPERS["module."]
     return km
 
