@@ -72,8 +72,6 @@ def summary(info: detect.CheckpointInfo) -> Finding:
 
 def layout(info: detect.CheckpointInfo) -> list[Finding]:
     """Sharded parts, prefixes, foreign naming: what makes a plain load_state_dict fail."""
-    from titan_train.checkpoint_formats.sources import fix_for
-
     out = []
     where, km = str(info.path), info.keymap
     if info.format in _SHARDED_WHY:
@@ -81,7 +79,7 @@ def layout(info: detect.CheckpointInfo) -> list[Finding]:
         convertible = info.format == "torch-sharded"
         fix = (f"titan-doctor convert {info.root} model.pt --to torch   (merges the {len(info.parts)} parts), or "
                f"start the trainer from it: [checkpoint] initial_load_path = \"{info.root}\"") if convertible \
-            else fix_for(info)
+            else detect.fix_for(info)
         out.append(Finding(
             "ckpt.sharded", Status.WARN if convertible else Status.FAIL,
             f"{info.root.name} is one rank's part of a sharded save ({len(info.parts)} part file(s): {parts}), "
@@ -93,7 +91,7 @@ def layout(info: detect.CheckpointInfo) -> list[Finding]:
     if info.format == "deepspeed" and info.deepspeed_stage == 3:
         out.append(Finding("ckpt.deepspeed", Status.FAIL,
                            "DeepSpeed ZeRO-3 checkpoint: the weights are partitioned inside the optimizer files",
-                           fix=fix_for(info), path=where))
+                           fix=detect.fix_for(info), path=where))
     wrappers = {w: why for w, why in km.wrappers.items()}
     if wrappers:
         first = next(iter(wrappers))

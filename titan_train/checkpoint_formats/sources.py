@@ -139,42 +139,13 @@ def _numel(shape) -> int:
     return n
 
 
-def _unreadable(info: CheckpointInfo) -> str:
-    if info.format == "torch-local":
-        return ("holds FSDP1 LOCAL_STATE_DICT flat parameters: the per-weight shapes are not in the file, "
-                "so no tool can take it apart without the original model and world size")
-    if info.format == "torch-dtensor":
-        return "holds one rank's DTensor shards saved with torch.save (no placement metadata to reassemble them)"
-    if info.format == "deepspeed" and info.deepspeed_stage == 3:
-        return "is a ZeRO-3 checkpoint: the weights live in per-rank optimizer partitions"
-    if not info.keymap.to_ours:
-        return "has no LLaMA weights under names this trainer knows (Meta/torchtitan or HF)"
-    return ""
-
-
-def fix_for(info: CheckpointInfo) -> str:
-    """The way out for a checkpoint this package cannot read as it is."""
-    if info.format == "torch-local":
-        return ("Load the parts on the same number of ranks with the same FSDP1 wrapping under "
-                "StateDictType.LOCAL_STATE_DICT, then save with dcp.save(model.state_dict()) under "
-                "SHARDED_STATE_DICT (or FULL_STATE_DICT with rank0_only) and use that")
-    if info.format == "torch-dtensor":
-        return ("Save with torch.distributed.checkpoint (dcp.save) instead, or gather first: "
-                "get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)) "
-                "and torch.save that on rank 0")
-    if info.format == "deepspeed" and info.deepspeed_stage == 3:
-        return (f"python {info.path}/zero_to_fp32.py {info.path} {info.path}/fp32   (DeepSpeed saves that script "
-                "next to the checkpoint), then use the fp32 output")
-    return "Check that this is a LLaMA checkpoint; the trainer's names look like layers.0.attention.wq.weight"
-
-
 class Source:
     """Read the model weights of `info` under the trainer's names."""
 
     def __init__(self, info: CheckpointInfo, heads: dict[str, int] | None = None):
-        why = _unreadable(info)
+        why = detect.unreadable(info)
         if why:
-            raise CheckpointError(f"{info.root} {why}", fix=fix_for(info))
+            raise CheckpointError(f"{info.root} {why}", fix=detect.fix_for(info))
         self.info = info
         self.raw = {ours: raw for raw, ours in info.keymap.to_ours.items()}
         self.heads = heads or {}
