@@ -195,3 +195,11 @@ def runs_code_when_loaded(code: str, marker: Path) -> bool:
     created = marker.exists()
     marker.unlink(missing_ok=True)
     return created
+
+
+def imports_torch(code: str) -> bool:
+    """Does running `code` in a fresh interpreter import torch? (the doctor's fast paths must not)"""
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print('torch' in sys.modules)"],
+                         capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()[-1] == "True"

@@ -7,8 +7,8 @@ import torch
 
 from titan_train.model import ModelArgs
 
-from ..checkpoints import (malicious_metadata, malicious_torch_file, weights, write_deepspeed, write_hf,
-                           write_trainer_dcp)
+from ..checkpoints import (imports_torch, malicious_metadata, malicious_torch_file, weights, write_deepspeed,
+                           write_hf, write_trainer_dcp)
 from .conftest import run_cli, run_json
 
 pytest.importorskip("safetensors")
@@ -130,17 +130,8 @@ def test_truncated_checkpoint_is_one_line_not_a_traceback(tmp_path):
 
 def test_the_check_imports_no_torch_without_a_config(tmp_path):
     """Headers and metadata only: the check answers without paying for `import torch`."""
-    import os
-    import subprocess
-    import sys
-
-    from ..checkpoints import REPO
-
     write_hf(tmp_path / "hf", weights(), shards=2)
     write_trainer_dcp(tmp_path / "run", weights(), step=1)
-    code = ("import sys; from pathlib import Path; from titan_doctor.diagnose import checkpoint\n"
-            f"for p in ['{tmp_path}/hf', '{tmp_path}/run']: assert checkpoint.check(Path(p))[0].code == 'ckpt.format'\n"
-            "print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert out.stdout.strip() == "False", out.stderr
+    assert not imports_torch("from pathlib import Path; from titan_doctor.diagnose import checkpoint\n"
+                             f"for p in ['{tmp_path}/hf', '{tmp_path}/run']: "
+                             "assert checkpoint.check(Path(p))[0].code == 'ckpt.format'")

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
-import shutil
 
 import pytest
 import torch
@@ -16,8 +14,8 @@ from titan_train.checkpoint_formats.initial_load import load_initial
 from titan_train.checkpoint_formats.sources import Source
 from titan_train.model import Attention, ModelArgs, Transformer, count_params, rope_tables
 
-from ..checkpoints import (TINY, hf_permute, malicious_metadata, malicious_torch_file, runs_code_when_loaded,
-                           weights, write_deepspeed, write_hf, write_meta, write_trainer_dcp)
+from ..checkpoints import (TINY, hf_permute, imports_torch, malicious_metadata, malicious_torch_file,
+                           runs_code_when_loaded, weights, write_deepspeed, write_hf, write_meta, write_trainer_dcp)
 
 pytest.importorskip("safetensors")
 N_PARAMS = count_params(TINY)["total"]
@@ -136,17 +134,8 @@ def test_describe_reads_no_tensor_data_and_needs_no_torch(tmp_path):
     write_hf(tmp_path / "hf", weights())
     write_trainer_dcp(tmp_path / "dcp", weights(), step=2)
     torch.save(weights(), tmp_path / "w.pt")
-    code = ("import sys; from titan_train.checkpoint_formats import detect\n"
-            f"for p in ['{tmp_path}/hf', '{tmp_path}/dcp', '{tmp_path}/w.pt']: detect.describe(p)\n"
-            "print('torch' in sys.modules)")
-    import subprocess
-    import sys
-
-    from ..checkpoints import REPO
-
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert out.stdout.strip() == "False", out.stderr
+    assert not imports_torch("from titan_train.checkpoint_formats import detect\n"
+                             f"for p in ['{tmp_path}/hf', '{tmp_path}/dcp', '{tmp_path}/w.pt']: detect.describe(p)")
 
 
 # ---- sliced reads and the q/k permutation ------------------------------------------------------

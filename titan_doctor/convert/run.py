@@ -103,12 +103,13 @@ def _strip_wrappers(obj):
 
 
 def _map_tensors(obj, fn):
+    """Replace tensors in place, one at a time, so a cast never holds two copies of the whole."""
     import torch
 
-    if isinstance(obj, dict):
-        return {k: _map_tensors(v, fn) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_map_tensors(v, fn) for v in obj]
+    if isinstance(obj, (dict, list)):
+        for k in (list(obj) if isinstance(obj, dict) else range(len(obj))):
+            obj[k] = _map_tensors(obj[k], fn)
+        return obj
     return fn(obj) if isinstance(obj, torch.Tensor) else obj
 
 

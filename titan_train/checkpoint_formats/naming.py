@@ -138,29 +138,22 @@ def map_keys(keys) -> KeyMap:
     return km
 
 
-def hf_to_ours(name: str) -> tuple[str, str]:
-    """'model.layers.3.self_attn.k_proj.weight' -> ('layers.3.attention.wk.weight', 'n_kv_heads')."""
-    for pattern, ours, rope in _TO_OURS:
+def _rename(name: str, table) -> tuple[str, str]:
+    for pattern, target, rope in table:
         m = pattern.match(name)
         if m:
-            return ours.replace("{i}", m.group(1)) if m.groups() else ours, rope
+            return target.replace("{i}", m.group(1)) if m.groups() else target, rope
     raise KeyError(name)
+
+
+def hf_to_ours(name: str) -> tuple[str, str]:
+    """'model.layers.3.self_attn.k_proj.weight' -> ('layers.3.attention.wk.weight', 'n_kv_heads')."""
+    return _rename(name, _TO_OURS)
 
 
 def ours_to_hf(name: str) -> tuple[str, str]:
-    for pattern, hf, rope in _TO_HF:
-        m = pattern.match(name)
-        if m:
-            return hf.replace("{i}", m.group(1)) if m.groups() else hf, rope
-    raise KeyError(name)
-
-
-def rope_heads(name: str) -> str:
-    """'n_heads' / 'n_kv_heads' for the q / k projections (permuted between Meta and HF), else ''."""
-    try:
-        return ours_to_hf(name)[1]
-    except KeyError:
-        return ""
+    """'layers.3.attention.wq.weight' -> ('model.layers.3.self_attn.q_proj.weight', 'n_heads')."""
+    return _rename(name, _TO_HF)
 
 
 # ---- the q/k permutation ---------------------------------------------------------------

@@ -77,7 +77,6 @@ def read_index(path: Path) -> dict[str, Path]:
 
 def _require():
     try:
-        import safetensors  # noqa: F401
         from safetensors import safe_open
         from safetensors.torch import save_file
     except ImportError:
