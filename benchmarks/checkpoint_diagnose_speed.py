@@ -1,12 +1,14 @@
 """How long `titan-doctor diagnose --checkpoint` takes on multi-GB checkpoints, next to
-what the same question costs other ways. Prints figures; never pass/fail.
+what the same question costs other ways; and how much memory `titan-doctor convert` needs
+next to the size of what it converts. Prints figures; never pass/fail.
 
-The checkpoints are LLaMA-2-7B shaped and written sparsely (real headers / metadata, holes
-for the tensor data), so they take seconds to make and no disk space:
+The diagnose checkpoints are LLaMA-2-7B shaped and written sparsely (real headers /
+metadata, holes for the tensor data), so they take seconds to make and no disk space:
   - HF: two bf16 safetensors shards + model.safetensors.index.json (13.5 GB)
   - DCP: a trainer step folder, bf16 weights + fp32 AdamW moments, 2 ranks' shards (67 GB)
+The conversions run on a real (dense) fp32 checkpoint of --convert-mb megabytes.
 
-    python benchmarks/checkpoint_diagnose_speed.py [--keep DIR]
+    python benchmarks/checkpoint_diagnose_speed.py [--keep DIR] [--convert-mb 512]
 """
 from __future__ import annotations
 
@@ -60,10 +62,8 @@ def sparse_safetensors(path: Path, tensors: dict[str, tuple[int, ...]], dtype: s
 
 
 def make_hf(folder: Path) -> int:
-    import sys as _sys
-
-    _sys.path.insert(0, str(REPO))
-    from titan_train.checkpoint_formats.naming import ours_to_hf
+    sys.path.insert(0, str(REPO))
+    from titan_train.checkpoint_formats.naming import ours_to_hf   # torch-free
 
     folder.mkdir(parents=True)
     names = {ours_to_hf(k)[0]: v for k, v in llama7b_shapes().items()}
@@ -81,7 +81,7 @@ def make_hf(folder: Path) -> int:
     return total
 
 
-def make_dcp(folder: Path) -> int:
+def make_dcp(folder: Path) -> None:
     """A 2-rank DCP save of weights (bf16) + AdamW moments (fp32), each tensor split by rows."""
     import torch
     from torch.distributed.checkpoint.filesystem import _StorageInfo
@@ -110,7 +110,6 @@ def make_dcp(folder: Path) -> int:
     for rank, end in enumerate(ends):
         with open(folder / f"__{rank}_0.distcp", "wb") as fh:
             fh.truncate(end)
-    return sum(ends)
 
 
 def timed(cmd: list[str], runs: int = 3) -> tuple[float, subprocess.CompletedProcess]:
@@ -123,14 +122,75 @@ def timed(cmd: list[str], runs: int = 3) -> tuple[float, subprocess.CompletedPro
     return statistics.median(times), proc
 
 
+def peak_rss_mib(cmd: list[str]) -> tuple[float, int]:
+    """Peak resident memory of a child process (MiB) and its exit code."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    return usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
+
+
+def make_dense(root: Path, megabytes: int) -> None:
+    """Dense fp32 LLaMA-shaped weights of about `megabytes` (+ the trainer config for them)."""
+    import torch
+
+    sys.path.insert(0, str(REPO))
+    from titan_train.model import ModelArgs, Transformer
+
+    per_layer = 4 * 1024 * 1024 + 3 * 1024 * 2816   # attention + SwiGLU (d 1024, ffn 2816)
+    layers = max(1, round((megabytes * 2**20 / 4 - 2 * 8192 * 1024) / per_layer))
+    args = ModelArgs(vocab_size=8192, d_model=1024, n_layers=layers, n_heads=16, multiple_of=256, max_seq_len=128)
+    with torch.device("meta"):
+        model = Transformer(args)
+    torch.save({k: torch.randn(v.shape) for k, v in model.state_dict().items()}, root / "dense.pt")
+    (root / "dense.toml").write_text(f"[model]\nvocab_size = 8192\nd_model = 1024\nn_layers = {layers}\n"
+                                     "n_heads = 16\nmultiple_of = 256\nmax_seq_len = 128\n")
+
+
+def convert_memory(root: Path, megabytes: int) -> None:
+    """The dense checkpoint converted three ways, each in a fresh process (this one never
+    imports torch, so the children's peak memory is their own)."""
+    py = sys.executable
+    subprocess.run([py, __file__, "--make-dense", str(root), str(megabytes)], check=True,
+                   env=dict(os.environ, PYTHONPATH=str(REPO)))
+    src, config = root / "dense.pt", root / "dense.toml"
+    size = src.stat().st_size
+    base, _ = peak_rss_mib([py, "-c", "import torch, titan_doctor.convert.run"])
+    print(f"\nconvert: {size / 2**20:.0f} MiB fp32 source; baseline (python + torch imported): {base:.0f} MiB")
+    print(f"{'conversion':<40} {'peak RSS':>10} {'above baseline':>15} {'x source':>9}")
+    cases = (("torch -> hf (bf16, 256MB shards)", ["--to", "hf", "--dtype", "bf16", "--max-shard-size", "256MB",
+                                                   "--config", str(config)], "hf"),
+             ("torch -> dcp", ["--to", "dcp"], "dcp"),
+             ("dcp -> torch (every entry)", ["--to", "torch"], "back.pt"))
+    for label, extra, out in cases:
+        source = root / "dcp" if out == "back.pt" else src
+        rss, rc = peak_rss_mib([py, "-m", "titan_doctor", "convert", str(source), str(root / out), *extra])
+        above = rss - base
+        print(f"{label:<40} {rss:>8.0f} MiB {above:>11.0f} MiB {above * 2**20 / size:>8.2f}x"
+              + ("" if rc == 0 else f"   (exit {rc})"))
+    print("(peak RSS includes the source's mmap'd pages, which are page cache; safetensors' save_file\n"
+          " serializes a whole shard in memory, so HF output adds about two shards)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", type=Path, help="write the checkpoints here and keep them")
+    parser.add_argument("--convert-mb", type=int, default=512, help="size of the dense conversion source (0: skip)")
+    parser.add_argument("--make-dcp", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--make-dense", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.make_dcp:       # child process: torch stays out of the measuring parent
+        make_dcp(args.make_dcp)
+        return
+    if args.make_dense:
+        make_dense(Path(args.make_dense[0]), int(args.make_dense[1]))
+        return
     root = args.keep or Path(tempfile.mkdtemp(prefix="ckpt-bench-"))
     hf, dcp = root / "llama7b-hf", root / "run" / "step-1000"
     print(f"making sparse checkpoints under {root} ...", flush=True)
-    sizes = {"hf": make_hf(hf), "dcp": make_dcp(dcp)}
+    subprocess.run([sys.executable, __file__, "--make-dcp", str(dcp)], check=True,
+                   env=dict(os.environ, PYTHONPATH=str(REPO)))
+    sizes = {"hf": make_hf(hf), "dcp": sum(f.stat().st_size for f in dcp.glob("*.distcp"))}
     py = sys.executable
     rows = []
     for label, path, size in (("HF safetensors, index + 2 shards", hf, sizes["hf"]),
@@ -154,6 +214,8 @@ def main() -> None:
     print()
     for label, _, _, first in rows:
         print(f"{label}: {first}")
+    if args.convert_mb:
+        convert_memory(root, args.convert_mb)
 
 
 if __name__ == "__main__":

@@ -178,3 +178,24 @@ def test_failure_halfway_leaves_no_partial_output(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match="disk went away"):
         run.convert(tmp_path / "meta", tmp_path / "hf", "hf", max_shard_bytes=10_000)
     assert len(calls) == 6 and not (tmp_path / "hf").exists() and not _leftovers(tmp_path)
+
+
+def test_without_the_safetensors_package_hf_data_is_one_clear_error(tmp_path):
+    """safetensors is an extra: headers are still read (diagnose works), data needs the package."""
+    from ..checkpoints import write_hf
+
+    blocker = tmp_path / "blocker" / "safetensors"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('No module named safetensors (blocked by the test)')\n")
+    write_hf(tmp_path / "hf", weights())
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path / 'blocker'}{os.pathsep}{REPO}")
+    diagnose = subprocess.run([sys.executable, "-m", "titan_doctor", "diagnose", "--checkpoint", str(tmp_path / "hf")],
+                              env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert diagnose.returncode == 0 and "[ok] HuggingFace safetensors" in diagnose.stdout
+    p = subprocess.run([sys.executable, "-m", "titan_doctor", "convert", str(tmp_path / "hf"), str(tmp_path / "out.pt"),
+                        "--to", "torch"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert p.stderr.splitlines() == [
+        "titan-doctor convert: error: HF safetensors data needs the 'safetensors' package, which is not installed",
+        "  fix: pip install 'titan-npu[hf]'   (or: pip install safetensors)"]
+    assert not (tmp_path / "out.pt").exists()
