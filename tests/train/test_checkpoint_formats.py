@@ -298,6 +298,8 @@ def test_malicious_dcp_metadata_is_refused_and_runs_nothing(tmp_path):
         dcp_io.SafeFileSystemReader(str(folder)).read_metadata()
     with pytest.raises(UnsafeCheckpoint):
         dcp_io.load_everything(folder)
+    with pytest.raises(UnsafeCheckpoint):                 # the trainer's initial_load_path
+        load_initial(Transformer(TINY), folder, args=TINY)
     assert not marker.exists()
 
 

@@ -36,7 +36,8 @@ SRC is anything `titan-doctor diagnose --checkpoint` identifies: a DCP folder
 Reads nothing it would have to execute: pickles with weights_only=True (or
 inertly), DCP metadata through an allow-list, safetensors headers as JSON.
 Writes atomically (a hidden temporary next to DST, renamed when complete) and
-holds at most one full copy of the weights in memory (HF output: one shard).
+holds at most one full copy of the weights in memory (HF output: about two
+shards, as safetensors serializes a shard in memory).
 
 \b
 Exit codes: 0 converted, 1 conversion failed (missing or unreadable source,
