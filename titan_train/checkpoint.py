@@ -25,12 +25,9 @@ from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_mo
 from torch.distributed.checkpoint.stateful import Stateful
 
 from titan_train import faults
+from titan_train.checkpoint_formats import CheckpointError  # noqa: F401  (one error type for every checkpoint problem)
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
-
-
-class CheckpointError(Exception):
-    """A checkpoint this trainer cannot resume from (a user error, one line)."""
 
 
 class ModelState(Stateful):

@@ -225,6 +225,7 @@ def _progress(total: int, label: str):
 def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None) -> None:
     """Everything a user can get wrong is checked here, before any rank starts."""
     from titan_train import data, device
+    from titan_train.checkpoint_formats import initial_load
 
     config_mod.validate(cfg, opts.world_size)
     dev = device.select(cfg.distributed.backend, device.probe())
@@ -236,6 +237,7 @@ def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None)
         from titan_train import metrics
 
         metrics.require_tensorboard()
+    initial_load.preflight(cfg)
     _check_memory(cfg, opts, dev, ignore_memory, path or cfg.name)
 
 
@@ -268,7 +270,7 @@ def _worker_argv(path: Path, overrides, stop_after: int, debug: bool) -> list[st
 
 def _user_errors() -> tuple[type[Exception], ...]:
     from titan_train import data, device, metrics
-    from titan_train.checkpoint import CheckpointError
+    from titan_train.checkpoint_formats import CheckpointError
 
     return (config_mod.ConfigError, device.DeviceError, data.DataError, CheckpointError, metrics.MissingExtra,
             _UserError)

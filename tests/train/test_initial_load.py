@@ -1,0 +1,58 @@
+"""The trainer with [checkpoint] initial_load_path and export_final, run for real: a run exports
+HF safetensors; new runs on 2 ranks start from that export and from the same run's own DCP
+step folder and train identically; a checkpoint that does not fit is refused before any rank
+starts, naming the config field."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from titan_train.checkpoint_formats import dcp_io, detect
+from titan_train.checkpoint_formats.sources import Source
+
+from .conftest import FAST, losses, ok, run_trainer
+
+pytest.importorskip("safetensors")
+
+
+def test_start_from_hf_export_equals_start_from_native_dcp(tmp_path):
+    first, from_hf, from_dcp = (tmp_path / d for d in ("first", "from_hf", "from_dcp"))
+    for d in (first, from_hf, from_dcp):
+        d.mkdir()
+    proc = ok(run_trainer(first, overrides=FAST + ["training.steps=2", "checkpoint.save_interval=2",
+                                                     "checkpoint.export_final=hf"]))
+    folder = first / "outputs" / "llama_debug" / "checkpoints"
+    assert f"exported the final model to {folder.relative_to(first)}/export-step-2" in proc.stdout
+    export, step = folder / "export-step-2", folder / "step-2"
+    info = detect.describe(export)
+    assert info.format == "hf" and info.declared["n_heads"] == 16
+    saved = dcp_io.load_everything(step)
+    native = saved["model"] if "model" in saved else saved["train"]["model"]   # layout before / after issue 8
+    source = Source(info, heads={"n_heads": 16, "n_kv_heads": 16})
+    assert all(torch.equal(source.read(k), native[k]) for k in native)
+
+    common = FAST + ["training.steps=2"]
+    hf_run = ok(run_trainer(from_hf, nproc=2, overrides=common + [f"checkpoint.initial_load_path={export}"]))
+    assert "HuggingFace safetensors, HF names mapped, q/k un-permuted, 57 tensors" in hf_run.stdout
+    dcp_run = ok(run_trainer(from_dcp, nproc=2, overrides=common + [f"checkpoint.initial_load_path={folder}"]))
+    assert "DCP checkpoint" in dcp_run.stdout
+    assert losses(from_hf) == losses(from_dcp) and sorted(losses(from_hf)) == [1, 2]
+    fresh = losses(first)[1]
+    assert losses(from_hf)[1] < fresh   # it really started from the trained weights
+
+
+def test_checkpoint_that_does_not_fit_is_refused_before_any_rank_starts(tmp_path):
+    ok(run_trainer(tmp_path, overrides=FAST + ["training.steps=1", "checkpoint.export_final=torch"]))
+    export = tmp_path / "outputs" / "llama_debug" / "checkpoints" / "export-step-1"
+    assert (export / "model.pt").is_file()
+    other = tmp_path / "other"
+    other.mkdir()
+    proc = run_trainer(other, nproc=2, overrides=FAST + ["model.vocab_size=4096",
+                                                         f"checkpoint.initial_load_path={export}"])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"titan-train: error: checkpoint {export} does not fit the config: vocab_size: checkpoint 2048, config 4096 "
+        "(tok_embeddings.weight [2048, 256]); set [model] vocab_size = 2048"]
+    assert not (other / "outputs").exists()
+    proc = run_trainer(other, overrides=FAST + [f"checkpoint.initial_load_path={tmp_path}/missing"])
+    assert proc.returncode == 2 and "missing: no such file or folder" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,113 @@
+"""`[checkpoint] initial_load_path`: start a run from a checkpoint in any supported format.
+
+Called once, after the model is parallelized and materialized, before the first step, and
+only when the run does not resume from its own folder. Each rank reads only what its FSDP /
+TP shards cover: a DCP checkpoint in the trainer's naming goes through DCP's own resharding
+load; everything else is read slice by slice (sources.py). A checkpoint that does not fit
+the [model] config is refused before anything is loaded, naming the field that disagrees.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from titan_train.checkpoint_formats import CheckpointError, detect, fit, naming
+from titan_train.checkpoint_formats.detect import CheckpointInfo
+from titan_train.checkpoint_formats.sources import Source
+
+
+def open_checked(path: str | Path, args) -> tuple[CheckpointInfo, Source]:
+    """Describe `path`, open its weights, and refuse it unless it fits `args` (ModelArgs)."""
+    info = detect.describe(path)
+    source = Source(info, heads={"n_heads": args.n_heads, "n_kv_heads": args.kv_heads})
+    result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by)
+    if not result.ok:
+        raise CheckpointError(fit.one_line(result, args, f"checkpoint {path}"))
+    return info, source
+
+
+def load_initial(model: torch.nn.Module, path: str | Path, *, args, model_only: bool = True,
+                 optimizer: torch.optim.Optimizer | None = None) -> str:
+    """Fill `model` (plain, FSDP2 or TP DTensors) from `path`; with model_only=False also the
+    optimizer's moments (a DCP checkpoint in the trainer's layout). Collective when the model
+    is distributed. Returns one line saying what was loaded."""
+    info, source = open_checked(path, args)
+    if not model_only:
+        if optimizer is None or info.format != "dcp" or not info.has_optimizer:
+            raise CheckpointError(f"checkpoint.initial_load_model_only = false needs a DCP checkpoint with "
+                                  f"optimizer state; {path} is a {info.label}"
+                                  + ("" if info.format != "dcp" else " without optimizer state"),
+                                  fix="set checkpoint.initial_load_model_only = true (weights only)")
+    if info.format == "dcp" and info.keymap.naming == naming.OURS:
+        loaded = _load_dcp(model, info, None if model_only else optimizer)
+    else:
+        loaded = _load_slices(model, source)
+    naming_note = ", HF names mapped, q/k un-permuted" if info.keymap.naming == naming.HF else ""
+    return (f"initial weights from {path}: {info.label}{naming_note}, {loaded} tensors"
+            + ("" if model_only else " + optimizer state"))
+
+
+def _load_slices(model: torch.nn.Module, source: Source) -> int:
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    count = 0
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if isinstance(param, DTensor):
+                local = param.to_local()
+                shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh,
+                                                                      param.placements)
+                index = tuple(slice(o, o + s) for o, s in zip(offset, shape))
+            else:
+                local, index = param, None
+            if local.numel():
+                local.copy_(source.read(name, index).to(local.device))
+            count += 1
+    return count
+
+
+def _load_dcp(model: torch.nn.Module, info: CheckpointInfo, optimizer) -> int:
+    """DCP's resharding load straight into the sharded parameters (and optimizer state)."""
+    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_state_dict, set_model_state_dict,
+                                                         set_state_dict)
+
+    from titan_train.checkpoint_formats import dcp_io
+
+    if optimizer is None:
+        model_sd, optim_sd = get_model_state_dict(model), None
+    else:
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+    to_load = {raw: model_sd[ours] for raw, ours in info.keymap.to_ours.items()}
+    if optim_sd is not None:
+        root = info.keymap.prefix[: -len("model.")] if info.keymap.prefix.endswith("model.") else ""
+        for fqn, states in optim_sd["state"].items():
+            for name, value in states.items():
+                key = f"{root}optim.state.{fqn}.{name}"
+                if torch.is_tensor(value):
+                    if key not in info.tensors:
+                        raise CheckpointError(f"{info.root}: optimizer state {key} is missing; the checkpoint's "
+                                              "optimizer does not match this run's (AdamW over the same parameters)",
+                                              fix="set checkpoint.initial_load_model_only = true")
+                    to_load[key] = value
+    dcp_io.load_into(to_load, info.root)
+    loaded = {ours: to_load[raw] for raw, ours in info.keymap.to_ours.items()}
+    if optimizer is None:
+        set_model_state_dict(model, loaded)
+    else:
+        set_state_dict(model, optimizer, model_state_dict=loaded, optim_state_dict=optim_sd)
+    return len(loaded)
+
+
+def preflight(cfg) -> None:
+    """Before any rank starts: a run that will start from checkpoint.initial_load_path gets
+    its one-line error now if that checkpoint is missing, unreadable, unsafe or does not fit
+    [model]. Metadata only; nothing is loaded."""
+    from titan_train import checkpoint
+    from titan_train.train import model_args
+
+    ck = cfg.checkpoint
+    if not ck.initial_load_path or (ck.resume and checkpoint.latest(ck.folder)):
+        return
+    open_checked(ck.initial_load_path, model_args(cfg))
