@@ -135,7 +135,8 @@ def make_dense(root: Path, megabytes: int) -> None:
     import torch
 
     sys.path.insert(0, str(REPO))
-    from titan_train.model import ModelArgs, Transformer
+    from titan_train.model import Transformer
+    from titan_train.model_args import ModelArgs
 
     per_layer = 4 * 1024 * 1024 + 3 * 1024 * 2816   # attention + SwiGLU (d 1024, ffn 2816)
     layers = max(1, round((megabytes * 2**20 / 4 - 2 * 8192 * 1024) / per_layer))

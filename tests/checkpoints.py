@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-from titan_train.model import ModelArgs, Transformer
+from titan_train.model import Transformer
+from titan_train.model_args import ModelArgs
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ModelArgs(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, multiple_of=16, max_seq_len=16)
@@ -138,22 +139,33 @@ def write_deepspeed(folder: Path, sd: dict[str, torch.Tensor], *, step: int = 5,
 
 def write_trainer_dcp(folder: Path, sd: dict[str, torch.Tensor], *, step: int, legacy: bool = False,
                       optimizer: bool = True) -> Path:
-    """A `step-N` folder in the trainer's DCP layout: model.*, optim.*, progress.* (before issue 8:
-    everything under train.)."""
+    """A `step-N` folder in the trainer's DCP layout, written through the trainer's own
+    Stateful objects: model.<fqn>, optim.state.<fqn>.<name> (flat), progress.*. `legacy`: the
+    layout before issue 8 (everything under train., the optimizer nested)."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    from titan_train.checkpoint import ModelState
+    from titan_train.optim import OptimizerParts
+    from titan_train.step import Progress
 
     model = Transformer(TINY)
     model.load_state_dict(sd)
-    content = {"model": model.state_dict(), "progress": {"step": step, "samples": 8 * step}}
+    progress = Progress()
+    progress.step, progress.samples = step, 8 * step
+    optim = OptimizerParts([model], lambda params: torch.optim.AdamW(params, lr=0.0))  # real moments, same weights
     if optimizer:
-        from torch.distributed.checkpoint.state_dict import get_state_dict
-
-        opt = torch.optim.AdamW(model.parameters(), lr=0.0)   # real moments, weights unchanged
         model(torch.zeros(1, 4, dtype=torch.long)).sum().backward()
-        opt.step()
-        content["model"], content["optim"] = get_state_dict(model, opt)
+        optim.step()
     path = folder / f"step-{step}"
-    dcp.save({"train": content} if legacy else content, checkpoint_id=str(path), no_dist=True)
+    if legacy:
+        content = {"model": model.state_dict(), "progress": {"step": step, "samples": 8 * step}}
+        if optimizer:
+            content["model"], content["optim"] = get_state_dict(model, optim.optimizers[0])
+        dcp.save({"train": content}, checkpoint_id=str(path), no_dist=True)
+        return path
+    states = {"model": ModelState([model]), "progress": progress, **({"optim": optim} if optimizer else {})}
+    dcp.save(states, checkpoint_id=str(path), no_dist=True)
     return path
 
 

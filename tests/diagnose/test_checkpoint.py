@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from titan_train.model import ModelArgs
+from titan_train.model_args import ModelArgs
 
 from ..checkpoints import (imports_torch, malicious_metadata, malicious_torch_file, weights, write_deepspeed,
                            write_hf, write_trainer_dcp)
@@ -25,7 +25,10 @@ def test_help_and_list_checks_mention_the_checkpoint_check():
     p = run_cli("--help")
     assert "--checkpoint PATH" in p.stdout and "--config" in p.stdout and "DeepSpeed" in p.stdout
     p = run_cli("--list-checks")
-    assert any(ln.startswith("ckpt ") and "(--checkpoint PATH)" in ln for ln in p.stdout.splitlines())
+    assert any(ln.startswith("ckpt ") and ln.endswith("(--checkpoint PATH [--config CONFIG])")
+               for ln in p.stdout.splitlines())
+    assert any(ln.startswith("memory ") and ln.endswith("(--config CONFIG, no --checkpoint)")
+               for ln in p.stdout.splitlines())
 
 
 def test_trainer_folder_report(tmp_path):
@@ -95,8 +98,14 @@ def test_config_that_fits_is_ok(tmp_path):
 
 
 def test_usage_errors_and_missing_path(tmp_path):
+    # --config alone is the memory plan (issue 11), which needs its layout; memory-plan options do
+    # not mix with --checkpoint, where --config is the model to compare against
     p = run_cli("--config", _config(tmp_path / "c.toml"))
-    assert p.returncode == 2 and "needs --checkpoint PATH" in p.stderr
+    assert p.returncode == 2 and "--config needs --world-size N" in p.stderr
+    p = run_cli("--checkpoint", str(tmp_path), "--config", _config(tmp_path / "c.toml"), "--world-size", "8")
+    assert p.returncode == 2 and "--world-size belong to the memory plan (--config without --checkpoint)" in p.stderr
+    p = run_cli("--check", "ckpt")
+    assert p.returncode == 2 and "the checkpoint check needs --checkpoint PATH" in p.stderr
     rc, rows = run_json("--checkpoint", str(tmp_path / "nope"))
     assert rc == 1 and rows["ckpt.read"]["title"].endswith("nope: no such file or folder")
 

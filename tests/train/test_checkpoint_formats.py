@@ -12,7 +12,8 @@ import torch
 from titan_train.checkpoint_formats import CheckpointError, UnsafeCheckpoint, detect, fit, naming, pickles
 from titan_train.checkpoint_formats.initial_load import load_initial
 from titan_train.checkpoint_formats.sources import Source
-from titan_train.model import Attention, ModelArgs, Transformer, count_params, rope_tables
+from titan_train.model import Attention, Transformer, rope_tables
+from titan_train.model_args import ModelArgs, count_params
 
 from ..checkpoints import (TINY, hf_permute, imports_torch, malicious_metadata, malicious_torch_file,
                            runs_code_when_loaded, weights, write_deepspeed, write_hf, write_meta, write_trainer_dcp)
@@ -213,7 +214,7 @@ def test_hf_checkpoint_loaded_by_the_trainer_gives_the_native_logits(tmp_path):
     native.load_state_dict(sd)
     loaded = Transformer(TINY)
     loaded.init_weights(99)
-    message = load_initial(loaded, tmp_path, args=TINY)
+    message = load_initial([loaded], tmp_path, args=TINY)
     assert "HF names mapped, q/k un-permuted" in message
     tokens = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
     assert torch.equal(loaded(tokens), native(tokens))
@@ -234,7 +235,7 @@ def test_vocab_mismatch_names_the_field_with_the_issue_example(tmp_path):
     model = Transformer(cfg_args)
     with pytest.raises(CheckpointError, match=r"vocab_size: checkpoint 32000, config 32001 .*"
                                               r"set \[model\] vocab_size = 32000"):
-        load_initial(model, tmp_path / "w.pt", args=cfg_args)
+        load_initial([model], tmp_path / "w.pt", args=cfg_args)
 
 
 def test_layers_heads_and_ffn_width_are_named():
@@ -276,7 +277,7 @@ def test_malicious_torch_file_is_refused_and_runs_nothing(tmp_path):
     with pytest.raises(UnsafeCheckpoint, match="posix.system"):
         detect.describe(path)
     with pytest.raises(UnsafeCheckpoint):
-        load_initial(Transformer(TINY), path, args=TINY)
+        load_initial([Transformer(TINY)], path, args=TINY)
     from titan_train.checkpoint_formats.sources import safe_torch_load
 
     with pytest.raises(UnsafeCheckpoint):
@@ -299,7 +300,7 @@ def test_malicious_dcp_metadata_is_refused_and_runs_nothing(tmp_path):
     with pytest.raises(UnsafeCheckpoint):
         dcp_io.load_everything(folder)
     with pytest.raises(UnsafeCheckpoint):                 # the trainer's initial_load_path
-        load_initial(Transformer(TINY), folder, args=TINY)
+        load_initial([Transformer(TINY)], folder, args=TINY)
     assert not marker.exists()
 
 

@@ -60,8 +60,9 @@ def _size(text: str) -> int:
 @click.argument("dst", type=click.Path(path_type=Path))
 @click.option("--to", "target", required=True, type=click.Choice(["dcp", "torch", "hf", "meta"]),
               help="Output format.")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Trainer TOML: the model shape (head counts for HF/Meta output); the source is checked against it.")
+@click.option("--config", "config_file", metavar="CONFIG",
+              help="Trainer TOML (or a shipped config name): its [model] gives the shape (head counts for HF/Meta "
+                   "output); the source is checked against it.")
 @click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), help="Cast floating-point tensors on the way.")
 @click.option("--model-only", is_flag=True, help="Only the model's weights (trainer names), even for DCP <-> torch.")
 @click.option("--max-shard-size", "max_shard", default="5GB", show_default=True, help="HF output: bytes per shard.")

@@ -55,17 +55,18 @@ class Progress:
                   f"  {name}", file=sys.stderr, flush=True)
 
 
-def model_args_for(info: CheckpointInfo, config: Path | None, needed: bool):
-    """ModelArgs from --config (checked against the checkpoint), else from what the checkpoint
-    declares (params.json / config.json) and implies (shapes). None when not needed and unknown."""
-    from titan_train.model import ModelArgs
+def model_args_for(info: CheckpointInfo, config: str | Path | None, needed: bool):
+    """ModelArgs from --config's [model] (checked against the checkpoint), else from what the
+    checkpoint declares (params.json / config.json) and implies (shapes). None when not
+    needed and unknown."""
+    from titan_train.model_args import ModelArgs
 
     if config is not None:
         from titan_train import config as config_mod
-        from titan_train.train import model_args
+        from titan_train.cli import resolve_config
 
         try:
-            args = model_args(config_mod.load(config))
+            args = config_mod.load(resolve_config(str(config))).model
         except config_mod.ConfigError as e:
             raise CheckpointError(f"--config: {e}") from None
         result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by)
@@ -123,7 +124,7 @@ def _nbytes(obj) -> int:
     return obj.numel() * obj.element_size() if isinstance(obj, torch.Tensor) else 0
 
 
-def convert(src: Path, dst: Path, target: str, *, config: Path | None = None, dtype: str | None = None,
+def convert(src: Path, dst: Path, target: str, *, config: str | Path | None = None, dtype: str | None = None,
             model_only: bool = False, max_shard_bytes: int, overwrite: bool = False,
             progress: bool | None = None) -> Result:
     from titan_train.checkpoint_formats import writers
@@ -170,7 +171,7 @@ def _convert_whole(info: CheckpointInfo, tmp: Path, target: str, cast, result: R
         dcp_io.save(sd, tmp)
 
 
-def _convert_weights(info: CheckpointInfo, tmp: Path, target: str, cast, config: Path | None,
+def _convert_weights(info: CheckpointInfo, tmp: Path, target: str, cast, config: str | Path | None,
                      max_shard_bytes: int, progress: bool | None, result: Result) -> None:
     from titan_train.checkpoint_formats import dcp_io, writers
     from titan_train.checkpoint_formats.sources import Source

@@ -67,7 +67,7 @@ CHECKS: tuple[Check, ...] = (
           logs=True),
     Check("memory", "memory plan: per-rank peak of a config x layout x card, ranked remedies",
           lambda c: [], memory=True),
-    Check("ckpt", "checkpoint: format, contents, fit to a trainer config (--config)",
+    Check("ckpt", "checkpoint: format, contents, fit to a trainer config",
           lambda c: checkpoint.check(c.checkpoint, c.config, c.config_name), checkpoint=True),
 )
 
