@@ -4,11 +4,13 @@
 
 fsdp1      FSDP1 saves of a tiny LLaMA with torch.save: FULL (rank 0), SHARDED and LOCAL parts
            (one file per rank), plus what a full-state-dict loader reports on a LOCAL part.
-fsdp2      FSDP2 over 2 ranks: one AdamW step, then a DCP save in the trainer's layout
-           ({"model", "optim"}), per-rank torch.save of the DTensor state dict, export_final
-           as torch and hf, the full weights and the next losses; then hf_logits.
-resume     TP=2 env: dp x tp layout; load_initial(model_only=False) from SRC, the same
-           losses and full weights to compare with fsdp2's; then hf_logits.
+fsdp2      the trainer's build() on 2 FSDP ranks: one AdamW step, then the trainer's own save
+           (OUT/trainer/step-1), per-rank torch.save of the DTensor state dict, export_final
+           as torch and hf through the Checkpointer, the full weights and the next losses;
+           then hf_logits.
+resume     TP=2 env: dp x tp layout; a Checkpointer with initial_load_path = SRC and
+           initial_load_model_only = false; the same losses and full weights to compare with
+           fsdp2's; then hf_logits.
 hf_logits  (with OUT/hf and OUT/native.pt present) the model loaded from OUT/hf via
            load_initial vs the same weights loaded natively (torch's set_model_state_dict):
            the logits of both, on this layout.
@@ -24,9 +26,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from titan_train.checkpoint_formats.export import export_final
-from titan_train.model import ModelArgs, Transformer, TransformerBlock
-from titan_train.parallel import ParallelDims, build_mesh, parallelize
+from titan_train.build import build as build_parts
+from titan_train.config import JobConfig, OptimizerConfig, TrainingConfig
+from titan_train.model import Transformer, TransformerBlock
+from titan_train.model_args import ModelArgs
+from titan_train.parallel_dims import ParallelDims
 
 ARGS = ModelArgs(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, multiple_of=16, max_seq_len=16)
 SEED = 7
@@ -40,39 +44,36 @@ def batch(i: int, world_dp: int, dp_rank: int):
     return mine[:, :-1], mine[:, 1:]
 
 
-def build(tp: int):
-    world = dist.get_world_size()
-    dims = ParallelDims.for_world(world, tp)
-    mesh = build_mesh("cpu", dims)
-    with torch.device("meta"):
-        model = Transformer(ARGS)
-    parallelize(model, mesh, fsdp=dims.dp > 1, param_dtype=torch.float32, cpu_offload=False,
-                sum_reductions_only=True)
-    model.to_empty(device="cpu")
-    model.init_weights(SEED)
-    return model, mesh
+def build(tp: int, seed: int = SEED):
+    """The trainer's own build() (FSDP2 over dp, TP over tp, its OptimizerParts) of ARGS."""
+    cfg = JobConfig(model=ARGS, optimizer=OptimizerConfig(lr=1e-2),
+                    training=TrainingConfig(batch_size=4, seq_len=8, warmup_steps=0, lr_schedule="constant",
+                                            seed=seed))
+    return build_parts(cfg, ParallelDims.for_world(dist.get_world_size(), tp=tp), torch.device("cpu"))
 
 
-def global_loss(model, i, mesh) -> float:
+def global_loss(parts, i) -> float:
+    mesh = parts.mesh
     inputs, targets = batch(i, mesh["dp"].size(), mesh["dp"].get_local_rank())
     with torch.no_grad():
-        loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+        loss = F.cross_entropy(parts.model_parts[0](inputs).flatten(0, 1), targets.flatten())
     loss = loss.detach().clone()
     dist.all_reduce(loss)
     return loss.item() / dist.get_world_size()
 
 
-def train_step(model, opt, i, mesh) -> None:
+def train_step(parts, i) -> None:
+    mesh = parts.mesh
     inputs, targets = batch(i, mesh["dp"].size(), mesh["dp"].get_local_rank())
-    F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten()).backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+    F.cross_entropy(parts.model_parts[0](inputs).flatten(0, 1), targets.flatten()).backward()
+    parts.optimizers.step()
+    parts.optimizers.zero_grad()
 
 
-def full_weights(model) -> dict[str, torch.Tensor]:
+def full_weights(parts) -> dict[str, torch.Tensor]:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return get_model_state_dict(parts.model_parts[0], options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def fsdp1(out: Path) -> None:
@@ -103,60 +104,70 @@ def fsdp1(out: Path) -> None:
 
 
 def fsdp2(out: Path) -> None:
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+    """One step on 2 FSDP ranks, saved by the trainer's Checkpointer (its DCP layout) and
+    exported by it (export_final torch and hf)."""
+    from titan_train.checkpoint import Checkpointer, save, train_states
+    from titan_train.config import CheckpointConfig
+    from titan_train.step import Progress
 
-    model, mesh = build(tp=1)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    train_step(model, opt, 0, mesh)
-    model_sd, optim_sd = get_state_dict(model, opt)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(out / "dcp"))
-    torch.save(model.state_dict(), out / f"dtensor_rank{dist.get_rank()}.pt")
+    parts = build(tp=1)
+    train_step(parts, 0)
+    progress = Progress(step=1, samples=4)
+    states = train_states(parts, progress)
+    save(out / "trainer", 1, states)
+    torch.save(parts.model_parts[0].state_dict(), out / f"dtensor_rank{dist.get_rank()}.pt")
     for fmt in ("torch", "hf"):
-        export_final(model, out / f"export_{fmt}", fmt, args=ARGS, step=1)
-    _record(model, opt, mesh, out, "fsdp2")
+        Checkpointer(CheckpointConfig(folder=str(out / f"export_{fmt}"), export_final=fmt), states,
+                     model_args=ARGS).finish(1, complete=True)
+    _record(parts, out, "fsdp2")
     hf_logits(out)
 
 
-def _record(model, opt, mesh, out: Path, name: str) -> None:
+def _record(parts, out: Path, name: str) -> None:
     """Full weights now, the loss of the next step, then one more step and the loss after it
     (which depends on the optimizer state)."""
-    weights = full_weights(model)
-    next_loss = global_loss(model, 1, mesh)
-    train_step(model, opt, 1, mesh)
-    after = global_loss(model, 2, mesh)
+    weights = full_weights(parts)
+    next_loss = global_loss(parts, 1)
+    train_step(parts, 1)
+    after = global_loss(parts, 2)
     if dist.get_rank() == 0:
         torch.save(weights, out / f"{name}_weights.pt")
         (out / f"{name}_losses.json").write_text(json.dumps({"next": next_loss, "after_step": after}))
 
 
 def resume(out: Path, src: Path) -> None:
-    from titan_train.checkpoint_formats.initial_load import load_initial
+    """A new run (nothing to resume) that starts from SRC with initial_load_model_only = false,
+    through the Checkpointer as the trainer calls it."""
+    from titan_train.checkpoint import Checkpointer, train_states
+    from titan_train.config import CheckpointConfig
+    from titan_train.step import Progress
 
-    model, mesh = build(tp=int(os.environ.get("TP", "1")))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    message = load_initial(model, src, args=ARGS, model_only=False, optimizer=opt)
+    parts = build(tp=int(os.environ.get("TP", "1")), seed=SEED + 5)  # anything but the checkpoint's values
+    messages = []
+    cfg = CheckpointConfig(folder=str(out / "resume_run"), initial_load_path=str(src), initial_load_model_only=False)
+    assert Checkpointer(cfg, train_states(parts, Progress()), model_args=ARGS, say=messages.append).resume() is None
     if dist.get_rank() == 0:
-        (out / "resume_message.txt").write_text(message)
-    _record(model, opt, mesh, out, f"resume_tp{mesh['tp'].size()}")
+        (out / "resume_message.txt").write_text("\n".join(messages))
+    _record(parts, out, f"resume_tp{parts.mesh['tp'].size()}")
     hf_logits(out)
 
 
 def hf_logits(out: Path) -> None:
+    """The model loaded from OUT/hf via load_initial vs the same weights (OUT/native.pt) set
+    by torch's set_model_state_dict, on this layout."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     from titan_train.checkpoint_formats.initial_load import load_initial
 
     tp = int(os.environ.get("TP", "1"))
     tokens = torch.randint(0, ARGS.vocab_size, (2, 8), generator=torch.Generator().manual_seed(3))
-    via_hf, _ = build(tp)
-    via_hf.init_weights(SEED + 1)   # anything but the checkpoint's values
+    via_hf = build(tp, seed=SEED + 1).model_parts   # anything but the checkpoint's values
     load_initial(via_hf, out / "hf", args=ARGS)
-    native, _ = build(tp)
+    native = build(tp).model_parts[0]
     set_model_state_dict(native, torch.load(out / "native.pt", weights_only=True),
                          options=StateDictOptions(full_state_dict=True))
     with torch.no_grad():
-        a, b = via_hf(tokens), native(tokens)
+        a, b = via_hf[0](tokens), native(tokens)
     if dist.get_rank() == 0:
         torch.save({"hf": a, "native": b}, out / f"logits_tp{tp}.pt")
 

@@ -1,7 +1,8 @@
 """Checkpoints saved and loaded by real multi-rank gloo runs (tests/train/ckpt_worker.py):
 FSDP1 FULL / SHARDED / LOCAL torch.save parts and the seed's KeyError with the doctor's fix;
-FSDP2 in the trainer's DCP layout round-tripped DCP -> torch -> DCP and resumed on 2 x 2
-FSDP x TP; HF weights loaded into FSDP and FSDP x TP layouts vs the native load; export."""
+FSDP2 saved by the trainer's own build() + save in its DCP layout, round-tripped
+DCP -> torch -> DCP and started from (initial_load_path, with optimizer state) on 2 x 2
+FSDP x TP; HF weights loaded into FSDP and FSDP x TP layouts vs the native load; export_final."""
 from __future__ import annotations
 
 import json
@@ -100,8 +101,9 @@ def fsdp2(tmp_path_factory) -> Path:
 
 
 def test_fsdp2_dcp_in_the_trainer_layout(fsdp2):
-    info = detect.describe(fsdp2 / "dcp")
-    assert info.format == "dcp" and info.has_optimizer and info.keymap.prefixes == ["model."]
+    info = detect.describe(fsdp2 / "trainer")
+    assert info.format == "dcp" and info.root.name == "step-1" and info.step == 1
+    assert info.has_optimizer and info.keymap.prefixes == ["model."]
     assert {f.name for f in info.files} == {".metadata", "__0_0.distcp", "__1_0.distcp"}
     assert info.param_count == sum(v.numel() for v in weights(ARGS).values())
     part = detect.describe(fsdp2 / "dtensor_rank1.pt")
@@ -111,9 +113,11 @@ def test_fsdp2_dcp_in_the_trainer_layout(fsdp2):
 def test_dcp_to_torch_to_dcp_then_four_ranks_tp_resume_identically(fsdp2):
     """trainer DCP (2 ranks FSDP) -> one torch file -> DCP -> loaded on 2 x 2 FSDP x TP with its
     optimizer state: the weights are bit-identical and the next losses are the same."""
-    assert _convert(str(fsdp2 / "dcp"), str(fsdp2 / "rt.pt"), "--to", "torch").returncode == 0
+    assert _convert(str(fsdp2 / "trainer"), str(fsdp2 / "rt.pt"), "--to", "torch").returncode == 0
     whole = torch.load(fsdp2 / "rt.pt", weights_only=True)
-    assert set(whole) == {"model", "optim"} and "state" in whole["optim"]
+    assert set(whole) == {"model", "optim", "scheduler", "progress", "loss_scaler"}
+    assert "state.layers.0.attention.wq.weight.exp_avg" in whole["optim"]   # flat, by parameter FQN
+    assert whole["progress"] == {"step": 1, "samples": 4}
     assert _convert(str(fsdp2 / "rt.pt"), str(fsdp2 / "rt_dcp"), "--to", "dcp").returncode == 0
     _ranks(4, "resume", str(fsdp2), str(fsdp2 / "rt_dcp"), tp=2)
     assert "+ optimizer state" in (fsdp2 / "resume_message.txt").read_text()
