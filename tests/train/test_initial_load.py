@@ -65,33 +65,68 @@ PP_MODEL = ["model.d_model=64", "model.n_heads=4", "model.n_kv_heads=2", "model.
 PP_EXACT = ["distributed.pp_schedule=gpipe", "distributed.pp_microbatches=1", "training.max_norm=0"]
 
 
-def test_pipeline_stages_load_their_own_part_of_an_hf_llama_and_export_the_whole_model(tmp_path):
-    """An HF-layout LLaMA (HF names, permuted q/k, written here) as initial_load_path: on
-    pp = 2 each stage loads only its own tensors and the first loss equals the 1-rank run's
-    (the pp run uses another init seed, so only the load can make them equal); export_final
-    gathers both stages into a file bit-identical to the 1-rank export."""
+@pytest.fixture(scope="module")
+def hf_runs(tmp_path_factory):
+    """An HF-layout LLaMA (HF names, permuted q/k, written here) as initial_load_path, trained
+    2 steps on 1 rank (saving step-2) and on pp = 2 (with another init seed, so only the load
+    can make the two agree); both export_final = torch."""
     from titan_train.model_args import ModelArgs
 
     from ..checkpoints import weights, write_hf
 
+    root = tmp_path_factory.mktemp("hf_runs")
     args = ModelArgs(d_model=64, n_heads=4, n_kv_heads=2, n_layers=2, multiple_of=16)
     source = weights(args, seed=5)
-    hf = write_hf(tmp_path / "hf", source, args)
+    hf = write_hf(root / "hf", source, args)
     common = FAST + PP_MODEL + PP_EXACT + ["training.steps=2", f"checkpoint.initial_load_path={hf}",
                                            "checkpoint.export_final=torch"]
-    one, pp = tmp_path / "one", tmp_path / "pp"
+    one, pp = root / "one", root / "pp"
     for d in (one, pp):
         d.mkdir()
-    one_run = ok(run_trainer(one, overrides=common))
+    one_run = ok(run_trainer(one, overrides=common + ["checkpoint.save_interval=2"]))
     pp_run = ok(run_trainer(pp, nproc=2, overrides=common + ["distributed.pp_size=2", "training.seed=99"]))
-    whole = len(source)   # 1 embedding + 2 x 9 block tensors + norm + output
-    assert f"HF names mapped, q/k un-permuted, {whole} tensors\n" in one_run.stdout
-    # rank 0 is stage 0: the embedding and block 0 only
-    assert f"HF names mapped, q/k un-permuted, {1 + 9} tensors\n" in pp_run.stdout
-    assert losses(pp)[1] == losses(one)[1]
+    return root, source, one_run.stdout, pp_run.stdout
 
-    exports = [d / "outputs" / "llama_debug" / "checkpoints" / "export-step-2" / "model.pt" for d in (one, pp)]
-    want, got = (torch.load(p, weights_only=True) for p in exports)
+
+def _export(workdir, step: int) -> dict[str, torch.Tensor]:
+    return torch.load(workdir / "outputs" / "llama_debug" / "checkpoints" / f"export-step-{step}" / "model.pt",
+                      weights_only=True)
+
+
+def test_pipeline_stages_load_their_own_part_of_an_hf_llama_and_export_the_whole_model(hf_runs):
+    """On pp = 2 each stage loads only its own tensors and the first loss equals the 1-rank
+    run's; export_final gathers both stages into a file bit-identical to the 1-rank export."""
+    root, source, one_out, pp_out = hf_runs
+    whole = len(source)   # 1 embedding + 2 x 9 block tensors + norm + output
+    assert f"HF names mapped, q/k un-permuted, {whole} tensors\n" in one_out
+    # rank 0 is stage 0: the embedding and block 0 only
+    assert f"HF names mapped, q/k un-permuted, {1 + 9} tensors\n" in pp_out
+    assert losses(root / "pp")[1] == losses(root / "one")[1]
+
+    want, got = _export(root / "one", 2), _export(root / "pp", 2)
     assert list(got) == list(want) and set(got) == set(source)
     assert all(torch.equal(got[k], want[k]) for k in want)
     assert not all(torch.equal(got[k], source[k]) for k in source)   # two real steps were taken
+
+
+def test_pipeline_stages_start_from_a_dcp_step_with_its_optimizer_state(hf_runs):
+    """initial_load_model_only = false from the 1-rank run's step-2 folder: on pp = 2 each stage
+    loads its weights and AdamW moments; the next step (which uses the moments) and the export
+    are those of the same start on 1 rank, and differ from a weights-only start."""
+    root = hf_runs[0]
+    step2 = root / "one" / "outputs" / "llama_debug" / "checkpoints" / "step-2"
+    common = FAST + PP_MODEL + PP_EXACT + ["training.steps=1", f"checkpoint.initial_load_path={step2}",
+                                           "checkpoint.export_final=torch", "training.warmup_steps=0"]
+    runs = {}
+    for name, nproc, extra in (("one_opt", 1, ["checkpoint.initial_load_model_only=false"]),
+                               ("pp_opt", 2, ["checkpoint.initial_load_model_only=false", "distributed.pp_size=2"]),
+                               ("pp_weights", 2, ["distributed.pp_size=2"])):
+        (root / name).mkdir()
+        runs[name] = ok(run_trainer(root / name, nproc=nproc, overrides=common + extra)).stdout
+    assert "DCP checkpoint" in runs["pp_opt"] and "+ optimizer state" in runs["pp_opt"]
+    assert "+ optimizer state" not in runs["pp_weights"]
+    assert losses(root / "pp_opt")[1] == losses(root / "one_opt")[1] == losses(root / "pp_weights")[1]
+    want, got = _export(root / "one_opt", 1), _export(root / "pp_opt", 1)
+    assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
+    fresh_moments = _export(root / "pp_weights", 1)
+    assert not all(torch.equal(fresh_moments[k], got[k]) for k in got)
