@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from titan_train.checkpoint_formats import CheckpointError, UnsafeCheckpoint, detect, fit, naming, pickles
+from titan_train.checkpoint_formats import CheckpointError, UnsafeCheckpoint, dcp_io, detect, fit, naming, pickles
 from titan_train.checkpoint_formats.initial_load import load_initial
 from titan_train.checkpoint_formats.sources import Source
 from titan_train.model import Attention, Transformer, rope_tables
@@ -56,6 +56,30 @@ def test_legacy_trainer_layout_and_model_only_dcp(tmp_path):
     bare = write_trainer_dcp(tmp_path / "b", weights(), step=1, optimizer=False)
     info = detect.describe(bare)
     assert not info.has_optimizer and info.param_count == N_PARAMS
+
+
+def test_legacy_layout_cannot_resume_but_starts_a_run_via_initial_load_path(tmp_path):
+    """A step folder from before issue 8 (train.model.*): resuming it is refused with the way
+    out, and that way out (initial_load_path, with the optimizer) loads its weights and moments."""
+    from titan_train import checkpoint
+    from titan_train.optim import OptimizerParts
+
+    sd = weights()
+    legacy = write_trainer_dcp(tmp_path, sd, step=3, legacy=True)
+    with pytest.raises(CheckpointError, match=r"old layout \(train.model.\*\).*initial_load_path = "):
+        checkpoint.load(legacy, {})
+    model = Transformer(TINY)
+    model.init_weights(99)
+    optim = OptimizerParts([model], lambda params: torch.optim.AdamW(params, lr=0.0))
+    message = load_initial([model], legacy, args=TINY, optimizers=optim)
+    assert message.endswith(f"{len(sd)} tensors + optimizer state")
+    assert _same({k: v.detach() for k, v in model.state_dict().items()}, sd)
+    saved = dcp_io.load_everything(legacy)["train"]["optim"]["state"]
+    state = optim.state_dict()
+    fqn = "layers.1.feed_forward.w2.weight"
+    assert saved[fqn]["exp_avg"].abs().sum() > 0
+    assert torch.equal(state[f"state.{fqn}.exp_avg"], saved[fqn]["exp_avg"])
+    assert torch.equal(state[f"state.{fqn}.exp_avg_sq"], saved[fqn]["exp_avg_sq"])
 
 
 def test_torch_save_with_wrapper_prefixes_and_training_state(tmp_path):

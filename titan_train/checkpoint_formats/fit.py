@@ -2,7 +2,7 @@
 (HF config.json, Meta params.json), as the weights imply them, and the differences to the
 trainer's [model] section, each named by the config field that decides it.
 
-`args` below is a titan_train.model.ModelArgs (or anything with its fields); only
+`args` below is a titan_train.model_args.ModelArgs (or anything with its fields); only
 `expected_shapes` imports torch.
 """
 from __future__ import annotations
@@ -83,7 +83,7 @@ def to_meta_params(args) -> dict[str, Any]:
 
 
 def ffn_width(d_model: int, multiple_of: int, multiplier: float | None) -> int:
-    """LLaMA's SwiGLU width (titan_train.model.ModelArgs.ffn_dim, as a function)."""
+    """LLaMA's SwiGLU width (titan_train.model_args.ModelArgs.ffn_dim, as a function)."""
     hidden = int(2 * (4 * d_model) / 3)
     if multiplier is not None:
         hidden = int(multiplier * hidden)
