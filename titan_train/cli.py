@@ -123,7 +123,7 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
 
         train(cfg, stop_after)
     except _user_errors() as e:
-        _fail(str(e), debug)
+        _fail(str(e) + (f"; fix: {e.fix}" if getattr(e, "fix", "") else ""), debug)  # CheckpointError has a fix
     except Stopped as e:   # preempted: the checkpoint is saved; say so once, no traceback
         if os.environ.get("RANK", "0") == "0":
             click.echo(f"titan-train: {e}", err=True)
@@ -198,7 +198,7 @@ def prepare_data(sources, tokenizer, out, text_field, workers, shard_tokens, for
         click.echo(f"titan-train: interrupted; {out} was not written", err=True)
         sys.exit(130)
     except _user_errors() as e:
-        _fail(str(e), debug)
+        _fail(str(e) + (f"; fix: {e.fix}" if getattr(e, "fix", "") else ""), debug)  # CheckpointError has a fix
     click.echo(json.dumps(index, indent=1) if fmt == "json" else prepare.summary(index, out))
 
 

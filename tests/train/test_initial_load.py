@@ -56,6 +56,12 @@ def test_checkpoint_that_does_not_fit_is_refused_before_any_rank_starts(tmp_path
     assert not (other / "outputs").exists()
     proc = run_trainer(other, overrides=FAST + [f"checkpoint.initial_load_path={tmp_path}/missing"])
     assert proc.returncode == 2 and "missing: no such file or folder" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_trainer(other, nproc=2, overrides=FAST + [f"checkpoint.initial_load_path={export}",
+                                                         "checkpoint.initial_load_model_only=false"])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert (f"initial_load_model_only = false needs a DCP checkpoint with optimizer state; {export} is a "
+            in proc.stderr) and "; fix: set checkpoint.initial_load_model_only = true (weights only)" in proc.stderr
+    assert not (other / "outputs").exists()
 
 
 # A tiny GQA LLaMA for the pipeline runs: 2 blocks, so pp = 2 puts one block on each stage.

@@ -35,11 +35,8 @@ def load_initial(model_parts, path: str | Path, *, args, optimizers=None) -> str
     rank calls it, each with its own parts. Returns one line saying what was loaded."""
     parts = list(model_parts)
     info, source = open_checked(path, args)
-    if optimizers is not None and (info.format != "dcp" or not info.has_optimizer):
-        raise CheckpointError(f"checkpoint.initial_load_model_only = false needs a DCP checkpoint with "
-                              f"optimizer state; {path} is a {info.label}"
-                              + ("" if info.format != "dcp" else " without optimizer state"),
-                              fix="set checkpoint.initial_load_model_only = true (weights only)")
+    if optimizers is not None:
+        _check_has_optimizer(info, path)
     if info.format == "dcp" and info.keymap.naming == naming.OURS:
         loaded = _load_dcp(parts, info, optimizers)
     else:
@@ -48,6 +45,16 @@ def load_initial(model_parts, path: str | Path, *, args, optimizers=None) -> str
     stages = f" into {len(parts)} local pipeline stage(s)" if len(parts) > 1 else ""
     return (f"initial weights from {path}: {info.label}{naming_note}, {loaded} tensors{stages}"
             + ("" if optimizers is None else " + optimizer state"))
+
+
+def _check_has_optimizer(info: CheckpointInfo, path: str | Path) -> None:
+    """initial_load_model_only = false: only a DCP checkpoint in the trainer's layout carries
+    AdamW moments under the trainer's parameter names."""
+    if info.format != "dcp" or not info.has_optimizer:
+        raise CheckpointError(f"checkpoint.initial_load_model_only = false needs a DCP checkpoint with "
+                              f"optimizer state; {path} is a {info.label}"
+                              + ("" if info.format != "dcp" else " without optimizer state"),
+                              fix="set checkpoint.initial_load_model_only = true (weights only)")
 
 
 def _load_slices(parts, source: Source) -> int:
@@ -111,4 +118,6 @@ def preflight(cfg) -> None:
     ck = cfg.checkpoint
     if not ck.initial_load_path or (ck.resume and checkpoint.latest(ck.folder)):
         return
-    open_checked(ck.initial_load_path, cfg.model)
+    info, _ = open_checked(ck.initial_load_path, cfg.model)
+    if not ck.initial_load_model_only:
+        _check_has_optimizer(info, ck.initial_load_path)
