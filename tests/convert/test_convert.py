@@ -100,6 +100,10 @@ def test_config_that_does_not_fit_stops_before_writing(tmp_path):
     p = convert(tmp_path / "w.pt", tmp_path / "hf", "--to", "hf", "--config", cfg)
     assert p.returncode == 1 and "vocab_size: checkpoint 64, config 65" in p.stderr
     assert not (tmp_path / "hf").exists() and not _leftovers(tmp_path)
+    # a config that cannot be read is a usage error, as in diagnose --config
+    p = convert(tmp_path / "w.pt", tmp_path / "hf", "--to", "hf", "--config", tmp_path / "none.toml")
+    assert p.returncode == 2 and "--config: config file not found" in p.stderr
+    assert not (tmp_path / "hf").exists() and not _leftovers(tmp_path)
 
 
 def test_prefixes_are_removed_for_a_bare_state_dict(tmp_path):

@@ -106,6 +106,8 @@ def test_usage_errors_and_missing_path(tmp_path):
     assert p.returncode == 2 and "--world-size belong to the memory plan (--config without --checkpoint)" in p.stderr
     p = run_cli("--check", "ckpt")
     assert p.returncode == 2 and "the checkpoint check needs --checkpoint PATH" in p.stderr
+    p = run_cli("--checkpoint", str(tmp_path), "--config", str(tmp_path / "none.toml"))
+    assert p.returncode == 2 and "config file not found" in p.stderr
     rc, rows = run_json("--checkpoint", str(tmp_path / "nope"))
     assert rc == 1 and rows["ckpt.read"]["title"].endswith("nope: no such file or folder")
 

@@ -75,6 +75,8 @@ def convert(src, dst, target, config_file, dtype, model_only, max_shard, force, 
     from titan_train.checkpoint_formats import CheckpointError
 
     max_shard_bytes = _size(max_shard)
+    if config_file is not None:
+        _check_config(config_file)
     if not src.exists():
         _fail(f"{src}: no such file or folder", "check the path (nothing was written)", fmt)
     try:
@@ -93,6 +95,17 @@ def convert(src, dst, target, config_file, dtype, model_only, max_shard, force, 
         for note in result.notes:
             click.echo(f"  note: {note}")
     sys.exit(EXIT_OK)
+
+
+def _check_config(spec: str) -> None:
+    """A --config that cannot be read is a usage error (exit 2), as in `diagnose --config`."""
+    from titan_train.cli import resolve_config
+    from titan_train.config import ConfigError, load
+
+    try:
+        load(resolve_config(spec))
+    except ConfigError as e:
+        raise click.UsageError(f"--config: {e}") from None
 
 
 def _fail(message: str, fix: str, fmt: str) -> None:
