@@ -27,7 +27,7 @@ def test_start_from_hf_export_equals_start_from_native_dcp(tmp_path):
     info = detect.describe(export)
     assert info.format == "hf" and info.declared["n_heads"] == 16
     saved = dcp_io.load_everything(step)
-    native = saved["model"] if "model" in saved else saved["train"]["model"]   # layout before / after issue 8
+    native = saved["model"]   # the flat layout: model.<fqn>
     source = Source(info, heads={"n_heads": 16, "n_kv_heads": 16})
     assert all(torch.equal(source.read(k), native[k]) for k in native)
 
