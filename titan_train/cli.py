@@ -123,7 +123,7 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
 
         train(cfg, stop_after)
     except _user_errors() as e:
-        _fail(str(e) + (f"; fix: {e.fix}" if getattr(e, "fix", "") else ""), debug)  # CheckpointError has a fix
+        _fail(_user_message(e), debug)
     except Stopped as e:   # preempted: the checkpoint is saved; say so once, no traceback
         if os.environ.get("RANK", "0") == "0":
             click.echo(f"titan-train: {e}", err=True)
@@ -198,7 +198,7 @@ def prepare_data(sources, tokenizer, out, text_field, workers, shard_tokens, for
         click.echo(f"titan-train: interrupted; {out} was not written", err=True)
         sys.exit(130)
     except _user_errors() as e:
-        _fail(str(e) + (f"; fix: {e.fix}" if getattr(e, "fix", "") else ""), debug)  # CheckpointError has a fix
+        _fail(_user_message(e), debug)
     click.echo(json.dumps(index, indent=1) if fmt == "json" else prepare.summary(index, out))
 
 
@@ -266,6 +266,12 @@ def _worker_argv(path: Path, overrides, stop_after: int, debug: bool) -> list[st
     if stop_after:
         argv += ["--stop-after", str(stop_after)]
     return argv + (["--debug"] if debug else [])
+
+
+def _user_message(e: Exception) -> str:
+    """The one line for a user mistake; a CheckpointError also says its fix."""
+    fix = getattr(e, "fix", "")
+    return f"{e}; fix: {fix}" if fix else str(e)
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
