@@ -136,3 +136,24 @@ def test_pipeline_stages_start_from_a_dcp_step_with_its_optimizer_state(hf_runs)
     assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
     fresh_moments = _export(root / "pp_weights", 1)
     assert not all(torch.equal(fresh_moments[k], got[k]) for k in got)
+
+
+def test_fsdp_times_pipeline_loads_and_exports_every_shard_of_every_stage(hf_runs):
+    """dp 2 x pp 2 (4 ranks, FSDP inside each stage): the HF start and the export's gather
+    cross both dimensions. The export equals the run's own DCP save of the same step bit for
+    bit, and the 1-rank run to float32 rounding (FSDP sums the two half-batch gradients)."""
+    root, source = hf_runs[0], hf_runs[1]
+    hf = root / "hf"
+    run = root / "dp2_pp2"
+    run.mkdir()
+    out = ok(run_trainer(run, nproc=4, overrides=FAST + PP_MODEL + PP_EXACT + [
+        "training.steps=2", "distributed.pp_size=2", "checkpoint.save_interval=2", f"checkpoint.initial_load_path={hf}",
+        "checkpoint.export_final=torch"])).stdout
+    assert "world 4 = dp 2 x pp 2 x tp 1" in out and f"q/k un-permuted, {1 + 9} tensors\n" in out
+    assert losses(run)[1] == pytest.approx(losses(root / "one")[1], abs=1e-5)
+    exported = _export(run, 2)
+    saved = dcp_io.load_everything(run / "outputs" / "llama_debug" / "checkpoints" / "step-2")["model"]
+    assert list(exported) == list(_export(root / "one", 2)) and set(saved) == set(exported) == set(source)
+    assert all(torch.equal(exported[k], saved[k]) for k in saved)
+    one = _export(root / "one", 2)
+    assert all(torch.allclose(exported[k], one[k], rtol=0, atol=1e-5) for k in one)
