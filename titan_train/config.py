@@ -54,6 +54,10 @@ class CheckpointConfig:
     folder: str = ""                       # default: outputs/<config name>/checkpoints
     resume: bool = True                    # resume from the newest complete step-* folder
     async_save: bool = False               # DCP async save: training goes on while step-N.tmp is written (TOML key: async)
+    initial_load_path: str = ""            # a new run (nothing to resume) starts from this checkpoint: DCP, torch.save, HF safetensors, Meta, DeepSpeed
+    initial_load_model_only: bool = True   # weights only; false also loads the optimizer moments (DCP in the trainer's layout)
+    export_final: str = "none"             # none | torch | hf: at the last step write the model to <folder>/export-step-N/
+    export_dtype: str = "fp32"             # fp32 | bf16 | fp16: dtype of export_final
 
 
 @dataclass
@@ -138,6 +142,8 @@ CHOICES = {
     ("training", "activation_checkpoint"): ("none", "full", "selective"),
     ("distributed", "pp_schedule"): ("gpipe", "1f1b", "interleaved_1f1b"),
     ("profiling", "npu_level"): ("Level0", "Level1", "Level2"),
+    ("checkpoint", "export_final"): ("none", "torch", "hf"),
+    ("checkpoint", "export_dtype"): ("fp32", "bf16", "fp16"),
 }
 # TOML keys that are Python keywords, stored under another field name.
 KEY_ALIASES = {("checkpoint", "async"): "async_save"}

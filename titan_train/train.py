@@ -81,9 +81,9 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
     dp_rank = parts.mesh["dp"].get_local_rank()
     progress = Progress()
     guard = finite_guard.FiniteGuard(torch_dev, every=cfg.metrics.log_every, last_step=t.steps)
-    checkpointer = Checkpointer(cfg.checkpoint, train_states(parts, progress), say=say, job=cfg,
+    checkpointer = Checkpointer(cfg.checkpoint, train_states(parts, progress), say=say, model_args=cfg.model, job=cfg,
                                 before_save=guard.before_save)
-    checkpointer.resume()
+    checkpointer.resume()  # the run's own newest checkpoint, else [checkpoint] initial_load_path
 
     peak, peak_src = metrics.peak_flops(dev.type, device.device_name(dev), t.mixed_precision, cfg.metrics.peak_tflops)
     d = cfg.distributed
@@ -121,4 +121,4 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
             if signum:
                 checkpointer.wait()
                 raise signals.Stopped(progress.step, signum, saved=checkpointer.enabled)
-        checkpointer.wait()
+        checkpointer.finish(progress.step, complete=progress.step >= t.steps)  # + [checkpoint] export_final
