@@ -36,8 +36,9 @@ def fingerprint(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def lineage_of(step_dir: Path) -> str:
-    return json.loads((step_dir / "titan-run.json").read_text())["lineage"]
+def lineage_of(step_dir: Path) -> str | None:
+    record = step_dir / "titan-run.json"
+    return json.loads(record.read_text())["lineage"] if record.is_file() else None
 
 
 def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
@@ -137,7 +138,8 @@ def test_fresh_run_in_a_folder_with_another_runs_higher_steps_is_refused_then_mo
                                 f"outputs/llama_debug/checkpoints/{aside[0].name}") in proc.stdout
     assert fingerprint(aside[0]) == old                               # moved, byte for byte, never deleted
     assert steps_in(tmp_path) == ["step-4"]                           # keep_last_n=1 of the new run only
-    assert lineage_of(ckpt_dir(tmp_path) / "step-4") != old_lineage
+    new_lineage = lineage_of(ckpt_dir(tmp_path) / "step-4")
+    assert new_lineage is not None and new_lineage != old_lineage
 
     again = ok(run_trainer(tmp_path, nproc=2, overrides=FAST + ["training.steps=5", "checkpoint.save_interval=1",
                                                                 "checkpoint.keep_last_n=1"]))
@@ -155,7 +157,7 @@ def test_retention_deletes_only_the_trained_lineage(tmp_path):
     folder = ckpt_dir(tmp_path)
     for name in ("step-2", "step-4"):
         shutil.copytree(ckpt_dir(other) / name, folder / name)
-    (folder / "step-2" / "titan-run.json").unlink()                   # as an older trainer wrote it
+    (folder / "step-2" / "titan-run.json").unlink(missing_ok=True)    # as an older trainer wrote it
     (folder / "export-step-6").mkdir()
     (folder / "export-step-6" / "model.safetensors").write_bytes(b"x")
     untouched = {n: fingerprint(folder / n) for n in ("step-2", "step-4", "export-step-6")}
@@ -166,7 +168,7 @@ def test_retention_deletes_only_the_trained_lineage(tmp_path):
     assert "resumed from outputs/llama_debug/checkpoints/step-6 (step 6)" in proc.stdout
     assert "2 other step-N folder(s) of other runs left untouched" in proc.stdout
     assert steps_in(tmp_path) == ["step-2", "step-4", "step-8"]
-    assert lineage_of(folder / "step-8") == trained
+    assert trained is not None and lineage_of(folder / "step-8") == trained
     assert {n: fingerprint(folder / n) for n in untouched} == untouched
 
 
@@ -244,7 +246,7 @@ def test_checkpoint_without_a_record_still_refuses_another_shape(tmp_path):
     """An older trainer's checkpoint (no titan-run.json): the parameter names and shapes in
     DCP's index are compared instead; fewer layers used to resume silently, dropping some."""
     ok(run_trainer(tmp_path, nproc=2, overrides=FAST + ["training.steps=2", "checkpoint.save_interval=2"]))
-    (ckpt_dir(tmp_path) / "step-2" / "titan-run.json").unlink()
+    (ckpt_dir(tmp_path) / "step-2" / "titan-run.json").unlink(missing_ok=True)
     proc = run_trainer(tmp_path, nproc=1, overrides=FAST + ["training.steps=4", "model.n_layers=4"])
     line = one_line_refusal(proc)
     assert "step-2 holds another model shape" in line and "layers.4." in line
