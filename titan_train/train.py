@@ -71,7 +71,7 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
     _quiet_known_warnings()
     t = cfg.training
     torch_dev = device.torch_device(dev, local_rank)
-    tokens = data.open_dataset(cfg.data, cfg.model.vocab_size, log=say)  # memory-mapped when prepared
+    tokens = data.open_dataset(cfg.data, cfg.model.vocab_size, t.seq_len, log=say)  # too short: refused here
     layout = data.BatchLayout(t.batch_size, t.grad_accum_steps, dims.dp)
 
     parts = build(cfg, dims, torch_dev)
