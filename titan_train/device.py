@@ -151,9 +151,17 @@ def device_name(dev: Device) -> str:
 
 
 def reset_peak_memory(dev: Device) -> None:
+    """Start a new peak: the allocator's on an accelerator; on cpu the process's peak
+    resident set (Linux: writing 5 to /proc/self/clear_refs resets VmHWM)."""
     mod = _module(dev.type)
     if mod is not None:
         mod.reset_peak_memory_stats()
+        return
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5")
+    except OSError:
+        pass  # not Linux, or not allowed: the peak then covers the process's whole life
 
 
 def memory_per_rank(dev: Device, local_ranks: int) -> tuple[int, str]:
@@ -181,12 +189,26 @@ def host_available_bytes() -> int:
 
 
 def peak_memory_bytes(dev: Device) -> int:
-    """Peak allocated device memory; for cpu, the process's peak resident set."""
+    """Peak memory since `reset_peak_memory`: the tensors the device allocator handed out;
+    on cpu there is no tensor tracking, so the process's peak resident set (VmHWM, which
+    counts the Python runtime, libraries and allocator caches too; see `peak_memory_kind`)."""
     mod = _module(dev.type)
     if mod is not None:
         return int(mod.max_memory_allocated())
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # lifetime peak (no reset possible)
     return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def peak_memory_kind(dev: Device) -> str:
+    """What `peak_memory_bytes` measures, for the label next to it: "tensors" or "rss"."""
+    return "tensors" if _module(dev.type) is not None else "rss"
 
 
 # ---- profiling: which profiler, and the allocator's memory history ----
