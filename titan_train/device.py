@@ -176,16 +176,22 @@ def memory_per_rank(dev: Device, local_ranks: int) -> tuple[int, str]:
                                                f"shared by {local_ranks} local rank(s)")
 
 
-def host_available_bytes() -> int:
-    """MemAvailable (free plus reclaimable cache) from /proc/meminfo; free pages elsewhere."""
+def _proc_kib(path: str, key: str) -> int | None:
+    """Bytes of a 'Key:   N kB' line of a /proc file (None off Linux or when absent)."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
+        with open(path, encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return None
+
+
+def host_available_bytes() -> int:
+    """MemAvailable (free plus reclaimable cache) from /proc/meminfo; free pages elsewhere."""
+    available = _proc_kib("/proc/meminfo", "MemAvailable")
+    return available if available is not None else os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def peak_memory_bytes(dev: Device) -> int:
@@ -195,13 +201,9 @@ def peak_memory_bytes(dev: Device) -> int:
     mod = _module(dev.type)
     if mod is not None:
         return int(mod.max_memory_allocated())
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    peak = _proc_kib("/proc/self/status", "VmHWM")
+    if peak is not None:
+        return peak
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # lifetime peak (no reset possible)
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
