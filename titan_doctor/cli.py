@@ -14,6 +14,8 @@ SUBCOMMANDS = {
                 "Rewrite CUDA PyTorch code for Ascend NPU (torch_npu / HCCL)."),
     "diagnose": ("titan_doctor.diagnose.command", "diagnose",
                  "Check versions, CANN install, HCCL setup; explain crash logs."),
+    "convert": ("titan_doctor.convert.command", "convert",
+                "Convert a checkpoint between DCP, torch.save, HF safetensors and Meta."),
 }
 
 

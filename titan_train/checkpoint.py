@@ -10,6 +10,11 @@ finished, so a folder named `step-N` is always complete; resume takes the newest
 Retention (`keep_last_n`) deletes only complete, older folders. With `[checkpoint] async`,
 DCP's async save writes step-N.tmp in the background while training goes on; the rename
 (and retention) happen when that write is finished, at the next save or at the end.
+
+Other formats enter and leave through the same object: a run with nothing to resume starts
+from `[checkpoint] initial_load_path` (HF, Meta, torch.save, DCP ...), and a run that
+finishes writes `export_final`; both live in checkpoint_formats/ and reach every pipeline
+stage.
 """
 from __future__ import annotations
 
@@ -25,12 +30,9 @@ from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_mo
 from torch.distributed.checkpoint.stateful import Stateful
 
 from titan_train import faults
+from titan_train.checkpoint_formats import CheckpointError  # noqa: F401  (one error type for every checkpoint problem)
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
-
-
-class CheckpointError(Exception):
-    """A checkpoint this trainer cannot resume from (a user error, one line)."""
 
 
 class ModelState(Stateful):
@@ -57,16 +59,18 @@ def train_states(parts, progress) -> dict[str, Stateful]:
 
 
 class Checkpointer:
-    """Resume at start, save on the configured steps, wait at the end: the loop's three calls.
-    Every method is collective (all ranks call it).
+    """Resume at start (or load initial_load_path), save on the configured steps, finish at
+    the end (wait, and export_final): the loop's three calls. Every method is collective
+    (all ranks call it).
 
     With `async_save`, `maybe_save` stages the state to host memory and returns while
     step-N.tmp is written in the background (on a gloo group of its own); the next save, or
     `wait()`, finishes that write, renames it to step-N and prunes. Until then the previous
     complete step-N is what a crash resumes from."""
 
-    def __init__(self, cfg, states: dict[str, Stateful], *, say=print):
+    def __init__(self, cfg, states: dict[str, Stateful], *, say=print, model_args=None):
         self.cfg, self.states, self.say = cfg, states, say
+        self.model_args = model_args  # [model]: what initial_load_path must fit, what export_final describes
         self.group = async_group() if cfg.async_save and self.enabled else None
         self.pending: PendingSave | None = None
         self.last_saved: int | None = None
@@ -82,6 +86,7 @@ class Checkpointer:
         dist.barrier()
         found = latest(self.cfg.folder) if self.cfg.resume else None
         if not found:
+            self.load_initial()
             return None
         step, path = found
         load(path, self.states)
@@ -105,6 +110,36 @@ class Checkpointer:
         """Return when every rank has finished its last save (an async one is renamed here)."""
         self._finish_pending()
         dist.barrier()
+
+    def finish(self, step: int, *, complete: bool) -> None:
+        """The end of a run: wait for the last save; a run that reached training.steps also
+        writes [checkpoint] export_final."""
+        self.wait()
+        if complete:
+            self.export_final(step)
+
+    # ---- [checkpoint] initial_load_path / export_final: other formats (checkpoint_formats/) ----
+
+    def load_initial(self) -> None:
+        """A run with nothing of its own to resume starts from initial_load_path, if set."""
+        if not self.cfg.initial_load_path:
+            return
+        from titan_train.checkpoint_formats.initial_load import load_initial
+
+        optimizers = None if self.cfg.initial_load_model_only else self.states["optim"]
+        self.say("[titan-train] " + load_initial(self.states["model"].parts, self.cfg.initial_load_path,
+                                                 args=self.model_args, optimizers=optimizers))
+
+    def export_final(self, step: int) -> Path | None:
+        """Collective: the whole model, gathered from every shard and pipeline stage, as one
+        torch.save file or HF safetensors in <folder>/export-step-N."""
+        from titan_train.checkpoint_formats.export import export_final
+
+        path = export_final(self.states["model"].parts, self.cfg.folder, self.cfg.export_final,
+                            args=self.model_args, step=step, dtype=self.cfg.export_dtype)
+        if path is not None:
+            self.say(f"[titan-train] exported the final model to {path}")
+        return path
 
     def _finish_pending(self) -> None:
         if self.pending is not None:
@@ -218,7 +253,9 @@ def load(path: str | Path, states: dict[str, Stateful]) -> None:
     keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
     if any(k.startswith("train.") for k in keys):
         raise CheckpointError(f"{path} uses the old layout (train.model.*); the trainer now writes flat model.* keys: "
-                              "resume it with the titan-npu version that wrote it, or start in a new checkpoint.folder")
+                              "resume it with the titan-npu version that wrote it, or start in a new "
+                              f"checkpoint.folder with checkpoint.initial_load_path = \"{path}\" (its weights; "
+                              "initial_load_model_only = false also its optimizer state)")
     dcp.load(states, checkpoint_id=str(path))
 
 

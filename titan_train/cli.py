@@ -137,7 +137,7 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
         click.echo(f"titan-train: {e}", err=True)
         sys.exit(e.exit_code)
     except _user_errors() as e:
-        _fail(str(e), debug)
+        _fail(_user_message(e), debug)
     except Stopped as e:   # preempted: the checkpoint is saved; say so once, no traceback
         if os.environ.get("RANK", "0") == "0":
             click.echo(f"titan-train: {e}", err=True)
@@ -207,7 +207,7 @@ def prepare_data(sources, tokenizer, out, text_field, workers, shard_tokens, for
         click.echo(f"titan-train: interrupted; {out} was not written", err=True)
         sys.exit(130)
     except _user_errors() as e:
-        _fail(str(e), debug)
+        _fail(_user_message(e), debug)
     click.echo(json.dumps(index, indent=1) if fmt == "json" else prepare.summary(index, out))
 
 
@@ -234,6 +234,7 @@ def _progress(total: int, label: str):
 def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None) -> None:
     """Everything a user can get wrong is checked here, before any rank starts."""
     from titan_train import data, device
+    from titan_train.checkpoint_formats import initial_load
 
     config_mod.validate(cfg, opts.world_size)
     dev = device.select(cfg.distributed.backend, device.probe())
@@ -245,6 +246,7 @@ def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None)
         from titan_train import metrics
 
         metrics.require_tensorboard()
+    initial_load.preflight(cfg)
     _check_memory(cfg, opts, dev, ignore_memory, path or cfg.name)
 
 
@@ -275,9 +277,15 @@ def _worker_argv(path: Path, overrides, stop_after: int, debug: bool) -> list[st
     return argv + (["--debug"] if debug else [])
 
 
+def _user_message(e: Exception) -> str:
+    """The one line for a user mistake; a CheckpointError also says its fix."""
+    fix = getattr(e, "fix", "")
+    return f"{e}; fix: {fix}" if fix else str(e)
+
+
 def _user_errors() -> tuple[type[Exception], ...]:
     from titan_train import data, device, launch, metrics
-    from titan_train.checkpoint import CheckpointError
+    from titan_train.checkpoint_formats import CheckpointError
 
     return (config_mod.ConfigError, device.DeviceError, data.DataError, CheckpointError, metrics.MissingExtra,
             launch.LaunchError, _UserError)

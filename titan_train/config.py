@@ -59,6 +59,13 @@ class CheckpointConfig:
     resume: bool = setting(True, "resume from the newest complete step-* folder")
     async_save: bool = setting(False, "DCP async save: training goes on while step-N.tmp is written",
                                toml_key="async")
+    initial_load_path: str = setting("", "a new run (nothing to resume) starts from this checkpoint: DCP, "
+                                         "torch.save, HF safetensors, Meta, DeepSpeed")
+    initial_load_model_only: bool = setting(True, "weights only; false also loads the optimizer moments (DCP in "
+                                                  "the trainer's layout)")
+    export_final: str = setting("none", "at the last step write the model to <folder>/export-step-N/",
+                                choices=("none", "torch", "hf"))
+    export_dtype: str = setting("fp32", "dtype of export_final", choices=("fp32", "bf16", "fp16"))
 
 
 @dataclass

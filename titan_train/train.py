@@ -77,8 +77,8 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
     parts = build(cfg, dims, torch_dev)
     dp_rank = parts.mesh["dp"].get_local_rank()
     progress = Progress()
-    checkpointer = Checkpointer(cfg.checkpoint, train_states(parts, progress), say=say)
-    checkpointer.resume()
+    checkpointer = Checkpointer(cfg.checkpoint, train_states(parts, progress), say=say, model_args=cfg.model)
+    checkpointer.resume()  # the run's own newest checkpoint, else [checkpoint] initial_load_path
 
     peak, peak_src = metrics.peak_flops(dev.type, device.device_name(dev), t.mixed_precision, cfg.metrics.peak_tflops)
     d = cfg.distributed
@@ -115,4 +115,4 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
             if signum:
                 checkpointer.wait()
                 raise signals.Stopped(progress.step, signum, saved=checkpointer.enabled)
-        checkpointer.wait()
+        checkpointer.finish(progress.step, complete=progress.step >= t.steps)  # + [checkpoint] export_final

@@ -84,7 +84,7 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
 
 def test_list_checks_and_help_mention_the_memory_plan():
     p = run_cli("--list-checks")
-    assert "memory" in [ln.split()[0] for ln in p.stdout.splitlines()] and "(--config CONFIG)" in p.stdout
+    assert "memory" in [ln.split()[0] for ln in p.stdout.splitlines()] and "(--config CONFIG, no --checkpoint)" in p.stdout
     assert "--world-size" in run_cli("--help").stdout
     assert [c.id for c in registry.select([], comm=False, logs=False, memory=True)] == ["memory"]
     assert "memory" not in [c.id for c in registry.select([], comm=False, logs=False)]

@@ -27,10 +27,23 @@ Slow / on request:
   --log PATH   explain crash logs: files or folders (all ranks, torchrun
                error.json files too); root cause first, with its rank,
                device and fix; error codes decoded (507033, EI0006, ...)
-  --config X   memory plan: will config X fit, per rank, on --world-size
-               ranks of --device (or --device-memory)? Breakdown, verdict,
-               and ranked remedies as --set lines; --exact also runs the
-               trainer's own step under FakeTensorMode. Runs only this check:
+  --checkpoint PATH
+               what a checkpoint is (DCP folder or step-N, torch.save full /
+               FSDP1 parts, HF safetensors, Meta consolidated.NN.pth,
+               DeepSpeed) from metadata only. Runs only this check.
+
+\b
+--config X (a trainer TOML or a shipped config name; --set lines apply) has
+one meaning per mode:
+  with --checkpoint PATH   the model to compare the checkpoint against:
+               missing, unexpected and mis-shaped keys, each naming the
+               [model] field that disagrees
+                 titan-doctor diagnose --checkpoint ckpt/ --config my.toml
+  without --checkpoint     the memory plan: will config X fit, per rank, on
+               --world-size ranks of --device (or --device-memory)?
+               Breakdown, verdict, and ranked remedies as --set lines;
+               --exact also runs the trainer's own step under
+               FakeTensorMode. Runs only this check:
                  titan-doctor diagnose --config llama_70b --world-size 64 --device 910B2
 
 \b
@@ -56,14 +69,20 @@ with --strict), 2 usage error.
 @click.option("--log", "log_files", multiple=True, type=click.Path(exists=True, path_type=Path),
               help="Crash log, or a folder of logs / torchrun error.json files, to explain (repeatable); "
                    "runs only the explainer.")
+@click.option("--checkpoint", "checkpoint_path", type=click.Path(path_type=Path),
+              help="Checkpoint file or folder to identify and check; runs only the checkpoint check.")
 @click.option("--config", "config_spec", metavar="CONFIG",
-              help="Trainer TOML (or a shipped config name) to plan memory for; runs only the memory check.")
-@click.option("--world-size", type=click.IntRange(1, 1_000_000), help="Ranks the job runs on (with --config).")
-@click.option("--device", "device_name", metavar="NAME", help="Card from rules/devices.toml, e.g. 910B2, 910B4, H100.")
-@click.option("--device-memory", metavar="SIZE", help="Memory per card instead of --device's, e.g. 64GiB.")
+              help="Trainer TOML (or a shipped config name). With --checkpoint: the model to check the "
+                   "checkpoint against. Without: plan its memory (needs --world-size and --device); runs only "
+                   "that check.")
+@click.option("--world-size", type=click.IntRange(1, 1_000_000), help="Ranks the job runs on (memory plan).")
+@click.option("--device", "device_name", metavar="NAME",
+              help="Card from rules/devices.toml, e.g. 910B2, 910B4, H100 (memory plan).")
+@click.option("--device-memory", metavar="SIZE", help="Memory per card instead of --device's, e.g. 64GiB (memory plan).")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
-              help="Override a config value as `titan-train run --set` does (repeatable).")
-@click.option("--exact", is_flag=True, help="Also run the trainer's build + step under FakeTensorMode (slower).")
+              help="Override a --config value as `titan-train run --set` does (repeatable).")
+@click.option("--exact", is_flag=True,
+              help="Memory plan: also run the trainer's build + step under FakeTensorMode (slower).")
 @click.option("--import-torch/--no-import-torch", default=True, show_default=True,
               help="Import torch in the probe, which sees a torch that fails to import. "
                    "--no-import-torch reads its version files only: faster, blind to import failures.")
@@ -72,8 +91,8 @@ with --strict), 2 usage error.
 @click.option("--strict", is_flag=True, help="Warnings also make the exit code 1.")
 @click.option("--debug", is_flag=True, help="Let a crashing check raise (traceback).")
 def diagnose(list_checks, check_ids, python, ascend_roots, nproc, nnodes, comm, backend, comm_timeout,
-             log_files, config_spec, world_size, device_name, device_memory, overrides, exact, import_torch, fmt,
-             verbose, strict, debug):
+             log_files, checkpoint_path, config_spec, world_size, device_name, device_memory, overrides, exact,
+             import_torch, fmt, verbose, strict, debug):
     from titan_doctor.diagnose import registry
     from titan_doctor.diagnose.context import Context
     from titan_doctor.diagnose.runner import run_checks
@@ -81,21 +100,34 @@ def diagnose(list_checks, check_ids, python, ascend_roots, nproc, nnodes, comm, 
     if list_checks:
         for c in registry.CHECKS:
             tag = " (slow: --comm)" if c.slow else (" (--log PATH)" if c.logs else
-                                                    (" (--config CONFIG)" if c.memory else ""))
+                                                    (" (--checkpoint PATH [--config CONFIG])" if c.checkpoint else
+                                                     (" (--config CONFIG, no --checkpoint)" if c.memory else "")))
             click.echo(f"{c.id:<20} {c.title}{tag}")
         return
     bad = registry.unknown(list(check_ids))
     if bad:
         raise click.UsageError(f"unknown check id(s): {', '.join(bad)} (see --list-checks)")
-    checks = registry.select(list(check_ids), comm=comm, logs=bool(log_files), memory=bool(config_spec))
+    ckpt = checkpoint_path is not None
+    checks = registry.select(list(check_ids), comm=comm, logs=bool(log_files), memory=bool(config_spec) and not ckpt,
+                             ckpt=ckpt)
     if any(c.logs for c in checks) and not log_files:
         raise click.UsageError("the log check needs --log PATH")
-    if any(c.memory for c in checks):
+    if any(c.checkpoint for c in checks) and not ckpt:
+        raise click.UsageError("the checkpoint check needs --checkpoint PATH")
+    if ckpt:
+        plan_only = [name for name, given in (("--world-size", world_size), ("--device", device_name),
+                                              ("--device-memory", device_memory), ("--exact", exact)) if given]
+        if plan_only:
+            raise click.UsageError(f"{', '.join(plan_only)} belong to the memory plan (--config without "
+                                   "--checkpoint); with --checkpoint, --config is the model to compare against")
+    elif any(c.memory for c in checks):
         findings = _memory_plan(config_spec, world_size or (nproc or 0) * nnodes, device_name, device_memory,
                                 overrides, backend, exact, python, debug)
         _report(findings, fmt, verbose, strict)
+    job_config = _checkpoint_config(config_spec, overrides, debug) if ckpt and config_spec else None
     ctx = Context(ascend_roots=list(ascend_roots) or None, nproc=nproc, nnodes=nnodes, backend=backend,
-                  comm_timeout=comm_timeout, logs=list(log_files), import_torch=import_torch)
+                  comm_timeout=comm_timeout, logs=list(log_files), import_torch=import_torch,
+                  checkpoint=checkpoint_path, config=job_config, config_name=config_spec or "")
     if python:
         ctx.python = python
     try:
@@ -130,6 +162,21 @@ def _memory_plan(config_spec, world_size, device_name, device_memory, overrides,
     try:
         return check_memory(req)
     except (PlanError, knowledge.KnowledgeError) as e:
+        if debug:
+            raise
+        click.echo(f"titan-doctor: error: {e}", err=True)
+        sys.exit(EXIT_USAGE)
+
+
+def _checkpoint_config(config_spec: str, overrides, debug: bool):
+    """--config with --checkpoint: the trainer config to compare against; a bad one is a
+    usage error (exit 2), as it is for the memory plan."""
+    from titan_train.cli import resolve_config
+    from titan_train.config import ConfigError, load
+
+    try:
+        return load(resolve_config(config_spec), list(overrides))
+    except ConfigError as e:
         if debug:
             raise
         click.echo(f"titan-doctor: error: {e}", err=True)

@@ -24,6 +24,9 @@ class Context:
     comm_timeout: float = 60.0
     logs: list[Path] = field(default_factory=list)
     import_torch: bool = True
+    checkpoint: Path | None = None
+    config: Any = None          # --config with --checkpoint: the loaded trainer JobConfig to compare against
+    config_name: str = ""       # what the user typed for --config (named in findings)
     _probe: probe.Probe | None = None
 
     def start_probe(self) -> None:

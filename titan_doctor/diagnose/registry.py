@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from titan_doctor.diagnose import ascend, comm, devices, distributed_env as dist, logs, versions
+from titan_doctor.diagnose import ascend, checkpoint, comm, devices, distributed_env as dist, logs, versions
 from titan_doctor.diagnose.context import Context
 from titan_doctor.findings import Finding
 
@@ -18,7 +18,8 @@ class Check:
     needs_probe: bool = False   # waits for the torch probe: run after the others
     slow: bool = False          # only with --comm / --check
     logs: bool = False          # only with --log
-    memory: bool = False        # only with --config (command.py runs it with its own inputs)
+    memory: bool = False        # only with --config and no --checkpoint (command.py runs it with its own inputs)
+    checkpoint: bool = False    # only with --checkpoint (and --config as the model to compare with)
 
 
 def _pins() -> dict:
@@ -66,6 +67,8 @@ CHECKS: tuple[Check, ...] = (
           logs=True),
     Check("memory", "memory plan: per-rank peak of a config x layout x card, ranked remedies",
           lambda c: [], memory=True),
+    Check("ckpt", "checkpoint: format, contents, fit to a trainer config",
+          lambda c: checkpoint.check(c.checkpoint, c.config, c.config_name), checkpoint=True),
 )
 
 
@@ -74,16 +77,16 @@ def _named(check: Check, i: str) -> bool:
     return check.id == i or check.id.startswith(i + ".")
 
 
-def select(ids: list[str], *, comm: bool, logs: bool, memory: bool = False) -> list[Check]:
+def select(ids: list[str], *, comm: bool, logs: bool, memory: bool = False, ckpt: bool = False) -> list[Check]:
     """Checks to run: the named ones (id or family prefix), else the default set.
     Every finding's code is its check's id or starts with it plus a dot."""
     if ids:
         return [c for c in CHECKS if any(_named(c, i) for i in ids)]
-    if logs:
-        return [c for c in CHECKS if c.logs]
+    if logs or ckpt:
+        return [c for c in CHECKS if (logs and c.logs) or (ckpt and c.checkpoint)]
     if memory:
         return [c for c in CHECKS if c.memory]
-    return [c for c in CHECKS if not c.logs and not c.memory and (comm or not c.slow)]
+    return [c for c in CHECKS if not (c.logs or c.memory or c.checkpoint) and (comm or not c.slow)]
 
 
 def unknown(ids: list[str]) -> list[str]:
