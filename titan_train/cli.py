@@ -115,26 +115,40 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
     from titan_train import launch
 
     path = resolve_config(config_spec)
+    # the launcher notes Ctrl-C / SIGTERM during start-up (never raised mid-import); ranks keep Python's default
+    early = contextlib.nullcontext() if launch.under_torchrun() else launch.StopSignals()
     try:
-        world = int(os.environ["WORLD_SIZE"]) if launch.under_torchrun() else nproc * nnodes
-        cfg = _load_config(path, list(overrides), world, announce=launch.announces() and not print_config)
-        if print_config:
-            click.echo(json.dumps(config_mod.to_dict(cfg), indent=2))
-            return
-        _require_fsdp2()
-        if not launch.under_torchrun():
-            opts = launch.LaunchOptions(nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_id=rdzv_id,
-                                        rdzv_endpoint=rdzv_endpoint, master_addr=master_addr,
-                                        master_port=master_port)
-            _preflight(cfg, opts, ignore_memory, path)
-            if opts.world_size > 1:
-                with _owning_folder(cfg, opts, fresh, stop_after):
-                    sys.exit(launch.spawn(opts, _worker_argv(path, overrides, stop_after, debug),
-                                          config_mod.run_dir(cfg)))
-            launch.single_process_env()
+        with early:
+            world = int(os.environ["WORLD_SIZE"]) if launch.under_torchrun() else nproc * nnodes
+            cfg = _load_config(path, list(overrides), world, announce=launch.announces() and not print_config)
+            if print_config:
+                click.echo(json.dumps(config_mod.to_dict(cfg), indent=2))
+                return
+            _require_fsdp2()
+            if not launch.under_torchrun():
+                opts = launch.LaunchOptions(nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_id=rdzv_id,
+                                            rdzv_endpoint=rdzv_endpoint, master_addr=master_addr,
+                                            master_port=master_port)
+                _preflight(cfg, opts, ignore_memory, path)
+                early.check()
+                if opts.world_size > 1:
+                    with _owning_folder(cfg, opts, fresh, stop_after):
+                        sys.exit(launch.spawn(opts, _worker_argv(path, overrides, stop_after, debug),
+                                              config_mod.run_dir(cfg), stop_signals=early))
+                launch.single_process_env()
+        if isinstance(early, launch.StopSignals):
+            early.check()   # one process: the loop's own handlers take over from here
         from titan_train.train import train
 
         train(cfg, stop_after, fresh)
+    except KeyboardInterrupt:   # Ctrl-C before the loop could stop gracefully; first, so that no
+        if debug:               # except clause below imports torch after a half-done import of it
+            traceback.print_exc()
+        click.echo("titan-train: interrupted (Ctrl-C); nothing was saved after the last checkpoint", err=True)
+        sys.exit(EXIT_SIGINT)
+    except launch.Interrupted as e:
+        click.echo(f"titan-train: {e}", err=True)
+        sys.exit(e.exit_code)
     except _user_errors() as e:
         _fail(_user_message(e), debug)
     except NonFinite as e:   # diverged: every rank stopped at the same check; nothing saved after it
@@ -145,11 +159,6 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
         if os.environ.get("RANK", "0") == "0":
             click.echo(f"titan-train: {e}", err=True)
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:   # Ctrl-C before the loop could stop gracefully
-        if debug:
-            traceback.print_exc()
-        click.echo("titan-train: interrupted (Ctrl-C); nothing was saved after the last checkpoint", err=True)
-        sys.exit(EXIT_SIGINT)
 
 
 def _load_config(path: Path, overrides: list[str], world_size: int, announce: bool):
@@ -309,11 +318,11 @@ def _user_message(e: Exception) -> str:
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
-    from titan_train import data, device, lineage, metrics, resume_compare, run_lock
+    from titan_train import data, device, launch, lineage, metrics, resume_compare, run_lock
     from titan_train.checkpoint_formats import CheckpointError
 
     return (config_mod.ConfigError, device.DeviceError, data.DataError, CheckpointError, metrics.MissingExtra,
-            run_lock.FolderLocked, lineage.FolderInUse, resume_compare.ShapeChanged, _UserError)
+            launch.LaunchError, run_lock.FolderLocked, lineage.FolderInUse, resume_compare.ShapeChanged, _UserError)
 
 
 @main.command()

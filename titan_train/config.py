@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from titan_train.device import BACKEND_CHOICES  # torch-free at import
+from titan_train.fields import range_error, setting
 from titan_train.model_args import ModelArgs  # the [model] section (torch-free)
 from titan_train.parallel_dims import LayoutError, ParallelDims
 
@@ -29,93 +30,105 @@ class ConfigError(Exception):
 
 @dataclass
 class OptimizerConfig:
-    name: str = "AdamW"                    # only AdamW today
-    lr: float = 3e-4                       # peak learning rate (after warmup)
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
-    weight_decay: float = 0.1
-    eps: float = 1e-8
+    name: str = setting("AdamW", "only AdamW today", choices=("AdamW",))
+    lr: float = setting(3e-4, "peak learning rate (after warmup)", gt=0)
+    betas: list[float] = setting(doc="AdamW's moment decay rates, two numbers", ge=0, lt=1, each=True,
+                                 default_factory=lambda: [0.9, 0.95])
+    weight_decay: float = setting(0.1, "decoupled weight decay", ge=0)
+    eps: float = setting(1e-8, "added to the denominator of the AdamW update", gt=0, lt=1)
 
 
 @dataclass
 class DistributedConfig:
-    backend: str = "auto"                  # auto | hccl | nccl | gloo ("auto" picks npu > cuda > cpu)
-    fsdp: bool = True                      # shard params/grads/optimizer state with FSDP2
-    tp_size: int = 1                       # tensor-parallel degree
-    pp_size: int = 1                       # pipeline stages; dp = world_size / (tp_size x pp_size)
-    pp_microbatches: int = 0               # micro-batches per pipeline step, splitting each rank's batch (0 = pp_size)
-    pp_schedule: str = "1f1b"              # gpipe | 1f1b | interleaved_1f1b (two stages per rank)
-    cpu_offload: bool = False              # keep sharded params and optimizer state in host memory
+    backend: str = setting("auto", 'process-group backend ("auto" picks npu > cuda > cpu)', choices=BACKEND_CHOICES)
+    fsdp: bool = setting(True, "shard params/grads/optimizer state with FSDP2")
+    tp_size: int = setting(1, "tensor-parallel degree", ge=1)
+    pp_size: int = setting(1, "pipeline stages; dp = world_size / (tp_size x pp_size)", ge=1)
+    pp_microbatches: int = setting(0, "micro-batches per pipeline step, splitting each rank's batch (0 = pp_size)",
+                                   ge=0)
+    pp_schedule: str = setting("1f1b", "pipeline schedule (interleaved_1f1b: two stages per rank)",
+                               choices=("gpipe", "1f1b", "interleaved_1f1b"))
+    cpu_offload: bool = setting(False, "keep sharded params and optimizer state in host memory")
 
 
 @dataclass
 class CheckpointConfig:
-    save_interval: int = 0                 # save every N steps (0 = only never; the last step is always saved when > 0)
-    keep_last_n: int = 0                   # keep only the newest N step-* folders (0 = keep all)
-    folder: str = ""                       # default: outputs/<config name>/checkpoints
-    resume: bool = True                    # resume from the newest complete step-* folder
-    async_save: bool = False               # DCP async save: training goes on while step-N.tmp is written (TOML key: async)
-    initial_load_path: str = ""            # a new run (nothing to resume) starts from this checkpoint: DCP, torch.save, HF safetensors, Meta, DeepSpeed
-    initial_load_model_only: bool = True   # weights only; false also loads the optimizer moments (DCP in the trainer's layout)
-    export_final: str = "none"             # none | torch | hf: at the last step write the model to <folder>/export-step-N/
-    export_dtype: str = "fp32"             # fp32 | bf16 | fp16: dtype of export_final
+    save_interval: int = setting(0, "save every N steps (0 = never; the last step is always saved when > 0)", ge=0)
+    keep_last_n: int = setting(0, "keep only the newest N step-* folders (0 = keep all)", ge=0)
+    folder: str = setting("", "default: outputs/<config name>/checkpoints")
+    resume: bool = setting(True, "resume from the newest complete step-* folder")
+    async_save: bool = setting(False, "DCP async save: training goes on while step-N.tmp is written",
+                               toml_key="async")
+    initial_load_path: str = setting("", "a new run (nothing to resume) starts from this checkpoint: DCP, "
+                                         "torch.save, HF safetensors, Meta, DeepSpeed")
+    initial_load_model_only: bool = setting(True, "weights only; false also loads the optimizer moments (DCP in "
+                                                  "the trainer's layout)")
+    export_final: str = setting("none", "at the last step write the model to <folder>/export-step-N/",
+                                choices=("none", "torch", "hf"))
+    export_dtype: str = setting("fp32", "dtype of export_final", choices=("fp32", "bf16", "fp16"))
 
 
 @dataclass
 class TrainingConfig:
-    batch_size: int = 8                    # GLOBAL batch in sequences per optimizer step (split over dp ranks and grad_accum_steps)
-    seq_len: int = 256                     # tokens per sequence
-    steps: int = 40                        # optimizer steps to reach (a resumed run continues up to this)
-    grad_accum_steps: int = 1              # micro-batches per optimizer step
-    max_norm: float = 1.0                  # gradient clipping (0 = off)
-    warmup_steps: int = 5                  # linear warmup from 0 to optimizer.lr
-    lr_schedule: str = "cosine"            # cosine | linear | constant, after warmup
-    min_lr_ratio: float = 0.1              # floor of the decay, as a fraction of lr
-    mixed_precision: str = "fp32"          # fp32 | bf16 | fp16 (compute dtype of params; reductions stay fp32)
-    seed: int = 0                          # weight init
-    activation_checkpoint: str = "none"    # none | full (recompute whole blocks) | selective (keep matmul/attention outputs)
-    ac_every: int = 1                      # apply activation checkpointing to every k-th block (1 = all)
-    compile: bool = False                  # torch.compile each transformer block
+    batch_size: int = setting(8, "GLOBAL batch in sequences per optimizer step (split over dp ranks and "
+                                 "grad_accum_steps)", ge=1)
+    seq_len: int = setting(256, "tokens per sequence", ge=1)
+    steps: int = setting(40, "optimizer steps to reach (a resumed run continues up to this)", ge=1)
+    grad_accum_steps: int = setting(1, "micro-batches per optimizer step", ge=1)
+    max_norm: float = setting(1.0, "gradient clipping (0 = off)", ge=0)
+    warmup_steps: int = setting(5, "linear warmup from 0 to optimizer.lr", ge=0)
+    lr_schedule: str = setting("cosine", "decay after warmup", choices=("cosine", "linear", "constant"))
+    min_lr_ratio: float = setting(0.1, "floor of the decay, as a fraction of lr", ge=0, le=1)
+    mixed_precision: str = setting("fp32", "compute dtype of params; reductions stay fp32",
+                                   choices=("fp32", "bf16", "fp16"))
+    seed: int = setting(0, "weight init (any integer)")
+    activation_checkpoint: str = setting("none", "full: recompute whole blocks; selective: keep matmul/attention "
+                                                 "outputs", choices=("none", "full", "selective"))
+    ac_every: int = setting(1, "apply activation checkpointing to every k-th block (1 = all)", ge=1)
+    compile: bool = setting(False, "torch.compile each transformer block")
 
 
 @dataclass
 class DataConfig:
-    dataset: str = "builtin"               # "builtin" (generated), a folder from `titan-train prepare-data`
-                                           # (memory-mapped), or a small .txt / .jsonl file (tokenized in RAM)
-    tokenizer: str = "byte"                # "byte" (built in) or a HuggingFace tokenizer.json path
-    text_field: str = "text"               # the JSONL field holding the text
+    dataset: str = setting("builtin", '"builtin" (generated), a folder from `titan-train prepare-data` '
+                                      "(memory-mapped), or a small .txt / .jsonl file (tokenized in RAM)")
+    tokenizer: str = setting("byte", '"byte" (built in) or a HuggingFace tokenizer.json path')
+    text_field: str = setting("text", "the JSONL field holding the text")
 
 
 @dataclass
 class MetricsConfig:
-    log_every: int = 1                     # print a metrics line every N steps
-    tensorboard: bool = False              # also write TensorBoard event files (pip install 'titan-npu[tb]')
-    tb_folder: str = ""                    # TensorBoard folder (default: <run folder>/tb)
-    peak_tflops: float = 0.0               # override the per-device peak used for MFU (0 = look up / measure)
-    output: str = ""                       # metrics.jsonl path (default: outputs/<config name>/metrics.jsonl);
-                                           # its folder is the run folder (traces, rank logs, hang dumps)
+    log_every: int = setting(1, "print a metrics line every N steps", ge=1)
+    tensorboard: bool = setting(False, "also write TensorBoard event files (pip install 'titan-npu[tb]')")
+    tb_folder: str = setting("", "TensorBoard folder (default: <run folder>/tb)")
+    peak_tflops: float = setting(0.0, "override the per-device peak used for MFU (0 = look up / measure)", ge=0)
+    output: str = setting("", "metrics.jsonl path (default: outputs/<config name>/metrics.jsonl); its folder is "
+                              "the run folder (traces, rank logs, hang dumps)")
 
 
 @dataclass
 class ProfilingConfig:
-    enabled: bool = False                  # trace steps with torch.profiler (torch_npu.profiler on NPU)
-    wait: int = 1                          # steps skipped at the start of each cycle
-    warmup: int = 1                        # steps traced but thrown away (profiler start-up cost)
-    active: int = 2                        # steps recorded per cycle
-    repeat: int = 1                        # cycles (0 = until the run ends)
-    folder: str = ""                       # traces go to <folder>/rank<N>/ (default: <run folder>/profile)
-    record_shapes: bool = False            # record operator input shapes
-    profile_memory: bool = False           # record tensor allocations per operator
-    with_stack: bool = False               # record Python stacks (large traces)
-    memory_snapshot: bool = False          # also dump the allocator history (memory_snapshot_rank<N>.pickle; npu/cuda)
-    npu_level: str = "Level1"              # torch_npu profiler level: Level0 | Level1 | Level2
+    enabled: bool = setting(False, "trace steps with torch.profiler (torch_npu.profiler on NPU)")
+    wait: int = setting(1, "steps skipped at the start of each cycle", ge=0)
+    warmup: int = setting(1, "steps traced but thrown away (profiler start-up cost)", ge=0)
+    active: int = setting(2, "steps recorded per cycle", ge=1)
+    repeat: int = setting(1, "cycles (0 = until the run ends)", ge=0)
+    folder: str = setting("", "traces go to <folder>/rank<N>/ (default: <run folder>/profile)")
+    record_shapes: bool = setting(False, "record operator input shapes")
+    profile_memory: bool = setting(False, "record tensor allocations per operator")
+    with_stack: bool = setting(False, "record Python stacks (large traces)")
+    memory_snapshot: bool = setting(False, "also dump the allocator history (memory_snapshot_rank<N>.pickle; "
+                                           "npu/cuda)")
+    npu_level: str = setting("Level1", "torch_npu profiler level", choices=("Level0", "Level1", "Level2"))
 
 
 @dataclass
 class WatchdogConfig:
-    enabled: bool = True                   # fail a hung run with per-rank stack dumps instead of waiting forever
-    factor: float = 20.0                   # a step is hung when it takes factor x the median step time ...
-    floor_s: float = 300.0                 # ... and at least this many seconds
-    startup_s: float = 1800.0              # limit for the first steps, before there is a median (compile, warm-up)
+    enabled: bool = setting(True, "fail a hung run with per-rank stack dumps instead of waiting forever")
+    factor: float = setting(20.0, "a step is hung when it takes factor x the median step time ...", gt=1)
+    floor_s: float = setting(300.0, "... and at least this many seconds", gt=0)
+    startup_s: float = setting(1800.0, "limit for the first steps, before there is a median (compile, warm-up)",
+                               gt=0)
 
 
 @dataclass
@@ -133,20 +146,17 @@ class JobConfig:
 
 
 SECTIONS = [f.name for f in dataclasses.fields(JobConfig) if f.name != "name"]
-CHOICES = {
-    ("model", "name"): ("llama",),
-    ("optimizer", "name"): ("AdamW",),
-    ("distributed", "backend"): BACKEND_CHOICES,
-    ("training", "lr_schedule"): ("cosine", "linear", "constant"),
-    ("training", "mixed_precision"): ("fp32", "bf16", "fp16"),
-    ("training", "activation_checkpoint"): ("none", "full", "selective"),
-    ("distributed", "pp_schedule"): ("gpipe", "1f1b", "interleaved_1f1b"),
-    ("profiling", "npu_level"): ("Level0", "Level1", "Level2"),
-    ("checkpoint", "export_final"): ("none", "torch", "hf"),
-    ("checkpoint", "export_dtype"): ("fp32", "bf16", "fp16"),
-}
+
+
+def section_fields(section: str) -> tuple[dataclasses.Field, ...]:
+    """The fields of one [section], each with its metadata (doc, range, choices)."""
+    return dataclasses.fields(typing.get_type_hints(JobConfig)[section])
+
+
+FIELDS = {(section, f.name): f for section in SECTIONS for f in section_fields(section)}
+CHOICES = {key: f.metadata["choices"] for key, f in FIELDS.items() if f.metadata.get("choices")}
 # TOML keys that are Python keywords, stored under another field name.
-KEY_ALIASES = {("checkpoint", "async"): "async_save"}
+KEY_ALIASES = {(s, f.metadata["toml_key"]): f.name for (s, _), f in FIELDS.items() if f.metadata.get("toml_key")}
 
 
 def _coerce(section: str, key: str, value: Any) -> Any:
@@ -274,30 +284,8 @@ def run_dir(cfg: JobConfig) -> Path:
 def validate(cfg: JobConfig, world_size: int) -> None:
     """Cross-field checks that need the world size; raise ConfigError on the first problem."""
     m, d, t = cfg.model, cfg.distributed, cfg.training
-    positive = [("model", "vocab_size"), ("model", "d_model"), ("model", "n_heads"),
-                ("model", "n_layers"), ("model", "n_kv_heads"), ("model", "max_seq_len"),
-                ("model", "multiple_of"), ("distributed", "tp_size"), ("distributed", "pp_size"),
-                ("training", "batch_size"), ("training", "seq_len"), ("training", "steps"),
-                ("training", "grad_accum_steps"), ("training", "ac_every"), ("metrics", "log_every"),
-                ("profiling", "active")]
-    for section, key in positive:
-        value = getattr(getattr(cfg, section), key)
-        if value < 1:
-            raise ConfigError(f"{section}.{key} = {value} must be >= 1")
-    for section, key in [("checkpoint", "save_interval"), ("checkpoint", "keep_last_n"),
-                         ("training", "warmup_steps"), ("training", "max_norm"),
-                         ("optimizer", "weight_decay"), ("profiling", "wait"), ("profiling", "warmup"),
-                         ("profiling", "repeat")]:
-        value = getattr(getattr(cfg, section), key)
-        if value < 0:
-            raise ConfigError(f"{section}.{key} = {value} must be >= 0")
-    w = cfg.watchdog
-    for key in ("factor", "floor_s", "startup_s"):
-        if getattr(w, key) <= 0:
-            raise ConfigError(f"watchdog.{key} = {getattr(w, key)} must be > 0")
-    if cfg.optimizer.lr <= 0:
-        raise ConfigError(f"optimizer.lr = {cfg.optimizer.lr} must be > 0")
-    if len(cfg.optimizer.betas) != 2 or not all(0 <= b < 1 for b in cfg.optimizer.betas):
+    check_ranges(cfg)
+    if len(cfg.optimizer.betas) != 2:
         raise ConfigError(f"optimizer.betas = {cfg.optimizer.betas}: expected two numbers in [0, 1), e.g. [0.9, 0.95]")
     if m.d_model % m.n_heads:
         raise ConfigError(f"model.n_heads = {m.n_heads} must divide model.d_model = {m.d_model} "
@@ -316,6 +304,7 @@ def validate(cfg: JobConfig, world_size: int) -> None:
         if value % tp:
             raise ConfigError(f"distributed.tp_size = {tp} must divide model.{key} = {value} "
                               f"(valid tp_size: {_common_divisors(m.n_heads, m.n_kv_heads, world_size)})")
+    _validate_widths(m, tp)
     if t.seq_len > m.max_seq_len:
         raise ConfigError(f"training.seq_len = {t.seq_len} exceeds model.max_seq_len = {m.max_seq_len}")
     if tp > 1 and t.seq_len % tp:
@@ -330,6 +319,33 @@ def validate(cfg: JobConfig, world_size: int) -> None:
                           f"({dims.dp}) x training.grad_accum_steps ({t.grad_accum_steps}) = {per_step}")
     if pp > 1:
         _validate_pipeline(cfg, dims, local_batch=t.batch_size // per_step)
+
+
+def check_ranges(cfg: JobConfig) -> None:
+    """Every numeric field against the range declared next to its definition."""
+    for (section, key), f in FIELDS.items():
+        where = f"{section}.{f.metadata.get('toml_key') or key}"
+        problem = range_error(where, f, getattr(getattr(cfg, section), key))
+        if problem:
+            raise ConfigError(problem)
+
+
+def _validate_widths(m: ModelArgs, tp: int) -> None:
+    """The SwiGLU width (ModelArgs.ffn_dim, the model's own formula) must exist, and tensor
+    parallelism splits it and the vocabulary into tp_size equal parts."""
+    ffn = m.ffn_dim
+    if ffn < 1:
+        raise ConfigError(f"model.ffn_dim_multiplier = {m.ffn_dim_multiplier} makes a SwiGLU width of {ffn}; "
+                          "use a multiplier >= 1 / int(8 * model.d_model / 3)")
+    if ffn % tp:
+        raise ConfigError(f"distributed.tp_size = {tp} must divide the SwiGLU width {ffn} (from model.d_model = "
+                          f"{m.d_model}, ffn_dim_multiplier = {m.ffn_dim_multiplier}, multiple_of = "
+                          f"{m.multiple_of}); set model.multiple_of to a multiple of {tp}, or tp_size to one of: "
+                          f"{_divisors(ffn, limit=64)}")
+    if m.vocab_size % tp:
+        multiple = -(-m.vocab_size // tp) * tp
+        raise ConfigError(f"distributed.tp_size = {tp} must divide model.vocab_size = {m.vocab_size} (the embedding "
+                          f"and output are split by vocabulary rows); set model.vocab_size = {multiple}")
 
 
 def _validate_pipeline(cfg: JobConfig, dims: ParallelDims, local_batch: int) -> None:

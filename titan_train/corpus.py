@@ -10,7 +10,6 @@ worker processes of `prepare-data`), not in the reader.
 """
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,11 +72,11 @@ def read_chunks(files: list[Path], text_field: str = "text", chunk_bytes: int = 
             continue
         try:
             with open(path, "rb") as raw:
-                text = io.TextIOWrapper(_decompressed(raw, path, suffix), encoding="utf-8", errors="replace")
+                blocks = _utf8_blocks(_decompressed(raw, path, suffix), path, chunk_bytes)
                 if suffix in JSONL_SUFFIXES:
-                    yield from _jsonl_chunks(i, text, raw, chunk_bytes)
+                    yield from _jsonl_chunks(i, blocks, raw, chunk_bytes)
                 else:
-                    yield from _text_chunks(i, text, raw, chunk_bytes)
+                    yield from _text_chunks(i, blocks, raw, chunk_bytes)
         except _read_errors() as e:  # truncated or corrupt compressed data, unreadable file
             raise DataError(f"{path}: cannot read ({type(e).__name__}: {e})") from None
 
@@ -122,26 +121,58 @@ def _decompressed(raw: BinaryIO, path: Path, suffix: str) -> BinaryIO:
     return raw
 
 
-def _jsonl_chunks(source: int, text: io.TextIOBase, raw: BinaryIO, chunk_bytes: int) -> Iterator[Chunk]:
+def _utf8_blocks(binary: BinaryIO, path: Path, block_bytes: int) -> Iterator[str]:
+    """The file's text in blocks of about `block_bytes`, each ending at a line end (the last
+    may not), with universal newlines. Bytes that are not UTF-8 are a DataError naming
+    file:line and the byte offset, never a replacement character or a traceback."""
+    carry, line, offset = b"", 1, 0
+    while True:
+        data = binary.read(block_bytes)
+        buf = carry + data
+        cut = buf.rfind(b"\n") + 1 if data else len(buf)
+        part, carry = buf[:cut], buf[cut:]
+        if part:
+            yield _decode(part, path, line, offset)
+            line, offset = line + part.count(b"\n"), offset + len(part)
+        if not data:
+            return
+
+
+def _decode(data: bytes, path: Path, first_line: int, offset: int) -> str:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = first_line + data.count(b"\n", 0, e.start)
+        where = " of the decompressed text" if str(path).endswith((".gz", ".zst")) else ""
+        raise DataError(f"{path}:{line}: not UTF-8 (byte 0x{data[e.start]:02x} at byte offset {offset + e.start:,}"
+                        f"{where}); re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8 IN > OUT") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _jsonl_chunks(source: int, blocks: Iterator[str], raw: BinaryIO, chunk_bytes: int) -> Iterator[Chunk]:
     lines: list[str] = []
     size, first, lineno, pos = 0, 1, 0, 0
-    for lineno, line in enumerate(text, 1):
-        lines.append(line)
-        size += len(line)
-        if size >= chunk_bytes:
-            yield Chunk(source, "jsonl", first, lines, raw.tell() - pos)
-            pos, lines, size, first = raw.tell(), [], 0, lineno + 1
+    for block in blocks:
+        pieces = block.split("\n")
+        last = pieces.pop()  # "" unless this is the file's last line without a newline
+        for line in [p + "\n" for p in pieces] + ([last] if last else []):
+            lineno += 1
+            lines.append(line)
+            size += len(line)
+            if size >= chunk_bytes:
+                yield Chunk(source, "jsonl", first, lines, raw.tell() - pos)
+                pos, lines, size, first = raw.tell(), [], 0, lineno + 1
     if lines:
         yield Chunk(source, "jsonl", first, lines, raw.tell() - pos)
 
 
-def _text_chunks(source: int, text: io.TextIOBase, raw: BinaryIO, chunk_bytes: int) -> Iterator[Chunk]:
+def _text_chunks(source: int, blocks: Iterator[str], raw: BinaryIO, chunk_bytes: int) -> Iterator[Chunk]:
     """Split on blank lines exactly as `str.split("\\n\\n")` would on the whole file, without
     reading it whole: a piece is emitted only once a separator after it has been seen."""
     docs: list[str] = []
     size, number, pos, carry = 0, 1, 0, ""
     while True:
-        block = text.read(chunk_bytes)
+        block = next(blocks, "")
         pieces = (carry + block).split("\n\n")
         carry = pieces.pop() if block else ""  # the last piece may go on in the next block
         for piece in pieces:

@@ -183,16 +183,19 @@ class TokenStream:
             need, start, i = need - len(piece), start + len(piece), i + 1
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
-    def check_fits(self, seq_len: int) -> None:
-        """One sample needs seq_len + 1 ids (inputs and the shifted targets)."""
-        if len(self) - seq_len - 1 <= 0:
-            raise DataError(f"the dataset has {len(self)} tokens, fewer than training.seq_len + 1 = {seq_len + 1}")
+    def check_fits(self, seq_len: int, where: str = "the dataset") -> None:
+        """One sample needs seq_len + 1 ids (inputs and the shifted targets); exactly that many is enough."""
+        if len(self) < seq_len + 1:
+            raise DataError(f"{where} has {len(self):,} tokens, fewer than training.seq_len + 1 = {seq_len + 1:,} "
+                            f"that one sample needs; use more data or training.seq_len <= {max(len(self) - 1, 0)}")
 
     def batch(self, indices: Iterable[int], seq_len: int) -> tuple[np.ndarray, np.ndarray]:
         """Inputs and next-token targets for the given samples; sample i starts at
-        i * seq_len and the stream wraps around."""
+        (i * seq_len) mod span and the stream wraps around. span stays len - seq_len - 1 (one
+        start short of the last) so that longer datasets keep the sample order earlier runs
+        trained and resumed with; a dataset of exactly seq_len + 1 ids has its one start."""
         self.check_fits(seq_len)
-        span = len(self) - seq_len - 1
+        span = max(len(self) - seq_len - 1, 1)
         rows = np.stack([self.read((i * seq_len) % span, seq_len + 1) for i in indices]).astype(np.int64)
         return rows[:, :-1], rows[:, 1:]
 
@@ -214,18 +217,35 @@ def _mapped(folder: Path) -> TokenStream:
                                f"in {len(shards)} shard(s), {index['documents']:,} documents)")
 
 
+# A corpus file up to this size is tokenized once more by the CLI's preflight, to check its
+# length before any rank starts; larger ones are checked by every rank before building the model.
+PREFLIGHT_TOKENIZE_BYTES = 16 << 20
+
+
 def check_dataset(cfg, vocab_size: int, seq_len: int) -> None:
     """What `open_dataset` would refuse, checked once before any rank starts (the CLI's
-    preflight) without reading the corpus: the tokenizer against the model and a prepared
-    folder's index, every shard's header against the index, and at least one sample."""
-    checked_tokenizer(cfg.tokenizer, cfg.dataset, vocab_size)
+    preflight): the tokenizer against the model and a prepared folder's index, every shard's
+    header against the index, and at least one sample (seq_len + 1 tokens) in a prepared
+    folder or a corpus file (tokenized here when it is small; a text that is not UTF-8 is
+    named by file:line)."""
+    tok = checked_tokenizer(cfg.tokenizer, cfg.dataset, vocab_size)
     if _is_prepared(cfg.dataset):
-        _mapped(Path(cfg.dataset)).check_fits(seq_len)
+        _mapped(Path(cfg.dataset)).check_fits(seq_len, cfg.dataset)
+    elif cfg.dataset != "builtin" and Path(cfg.dataset).stat().st_size <= PREFLIGHT_TOKENIZE_BYTES:
+        TokenStream([load_tokens(cfg.dataset, tok, cfg.text_field)]).check_fits(seq_len, cfg.dataset)
 
 
-def open_dataset(cfg, vocab_size: int, log: Callable[[str], None] = print) -> TokenStream:
+def open_dataset(cfg, vocab_size: int, seq_len: int = 0, log: Callable[[str], None] = print) -> TokenStream:
     """The token stream of the [data] section `cfg`: a prepared folder is memory-mapped;
-    "builtin" and corpus files are tokenized here, in memory (the log says so, and how large)."""
+    "builtin" and corpus files are tokenized here, in memory (the log says so, and how large).
+    With `seq_len`, a stream too short for one sample is refused here, before any model is built."""
+    stream = _open(cfg, vocab_size, log)
+    if seq_len:
+        stream.check_fits(seq_len, cfg.dataset)
+    return stream
+
+
+def _open(cfg, vocab_size: int, log: Callable[[str], None]) -> TokenStream:
     dataset, tokenizer = cfg.dataset, cfg.tokenizer
     tok = checked_tokenizer(tokenizer, dataset, vocab_size)
     path = Path(dataset)

@@ -151,9 +151,17 @@ def device_name(dev: Device) -> str:
 
 
 def reset_peak_memory(dev: Device) -> None:
+    """Start a new peak: the allocator's on an accelerator; on cpu the process's peak
+    resident set (Linux: writing 5 to /proc/self/clear_refs resets VmHWM)."""
     mod = _module(dev.type)
     if mod is not None:
         mod.reset_peak_memory_stats()
+        return
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5")
+    except OSError:
+        pass  # not Linux, or not allowed: the peak then covers the process's whole life
 
 
 def memory_per_rank(dev: Device, local_ranks: int) -> tuple[int, str]:
@@ -168,25 +176,41 @@ def memory_per_rank(dev: Device, local_ranks: int) -> tuple[int, str]:
                                                f"shared by {local_ranks} local rank(s)")
 
 
-def host_available_bytes() -> int:
-    """MemAvailable (free plus reclaimable cache) from /proc/meminfo; free pages elsewhere."""
+def _proc_kib(path: str, key: str) -> int | None:
+    """Bytes of a 'Key:   N kB' line of a /proc file (None off Linux or when absent)."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
+        with open(path, encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return None
+
+
+def host_available_bytes() -> int:
+    """MemAvailable (free plus reclaimable cache) from /proc/meminfo; free pages elsewhere."""
+    available = _proc_kib("/proc/meminfo", "MemAvailable")
+    return available if available is not None else os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def peak_memory_bytes(dev: Device) -> int:
-    """Peak allocated device memory; for cpu, the process's peak resident set."""
+    """Peak memory since `reset_peak_memory`: the tensors the device allocator handed out;
+    on cpu there is no tensor tracking, so the process's peak resident set (VmHWM, which
+    counts the Python runtime, libraries and allocator caches too; see `peak_memory_kind`)."""
     mod = _module(dev.type)
     if mod is not None:
         return int(mod.max_memory_allocated())
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _proc_kib("/proc/self/status", "VmHWM")
+    if peak is not None:
+        return peak
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # lifetime peak (no reset possible)
     return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def peak_memory_kind(dev: Device) -> str:
+    """What `peak_memory_bytes` measures, for the label next to it: "tensors" or "rss"."""
+    return "tensors" if _module(dev.type) is not None else "rss"
 
 
 # ---- profiling: which profiler, and the allocator's memory history ----

@@ -8,6 +8,8 @@
     term   send SIGTERM to this rank only: every rank must still stop at the same step
     kill_in_save   SIGKILL this rank in the checkpoint save of STEP, right after it wrote its
            own files and before the save is complete: resume must skip that checkpoint
+    slow_save      sleep SECONDS in this rank's checkpoint save of STEP (STEP 0: every save):
+           tokens/s must not count the time
 
 Called at the start of every watched step (`Watchdog.watch`) and in the checkpoint writer
 (checkpoint.py), so the loop carries no hook of its own. Unset (always, outside tests) it
@@ -20,8 +22,8 @@ import signal
 import time
 
 ENV = "TITAN_TRAIN_FAULT"
-KINDS = ("hang", "kill", "raise", "term", "kill_in_save")
-SAVE_KINDS = ("kill_in_save",)     # injected by the checkpoint writer, not at the step's start
+KINDS = ("hang", "kill", "raise", "term", "kill_in_save", "slow_save")
+SAVE_KINDS = ("kill_in_save", "slow_save")     # injected by the checkpoint writer, not at the step's start
 
 
 def parse(spec: str) -> tuple[str, int, int, float]:
@@ -44,9 +46,10 @@ def maybe_inject(step: int, rank: int, site: str = "step") -> None:
     if not spec:
         return
     kind, at_rank, at_step, seconds = parse(spec)
-    if (rank, step) != (at_rank, at_step) or (kind in SAVE_KINDS) != (site == "save"):
+    every_save = kind == "slow_save" and at_step == 0
+    if rank != at_rank or (step != at_step and not every_save) or (kind in SAVE_KINDS) != (site == "save"):
         return
-    if kind == "hang":
+    if kind in ("hang", "slow_save"):
         time.sleep(seconds)
     elif kind in ("kill", "kill_in_save"):
         os.kill(os.getpid(), signal.SIGKILL)

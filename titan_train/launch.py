@@ -18,6 +18,7 @@ every rank, which stop at an agreed step (signals.py) and exit 143 / 130.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -40,6 +41,64 @@ _PEER_LOST = re.compile(r"Connection (reset|closed) by peer|Broken pipe|failed t
                         r"ECONNRESET|Connection refused|NCCL communicator was aborted|HCCL.*(abort|timeout)", re.I)
 
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")   # torch prefixes a rank's uncaught traceback lines
+
+
+class LaunchError(Exception):
+    """A launch that cannot start as asked (a port in use, a malformed endpoint): one line."""
+
+
+# What a rank killed by a signal most likely met, and what to do: the error line of the summary.
+SIGNAL_HINTS = {
+    "SIGKILL": "often the kernel's OOM killer (check `dmesg -T | grep -i -e oom -e 'killed process'`); fix: lower "
+               "training.batch_size or seq_len, set training.activation_checkpoint, or start fewer ranks per host "
+               "(estimate: titan-doctor diagnose --config ...)",
+    "SIGSEGV": "a crash in native code (torch, torch_npu, a driver); fix: check the version pins with `titan-doctor "
+               "diagnose`, and rerun with PYTHONFAULTHANDLER=1 for the stack",
+    "SIGBUS": "often /dev/shm is too small (a container: docker run --shm-size=16g) or a memory-mapped file was "
+              "truncated while in use",
+    "SIGABRT": "a native library aborted (a torch or HCCL/NCCL assertion, glibc); the rank log's last lines say "
+               "which",
+    "SIGILL": "an instruction this CPU lacks: a wheel built for another CPU; reinstall torch for this machine",
+    "SIGTERM": "sent from outside the launcher (a scheduler's time limit or preemption, `kill`); rerun the same "
+               "command to resume",
+    "SIGHUP": "the terminal closed; run the job under nohup, tmux or a scheduler",
+}
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def signal_error(returncode: int) -> str:
+    """'killed by SIGKILL, often the kernel's OOM killer (...); fix: ...' for a negative return code."""
+    name = signal_name(-returncode)
+    hint = SIGNAL_HINTS.get(name)
+    return f"killed by {name} (no Python error): {hint}" if hint else f"killed by {name} (no Python error)"
+
+
+_ADDR_IN_USE = re.compile(r"EADDRINUSE|address already in use", re.I)
+_PORT = re.compile(r"port:?\s*(\d+)", re.I)
+
+
+def port_in_use_error(port: int | str) -> str:
+    return (f"port {port} (MASTER_PORT) is already in use on this host: another job or a leftover rank holds it "
+            f"(see `ss -ltnp | grep :{port}`); fix: pass another --master-port, or leave it out to take a free one")
+
+
+def check_port_free(port: int) -> None:
+    """Refuse, in one line, a rendezvous port that another process already listens on
+    (rank 0's TCPStore would otherwise fail with a traceback in its log)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # a port in TIME_WAIT is fine to reuse
+        try:
+            s.bind(("", port))
+        except PermissionError:
+            raise LaunchError(f"port {port} (MASTER_PORT) needs root to listen on; use a port above 1023") from None
+        except OSError:
+            raise LaunchError(port_in_use_error(port)) from None
 
 
 @dataclass
@@ -137,7 +196,7 @@ class Rendezvous:
 def _split_endpoint(endpoint: str) -> tuple[str, int]:
     host, _, port = endpoint.rpartition(":")
     if not host or not port.isdigit():
-        raise ValueError(f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT, e.g. node0:29400")
+        raise LaunchError(f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT, e.g. node0:29400")
     return host, int(port)
 
 
@@ -167,11 +226,15 @@ def rendezvous(opts: LaunchOptions) -> Rendezvous:
         addr, _, master_port = info.store.get(key).decode().rpartition(":")
         return Rendezvous(info.rank, addr, int(master_port), handler)
     if opts.master_addr:
-        return Rendezvous(opts.node_rank, opts.master_addr, opts.master_port or 29500)
-    if opts.rdzv_endpoint:   # one node with an explicit endpoint: rank 0 listens there
+        rdzv = Rendezvous(opts.node_rank, opts.master_addr, opts.master_port or 29500)
+    elif opts.rdzv_endpoint:   # one node with an explicit endpoint: rank 0 listens there
         host, port = _split_endpoint(opts.rdzv_endpoint)
-        return Rendezvous(0, host, port)
-    return Rendezvous(0, "127.0.0.1", opts.master_port or free_port())
+        rdzv = Rendezvous(0, host, port)
+    else:
+        rdzv = Rendezvous(0, "127.0.0.1", opts.master_port or free_port())
+    if rdzv.node_rank == 0:   # this node's rank 0 will listen on the port
+        check_port_free(rdzv.master_port)
+    return rdzv
 
 
 # ---- starting and watching the ranks ----
@@ -194,8 +257,23 @@ def _echo(pipe, log, out) -> None:
         out.flush()
 
 
-class _Forwarder:
-    """While ranks run, SIGTERM / SIGINT to the launcher are passed on to them."""
+class Interrupted(Exception):
+    """SIGINT / SIGTERM reached the launcher before any rank started: nothing ran."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"interrupted by {signal_name(signum)} before any rank started; nothing ran")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class StopSignals:
+    """SIGTERM / SIGINT to the launcher, noted instead of raised. `titan-train run` enters it
+    before start-up, so a Ctrl-C is never raised in the middle of an `import torch` or a fork
+    (where it left a half-imported torch, or was ignored by Python and lost): the CLI checks
+    it before starting the ranks, and while ranks run it is forwarded to them."""
 
     def __init__(self):
         self.signum = 0
@@ -210,9 +288,15 @@ class _Forwarder:
     def _note(self, signum, _frame):
         self.signum = self.signum or signum
 
+    def check(self) -> None:
+        """Raise Interrupted when a signal came in so far."""
+        if self.signum:
+            raise Interrupted(self.signum)
+
     def __exit__(self, *exc):
         for s, h in self._previous.items():
             signal.signal(s, h)
+        self._previous = {}
 
 
 def _signal_group(proc: subprocess.Popen, signum: int) -> None:
@@ -224,12 +308,14 @@ def _signal_group(proc: subprocess.Popen, signum: int) -> None:
 
 def start_ranks(cmd: list[str], opts: LaunchOptions, env: Mapping[str, str], log_dir: str | Path, *,
                 echo_rank0: bool = True, timeout_s: float | None = None, stop_grace_s: float = 5.0,
-                signal_grace_s: float = 600.0, rdzv: Rendezvous | None = None) -> LaunchResult:
+                signal_grace_s: float = 600.0, rdzv: Rendezvous | None = None,
+                stop_signals: StopSignals | None = None) -> LaunchResult:
     """Run `cmd` once per local rank and wait. On the first failure the others are stopped;
-    after `timeout_s` all are. A forwarded signal gives the ranks `signal_grace_s` to save."""
+    after `timeout_s` all are. A forwarded signal gives the ranks `signal_grace_s` to save.
+    `stop_signals`: the caller's, already entered (a signal noted before now is forwarded too)."""
+    rdzv = rdzv or rendezvous(opts)   # first: a port in use is refused before any log or rank exists
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    rdzv = rdzv or rendezvous(opts)
     base = dict(env)
     base.update(MASTER_ADDR=rdzv.master_addr, MASTER_PORT=str(rdzv.master_port), WORLD_SIZE=str(opts.world_size),
                 LOCAL_WORLD_SIZE=str(opts.nproc), GROUP_RANK=str(rdzv.node_rank), PYTHONUNBUFFERED="1",
@@ -238,77 +324,90 @@ def start_ranks(cmd: list[str], opts: LaunchOptions, env: Mapping[str, str], log
     base.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // opts.nproc)))
     procs, outcomes, files, threads = [], [], [], []
     start = time.monotonic()
-    try:
-        for local in range(opts.nproc):
-            rank = rdzv.node_rank * opts.nproc + local
-            log_path = log_dir / f"rank{rank}.log"
-            log = open(log_path, "ab", buffering=0)
-            log.truncate(0)
-            files.append(log)
-            echo = echo_rank0 and rank == 0
-            proc = subprocess.Popen(cmd, env=dict(base, RANK=str(rank), LOCAL_RANK=str(local)),
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if echo else log, stderr=log,
-                                    preexec_fn=_die_with_parent)
-            if echo:
-                t = threading.Thread(target=_echo, args=(proc.stdout, log, sys.stdout), daemon=True)
-                t.start()
-                threads.append(t)
-            procs.append(proc)
-            outcomes.append(RankOutcome(rank, log_path))
-        result = _wait(procs, outcomes, start, timeout_s, stop_grace_s, signal_grace_s)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                _signal_group(p, signal.SIGKILL)
-                p.wait()
-        for t in threads:
-            t.join(timeout=5)
-        for f in files:
-            f.close()
-        rdzv.close()
+    with contextlib.nullcontext(stop_signals) if stop_signals else StopSignals() as fwd:   # before the first fork
+        try:
+            for local in range(opts.nproc):
+                rank = rdzv.node_rank * opts.nproc + local
+                log_path = log_dir / f"rank{rank}.log"
+                log = open(log_path, "ab", buffering=0)
+                log.truncate(0)
+                files.append(log)
+                echo = echo_rank0 and rank == 0
+                proc = subprocess.Popen(cmd, env=dict(base, RANK=str(rank), LOCAL_RANK=str(local)),
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if echo else log, stderr=log,
+                                        preexec_fn=_die_with_parent)
+                if echo:
+                    t = threading.Thread(target=_echo, args=(proc.stdout, log, sys.stdout), daemon=True)
+                    t.start()
+                    threads.append(t)
+                procs.append(proc)
+                outcomes.append(RankOutcome(rank, log_path))
+            result = _wait(procs, outcomes, start, timeout_s, stop_grace_s, signal_grace_s, fwd)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    _signal_group(p, signal.SIGKILL)
+                    p.wait()
+            for t in threads:
+                t.join(timeout=5)
+            for f in files:
+                f.close()
+            rdzv.close()
     result.master_addr, result.master_port, result.log_dir = rdzv.master_addr, rdzv.master_port, log_dir
     result.node_rank = rdzv.node_rank
     result.first_failure = first_failure(result.ranks)
     return result
 
 
-def _wait(procs, outcomes, start, timeout_s, stop_grace_s, signal_grace_s) -> LaunchResult:
+def _ended_by(forwarded: int, returncode: int, log: Path) -> bool:
+    """A rank ended by the signal the launcher passed on, before its own handler was in place:
+    killed by it, or (SIGINT) a KeyboardInterrupt while Python was still starting or importing."""
+    if not forwarded or returncode in (0, 128 + forwarded):
+        return False
+    if returncode == -forwarded:
+        return True
+    tail = read_log(log, limit=2000).strip().splitlines()
+    return forwarded == signal.SIGINT and bool(tail) and tail[-1].strip() == "KeyboardInterrupt"
+
+
+def _wait(procs, outcomes, start, timeout_s, stop_grace_s, signal_grace_s, fwd: StopSignals) -> LaunchResult:
     result = LaunchResult(outcomes, "", 0)
     kill_at, failure_seen = None, False
-    with _Forwarder() as fwd:
-        while True:
-            now = time.monotonic() - start
-            for p, o in zip(procs, outcomes):
-                if o.ended_s is None and p.poll() is not None:
-                    o.returncode, o.ended_s = p.returncode, now
-            running = [(p, o) for p, o in zip(procs, outcomes) if o.ended_s is None]
-            if not running:
-                return result
-            if fwd.signum and not result.forwarded:
-                result.forwarded = fwd.signum
-                for p, _ in running:
-                    _signal_group(p, fwd.signum)
-                kill_at = min(kill_at if kill_at is not None else float("inf"), now + signal_grace_s)
-            if not failure_seen and any(o.failed for o in outcomes):   # also while ranks save after a signal
-                failure_seen = True
-                for p, o in running:
-                    o.stopped = True
-                    _signal_group(p, signal.SIGTERM)
-                kill_at = min(kill_at if kill_at is not None else float("inf"), now + stop_grace_s)
-            if kill_at is None and timeout_s is not None and now > timeout_s:
-                result.timed_out = True
-                for p, o in running:
-                    o.stopped = True
-                    _signal_group(p, signal.SIGKILL)
-                kill_at = now
-            if kill_at is not None and now >= kill_at:
-                for p, o in running:
-                    o.stopped = True
-                    _signal_group(p, signal.SIGKILL)
-                    p.wait()
-                    o.returncode = None if result.timed_out else p.returncode
-                    o.ended_s = now
-            time.sleep(0.05)
+    while True:
+        now = time.monotonic() - start
+        for p, o in zip(procs, outcomes):
+            if o.ended_s is None and p.poll() is not None:
+                o.returncode, o.ended_s = p.returncode, now
+                if _ended_by(result.forwarded, p.returncode, o.log):
+                    o.returncode = 128 + result.forwarded
+        running = [(p, o) for p, o in zip(procs, outcomes) if o.ended_s is None]
+        if not running:
+            return result
+        if fwd.signum and not result.forwarded:
+            result.forwarded = fwd.signum
+            for p, _ in running:
+                _signal_group(p, fwd.signum)
+            kill_at = min(kill_at if kill_at is not None else float("inf"), now + signal_grace_s)
+        if not failure_seen and any(o.failed for o in outcomes):   # also while ranks save after a signal
+            failure_seen = True
+            for p, o in running:
+                o.stopped = True
+                _signal_group(p, signal.SIGTERM)
+            kill_at = min(kill_at if kill_at is not None else float("inf"), now + stop_grace_s)
+        if kill_at is None and timeout_s is not None and now > timeout_s:
+            result.timed_out = True
+            for p, o in running:
+                o.stopped = True
+                _signal_group(p, signal.SIGKILL)
+            kill_at = now
+        if kill_at is not None and now >= kill_at:
+            for p, o in running:
+                o.stopped = True
+                _signal_group(p, signal.SIGKILL)
+                p.wait()
+                o.returncode = None if result.timed_out else p.returncode
+                o.ended_s = now
+        time.sleep(0.05)
 
 
 # ---- reading what happened ----
@@ -336,12 +435,15 @@ def last_error_line(text: str, returncode: int | None) -> str:
     exception = [line.strip() for line in lines[starts[-1] + 1:] if line.strip() and not line[0].isspace()] \
         if starts else []
     if exception:
+        if _ADDR_IN_USE.search(exception[0]):   # rank 0's TCPStore could not listen
+            port = _PORT.search(exception[0])
+            return port_in_use_error(port.group(1) if port else "MASTER_PORT")
         return exception[0]
     own = [line.strip() for line in lines if line.startswith("titan-train:")]
     if own:
         return own[-1]
     if returncode is not None and returncode < 0:
-        return f"killed by {signal.Signals(-returncode).name} (no Python error: out of memory? see dmesg)"
+        return signal_error(returncode)
     tail = [line.strip() for line in lines if line.strip()]
     return tail[-1] if tail else f"exit code {returncode} with an empty log"
 
@@ -359,7 +461,7 @@ def _how(r: RankOutcome) -> str:
     if r.returncode is None:
         return "still running: killed"
     if r.returncode < 0:
-        return f"killed by {signal.Signals(-r.returncode).name}"
+        return f"killed by {signal_name(-r.returncode)}"
     if r.returncode == EXIT_HANG:
         return f"hang watchdog (exit {EXIT_HANG})"
     return f"exit {r.returncode}"
@@ -427,6 +529,8 @@ def run_and_report(cmd: list[str], opts: LaunchOptions, run_dir: str | Path, env
     return result.exit_code
 
 
-def spawn(opts: LaunchOptions, worker_argv: list[str], run_dir: str | Path) -> int:
+def spawn(opts: LaunchOptions, worker_argv: list[str], run_dir: str | Path,
+          stop_signals: StopSignals | None = None) -> int:
     """The trainer's launch: `python -m titan_train.cli <worker_argv>` on every local rank."""
-    return run_and_report([sys.executable, "-m", "titan_train.cli", *worker_argv], opts, run_dir)
+    return run_and_report([sys.executable, "-m", "titan_train.cli", *worker_argv], opts, run_dir,
+                          stop_signals=stop_signals)

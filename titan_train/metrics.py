@@ -49,14 +49,31 @@ def mfu(tokens_per_s_per_device: float, flops_per_token: float, peak: float) -> 
     return tokens_per_s_per_device * flops_per_token / peak
 
 
+def mfu_fields(value: float | None) -> dict[str, Any]:
+    """The record's MFU fields. A device cannot beat its own peak, so a figure >= 100% means
+    the clock missed work or the peak is wrong: it is never shown as MFU, only kept apart as
+    `mfu_over_peak` (and the printed line says the measurement is invalid)."""
+    if value is not None and value >= 1.0:
+        return {"mfu": None, "mfu_over_peak": value}
+    return {"mfu": value}
+
+
+MEMORY_LABELS = {"tensors": "mem", "rss": "rss"}  # device.peak_memory_kind -> the word printed
+
+
 def format_line(m: dict[str, Any], eta: "Eta | None" = None) -> str:
     """One human line per logged step (rank 0); with `eta`, the step out of the total and an ETA."""
     done, left = eta.fields(m["step"]) if eta else (f"{m['step']:>5}", None)
     parts = [f"step {done}", f"loss {m['loss']:.4f}", f"grad_norm {m['grad_norm']:.3f}",
              f"lr {m['lr']:.2e}",
              f"tok/s {m['tokens_per_s']:,.0f} ({m['tokens_per_s_per_rank']:,.0f}/rank)"]
-    parts.append(f"mfu {m['mfu'] * 100:.1f}%" if m.get("mfu") is not None else "mfu n/a")
-    parts.append(f"mem {m['peak_mem_gib']:.2f} GiB")
+    if m.get("mfu") is not None and m["mfu"] < 1.0:
+        parts.append(f"mfu {m['mfu'] * 100:.1f}%")
+    elif m.get("mfu_over_peak") is not None or m.get("mfu") is not None:
+        parts.append("mfu invalid (>= 100% of peak: see metrics.peak_tflops)")
+    else:
+        parts.append("mfu n/a")
+    parts.append(f"{MEMORY_LABELS[m.get('peak_mem_kind', 'tensors')]} {m['peak_mem_gib']:.2f} GiB")
     if left is not None:
         parts.append(f"eta {left}")
     return " | ".join(parts)
@@ -163,14 +180,49 @@ class Eta:
         return done, format_duration((now - t0) / (step - first_step) * (self.total - step))
 
 
+class ThroughputWindow:
+    """Training seconds and the tokens trained in them, since the window opened. Both grow
+    only in `step` (the time since the previous mark, and that step's tokens), so the clock
+    and the token count always move together; `pause` drops the time spent in its block
+    (a checkpoint save, a profiler flush) from the clock, and no tokens belong to it."""
+
+    def __init__(self, clock=None):
+        self._clock = clock or (lambda: time.perf_counter())  # looked up at each call (tests swap it)
+        self.open()
+
+    def open(self) -> None:
+        self.seconds, self.tokens, self._mark = 0.0, 0, self._clock()
+
+    def step(self, tokens: int) -> None:
+        now = self._clock()
+        self.seconds += now - self._mark
+        self.tokens += tokens
+        self._mark = now
+
+    @contextlib.contextmanager
+    def pause(self, settle=lambda: None):
+        """`settle` (a device synchronize) runs first, so work queued by the last step is
+        counted as training before the clock stops."""
+        settle()
+        self.step(0)
+        try:
+            yield
+        finally:
+            self._mark = self._clock()
+
+    def rate(self) -> tuple[float, float]:
+        """(tokens per second, seconds) of the window."""
+        return (self.tokens / self.seconds if self.seconds > 0 else 0.0), self.seconds
+
+
 class MetricsLogger:
     """The loop's metrics, one `log(step, stats)` call per step (every rank calls it).
 
     On a logging step (every `log_every`, and the run's last) it sums the loss over ranks,
     reads the figures to the host once, prints the rank-0 line (with progress and ETA
     towards `total_steps`) and hands the record to every sink (`open_sinks`: metrics.jsonl,
-    TensorBoard); other steps cost nothing. Tokens/s is measured over the window since the
-    last logged step; time spent inside `paused()` (saving a checkpoint) is left out of it.
+    TensorBoard); other steps cost nothing. Tokens/s and MFU come from a `ThroughputWindow`
+    since the last logged step; time inside `paused()` (saving, profiler flush) is not in it.
     """
 
     def __init__(self, sinks: list, *, every: int, dims, dev, tokens_per_step: int, flops_per_token: float,
@@ -179,7 +231,7 @@ class MetricsLogger:
         self.dims, self.dev, self.tokens_per_step = dims, dev, tokens_per_step
         self.flops_per_token, self.peak = flops_per_token, peak
         self.eta = Eta(total_steps)
-        self.window_start, self.window_tokens = time.perf_counter(), 0
+        self.window = ThroughputWindow()
 
     def start(self, record: dict[str, Any]) -> None:
         """Write the run's start record and open the first throughput window."""
@@ -188,42 +240,43 @@ class MetricsLogger:
         for sink in self.sinks:
             sink.write({"event": "start", **record})
         device.reset_peak_memory(self.dev)
-        self.window_start, self.window_tokens = time.perf_counter(), 0
+        self.window.open()
 
     def log(self, step: int, stats) -> dict[str, Any] | None:
         import torch.distributed as dist
 
         from titan_train import device
 
-        self.window_tokens += self.tokens_per_step
         if step % self.every and step != self.last_step:
+            self.window.step(self.tokens_per_step)
             return None
         loss = stats.loss.detach().clone()
         dist.all_reduce(loss)  # held by the last pipeline stage; tp ranks hold equal copies
         device.synchronize(self.dev)
-        elapsed = time.perf_counter() - self.window_start
-        tps = self.window_tokens / elapsed
+        self.window.step(self.tokens_per_step)
+        tps, elapsed = self.window.rate()
         world = self.dims.world_size
         record = {"step": step, "loss": loss.item() / (self.dims.dp * self.dims.tp),
                   "grad_norm": stats.grad_norm.item(), "lr": stats.lr, "tokens_per_s": tps,
-                  "tokens_per_s_per_rank": tps / world, "mfu": mfu(tps / world, self.flops_per_token, self.peak),
-                  "peak_mem_gib": device.peak_memory_bytes(self.dev) / 2 ** 30, "elapsed_s": elapsed}
+                  "tokens_per_s_per_rank": tps / world,
+                  **mfu_fields(mfu(tps / world, self.flops_per_token, self.peak)),
+                  "peak_mem_gib": device.peak_memory_bytes(self.dev) / 2 ** 30,
+                  "peak_mem_kind": device.peak_memory_kind(self.dev), "elapsed_s": elapsed}
         if stats.loss_scale is not None:
             record["loss_scale"] = stats.loss_scale
         self.say(format_line(record, self.eta), flush=True)
         for sink in self.sinks:
             sink.write(record)
-        self.window_start, self.window_tokens = time.perf_counter(), 0
+        self.window.open()
         return record
 
     @contextlib.contextmanager
     def paused(self):
-        """Time spent in this block is not training time (checkpoint saves)."""
-        start = time.perf_counter()
-        try:
+        """Time spent in this block is not training time (checkpoint saves, profiler flush)."""
+        from titan_train import device
+
+        with self.window.pause(settle=lambda: device.synchronize(self.dev)):
             yield
-        finally:
-            self.window_start += time.perf_counter() - start
 
     def close(self) -> None:
         for sink in self.sinks:

@@ -8,20 +8,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from titan_train.fields import setting
+
 
 @dataclass
 class ModelArgs:
-    name: str = "llama"                    # model family; only "llama" today
-    vocab_size: int = 2048                 # embedding rows; must cover the tokenizer's ids
-    d_model: int = 256                     # hidden size
-    n_heads: int = 16                      # attention heads; must divide d_model
-    n_layers: int = 6                      # transformer blocks
-    n_kv_heads: int | None = None          # grouped-query KV heads (None = n_heads)
-    ffn_dim_multiplier: float | None = None  # scales the SwiGLU width (LLaMA-2 70B: 1.3)
-    multiple_of: int = 256                 # SwiGLU width is rounded up to a multiple of this
-    norm_eps: float = 1e-5                 # RMSNorm epsilon
-    rope_theta: float = 10000.0            # RoPE base
-    max_seq_len: int = 2048                # longest sequence the RoPE table covers
+    name: str = setting("llama", "model family; only llama today", choices=("llama",))
+    vocab_size: int = setting(2048, "embedding rows; must cover the tokenizer's ids", ge=1)
+    d_model: int = setting(256, "hidden size", ge=1)
+    n_heads: int = setting(16, "attention heads; must divide d_model", ge=1)
+    n_layers: int = setting(6, "transformer blocks", ge=1)
+    n_kv_heads: int | None = setting(None, "grouped-query KV heads (unset = n_heads); must divide n_heads", ge=1)
+    ffn_dim_multiplier: float | None = setting(None, "scales the SwiGLU width (unset = 1; LLaMA-2 70B: 1.3)", gt=0)
+    multiple_of: int = setting(256, "SwiGLU width is rounded up to a multiple of this", ge=1)
+    norm_eps: float = setting(1e-5, "RMSNorm epsilon", gt=0, lt=1)
+    rope_theta: float = setting(10000.0, "RoPE base", gt=1)
+    max_seq_len: int = setting(2048, "longest sequence the RoPE table covers", ge=1)
 
     @property
     def kv_heads(self) -> int:

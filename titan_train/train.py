@@ -74,7 +74,7 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
     _quiet_known_warnings()
     t = cfg.training
     torch_dev = device.torch_device(dev, local_rank)
-    tokens = data.open_dataset(cfg.data, cfg.model.vocab_size, log=say)  # memory-mapped when prepared
+    tokens = data.open_dataset(cfg.data, cfg.model.vocab_size, t.seq_len, log=say)  # too short: refused here
     layout = data.BatchLayout(t.batch_size, t.grad_accum_steps, dims.dp)
 
     parts = build(cfg, dims, torch_dev)
@@ -115,9 +115,10 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
                 logger.log(progress.step, stats)
                 guard.observe(progress.step, stats)  # NaN / inf: every rank stops at log steps and before saves
                 signum = stop.agreed()  # SIGTERM / SIGINT on any rank: every rank stops after this step
-            with logger.paused(), span("checkpoint"):  # saving is not training time
-                checkpointer.maybe_save(progress.step, last=progress.step == last_step or bool(signum))
-            prof.step()
+            with logger.paused():  # saving and writing traces are not training time
+                with span("checkpoint"):
+                    checkpointer.maybe_save(progress.step, last=progress.step == last_step or bool(signum))
+                prof.step()
             if signum:
                 checkpointer.wait()
                 raise signals.Stopped(progress.step, signum, saved=checkpointer.enabled)

@@ -49,6 +49,34 @@ BAD = [
     (["model.vocab_size=100"], 1, "model.vocab_size = 100 is smaller than the tokenizer's 257 ids"),
     (["training"], 1, "expected section.key=value"),
     (["distributed.cpu_offload=true"], 2, "distributed.cpu_offload = true needs an accelerator"),
+    # ranges declared in the field metadata (issue 10): each of these trained into NaN or a traceback
+    (["model.norm_eps=0"], 1, "model.norm_eps = 0.0 must be in (0, 1)"),
+    (["model.norm_eps=-1e-5"], 1, "model.norm_eps = -1e-05 must be in (0, 1)"),
+    (["model.rope_theta=0"], 1, "model.rope_theta = 0.0 must be > 1"),
+    (["model.rope_theta=-10000"], 1, "model.rope_theta = -10000.0 must be > 1"),
+    (["optimizer.eps=0"], 1, "optimizer.eps = 0.0 must be in (0, 1)"),
+    (["optimizer.eps=-1e-8"], 1, "optimizer.eps = -1e-08 must be in (0, 1)"),
+    (["training.min_lr_ratio=-0.5"], 1, "training.min_lr_ratio = -0.5 must be in [0, 1]"),
+    (["training.min_lr_ratio=2"], 1, "training.min_lr_ratio = 2.0 must be in [0, 1]"),
+    (["model.ffn_dim_multiplier=0"], 1, "model.ffn_dim_multiplier = 0.0 must be > 0"),
+    (["model.ffn_dim_multiplier=-1.3"], 1, "model.ffn_dim_multiplier = -1.3 must be > 0"),
+    (["model.ffn_dim_multiplier=0.0001"], 1, "model.ffn_dim_multiplier = 0.0001 makes a SwiGLU width of 0"),
+    (["model.ffn_dim_multiplier=nan"], 1, "model.ffn_dim_multiplier = nan must be a finite number"),
+    (["optimizer.lr=inf"], 1, "optimizer.lr = inf must be a finite number"),
+    (["optimizer.lr=-1e-3"], 1, "optimizer.lr = -0.001 must be > 0"),
+    (["optimizer.betas=[0.9, 1.0]"], 1, "optimizer.betas = [0.9, 1.0]: every element must be in [0, 1)"),
+    (["metrics.peak_tflops=-1"], 1, "metrics.peak_tflops = -1.0 must be >= 0"),
+    (["watchdog.factor=1"], 1, "watchdog.factor = 1.0 must be > 1"),
+    (["distributed.pp_microbatches=-1"], 1, "distributed.pp_microbatches = -1 must be >= 0"),
+    (["model.max_seq_len=0"], 1, "model.max_seq_len = 0 must be >= 1"),
+    # cross-field: the model's own SwiGLU width formula and the vocabulary, split over tp ranks
+    (["distributed.tp_size=4", "model.multiple_of=1"], 4,
+     "distributed.tp_size = 4 must divide the SwiGLU width 682 (from model.d_model = 256"),
+    (["distributed.tp_size=2", "model.d_model=192", "model.n_heads=8", "model.n_kv_heads=8", "model.multiple_of=1",
+      "model.ffn_dim_multiplier=1.3"], 2, "distributed.tp_size = 2 must divide the SwiGLU width 665"),
+    (["distributed.tp_size=2", "model.vocab_size=2049"], 2,
+     "distributed.tp_size = 2 must divide model.vocab_size = 2049 (the embedding and output are split by "
+     "vocabulary rows); set model.vocab_size = 2050"),
 ]
 
 

@@ -226,7 +226,7 @@ def test_run_refuses_a_mismatched_prepared_folder_before_starting(tmp_path, monk
 @pytest.mark.parametrize("damage,message", [
     ("truncate", "tokens-00001.npy cannot be mapped"),
     ("remove", "tokens-00001.npy cannot be mapped"),
-    ("short", "the dataset has 10 tokens, fewer than training.seq_len + 1 = 65"),
+    ("short", "has 10 tokens, fewer than training.seq_len + 1 = 65"),
 ])
 def test_run_checks_the_prepared_shards_before_any_rank_starts(tmp_path, monkeypatch, damage, message):
     """Shards the index does not match, or a corpus shorter than one sample, are refused by
