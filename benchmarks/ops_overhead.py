@@ -3,9 +3,10 @@
 Two tables, printed side by side; never pass/fail:
   1. per call: span() (not profiling), Watchdog.watch(step) (its thread running),
      GracefulStop.agreed() (the 4-byte all-reduce every step, on its gloo group), a disabled
-     Profiler.step(), Eta.fields(step);
+     Profiler.step(), Eta.fields(step), FiniteGuard.observe() on a step that is not a log
+     step (device-side only) and FiniteGuard.check() (its all-reduce, at log steps and saves);
   2. per step: the trainer's own train_step on the debug model (FSDP over 2 ranks), bare
-     and wrapped the way train.py wraps it (watch + agreed + checkpoint span + prof.step),
+     and wrapped the way train.py wraps it (watch + guard + agreed + checkpoint span + prof.step),
      alternating in blocks so load from elsewhere on the machine hits both alike; each row
      keeps the median step.
 
@@ -38,7 +39,7 @@ def worker(opts: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from titan_train import config, device, metrics, profiling, signals
+    from titan_train import config, device, finite_guard, metrics, profiling, signals
     from titan_train.build import build
     from titan_train.parallel_dims import ParallelDims
     from titan_train.profiling import span
@@ -60,6 +61,8 @@ def worker(opts: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp, signals.GracefulStop() as stop, \
             Watchdog(config.WatchdogConfig(), tmp, rank) as wd, profiling.Profiler(prof_cfg, dev, rank) as prof:
         eta = metrics.Eta(1000)
+        guard = finite_guard.FiniteGuard(torch.device("cpu"), every=10 ** 9, last_step=10 ** 9)
+        stats = train_step(parts, batches)
 
         def in_span():
             with span("forward"):
@@ -74,14 +77,16 @@ def worker(opts: argparse.Namespace) -> None:
                         "Watchdog.watch(step), thread on": per_call_us(in_watch, n),
                         "GracefulStop.agreed(), 2 ranks": per_call_us(stop.agreed, max(1, n // 10)),
                         "Profiler.step(), disabled": per_call_us(prof.step, n),
-                        "Eta.fields(step)": per_call_us(lambda: eta.fields(10), n)}
+                        "Eta.fields(step)": per_call_us(lambda: eta.fields(10), n),
+                        "FiniteGuard.observe(), not a log step": per_call_us(lambda: guard.observe(1, stats), n),
+                        "FiniteGuard.check(), 2 ranks": per_call_us(guard.check, max(1, n // 10))}
 
         def bare(step: int) -> None:
             train_step(parts, batches)
 
         def guarded(step: int) -> None:   # what train.py adds around the step
             with wd.watch(step):
-                train_step(parts, batches)
+                guard.observe(step, train_step(parts, batches))
                 stop.agreed()
             with span("checkpoint"):
                 pass
@@ -130,7 +135,7 @@ def main() -> None:
             raise SystemExit(launch.summary(run, tmp) + "\n" + launch.read_log(run.first_failure.log
                                                                                if run.first_failure else run.ranks[0].log))
         res = json.loads(result_path.read_text())
-    width = max(len(k) for k in [*res["calls"], "with watch + agreed + span + prof"])
+    width = max(len(k) for k in [*res["calls"], "with watch + guard + agreed + span + prof"])
     print(f"{'per call (2 gloo ranks, rank 0)':<{width}}   us/call")
     for name, us in res["calls"].items():
         print(f"{name:<{width}}  {us:8.2f}")
@@ -139,9 +144,9 @@ def main() -> None:
     print(f"train_step, debug model, FSDP 2 ranks, seq {opts.seq_len}, median of {res['steps']} steps each:")
     spread = res["spread_ms"]
     print(f"{'bare train_step':<{width}}  {bare:8.2f} ms   (interquartile range {spread['bare']:.1f} ms)")
-    print(f"{'with watch + agreed + span + prof':<{width}}  {guarded:8.2f} ms   (interquartile range "
+    print(f"{'with watch + guard + agreed + span + prof':<{width}}  {guarded:8.2f} ms   (interquartile range "
           f"{spread['guarded']:.1f} ms; {(guarded - bare) / bare * 100:+.2f}%, {(guarded - bare) * 1e3:+.0f} us)")
-    pieces = sum(v for k, v in res["calls"].items() if not k.startswith("Eta"))
+    pieces = sum(v for k, v in res["calls"].items() if not k.startswith(("Eta", "FiniteGuard.check")))  # per step
     print(f"{'sum of the per-call costs':<{width}}  {pieces / 1e3:8.3f} ms   ({pieces / 1e3 / bare * 100:.3f}% of a step)")
 
 

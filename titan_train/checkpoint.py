@@ -6,8 +6,12 @@ Keys are flat at the top level: `model.<fqn>` (for example
 pipeline stage, so DCP reshards a checkpoint onto any other mesh.
 
 A checkpoint is written into `step-N.tmp/` and renamed to `step-N/` only after every rank
-finished, so a folder named `step-N` is always complete; resume takes the newest one.
-Retention (`keep_last_n`) deletes only complete, older folders. With `[checkpoint] async`,
+finished, so a folder named `step-N` is always complete; it also gets `titan-run.json` (its
+lineage and config, lineage.py) before the rename. Resume takes the newest readable one
+(checkpoint_integrity.py; an unreadable one is set aside as `step-N.unreadable` and the
+previous one of its lineage is tried), compares its config (resume_compare.py) before
+loading any tensor, and continues its lineage. Retention (`keep_last_n`) deletes only
+older complete folders of the lineage being trained. With `[checkpoint] async`,
 DCP's async save writes step-N.tmp in the background while training goes on; the rename
 (and retention) happen when that write is finished, at the next save or at the end.
 
@@ -18,7 +22,6 @@ stage.
 """
 from __future__ import annotations
 
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,12 +30,13 @@ from typing import Any
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.stateful import Stateful
 
-from titan_train import faults
+from titan_train import faults, lineage, resume_compare, resume_plan
 from titan_train.checkpoint_formats import CheckpointError  # noqa: F401  (one error type for every checkpoint problem)
+from titan_train.config import to_dict
 
-_STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
 class ModelState(Stateful):
@@ -68,43 +72,80 @@ class Checkpointer:
     `wait()`, finishes that write, renames it to step-N and prunes. Until then the previous
     complete step-N is what a crash resumes from."""
 
-    def __init__(self, cfg, states: dict[str, Stateful], *, say=print, model_args=None):
+    def __init__(self, cfg, states: dict[str, Stateful], *, say=print, model_args=None, job=None,
+                 stop_step: int | None = None, before_save=None):
+        """`job`: the whole JobConfig (recorded with every save, compared on resume);
+        `stop_step`: a `--stop-after` step, saved whatever save_interval says;
+        `before_save(step)`: called on every rank before a save (the NaN guard)."""
         self.cfg, self.states, self.say = cfg, states, say
         self.model_args = model_args  # [model]: what initial_load_path must fit, what export_final describes
+        self.job, self.stop_step, self.before_save = job, stop_step, before_save
         self.group = async_group() if cfg.async_save and self.enabled else None
         self.pending: PendingSave | None = None
         self.last_saved: int | None = None
+        self.lineage = lineage.new_id()
 
     @property
     def enabled(self) -> bool:
         return self.cfg.save_interval > 0
 
     def resume(self) -> int | None:
-        """Load the newest complete checkpoint, if resuming; returns its step."""
+        """Load the newest readable checkpoint of the folder, if resuming; returns its step.
+        Rank 0 picks it and checks its config (resume_plan.py); every rank then loads it,
+        or the next candidate when DCP fails to read it."""
         if dist.get_rank() == 0:
             remove_partial(self.cfg.folder)
-        dist.barrier()
-        found = latest(self.cfg.folder) if self.cfg.resume else None
-        if not found:
-            self.load_initial()
-            return None
-        step, path = found
-        load(path, self.states)
-        self.last_saved = step
-        self.say(f"[titan-train] resumed from {path} (step {step})")
-        return step
+        chosen: list = [None]
+        if dist.get_rank() == 0 and self.cfg.resume:
+            try:
+                chosen = [resume_plan.plan(self.cfg.folder, self.job, self.say)]
+            except (resume_compare.ShapeChanged, resume_plan.NothingReadable) as e:
+                chosen = [str(e)]
+        dist.broadcast_object_list(chosen, src=0)
+        if isinstance(chosen[0], str):
+            raise CheckpointError(chosen[0])
+        for candidate in chosen[0] or []:
+            for note in candidate.notes:
+                self.say(note)
+            try:
+                load(candidate.path, self.states)
+            except CheckpointException as e:   # damage the index check could not see
+                if dist.get_rank() == 0:
+                    resume_plan.set_aside(candidate.path, f"failed to load ({_first_line(e)})", self.say)
+                dist.barrier()
+                continue
+            self.last_saved, self.lineage = candidate.step, candidate.lineage
+            if self.job is not None:
+                resume_compare.apply_optimizer_config(self.states["optim"], self.states["scheduler"],
+                                                      self.job.optimizer)
+            return candidate.step
+        if chosen[0]:
+            raise CheckpointError(f"no checkpoint in {self.cfg.folder} could be loaded (see above); start with "
+                                  "`titan-train run --fresh` (moves them aside) or set checkpoint.folder")
+        self.load_initial()   # nothing of its own to resume: [checkpoint] initial_load_path, if set
+        return None
 
     def maybe_save(self, step: int, *, last: bool = False) -> Path | None:
-        """Save at every save_interval-th step and at the run's last step (when saving at all);
-        a step already saved is not saved twice. Returns the step-N path it will have."""
-        if not self.enabled or (step % self.cfg.save_interval and not last) or step == self.last_saved:
+        """Save at every save_interval-th step and at the run's last step (when saving at all),
+        and always at a `--stop-after` step; a step already saved is not saved twice. Returns
+        the step-N path it will have."""
+        due = self.enabled and (step % self.cfg.save_interval == 0 or last)
+        if not (due or step == self.stop_step) or step == self.last_saved:
             return None
+        if self.before_save is not None:
+            self.before_save(step)
         self.last_saved = step
         self._finish_pending()
+        mark = self._marker(step)
         if self.group is not None:
-            self.pending = start_async_save(self.cfg.folder, step, self.states, self.group)
+            self.pending = start_async_save(self.cfg.folder, step, self.states, self.group, mark)
             return self.pending.final
-        return self._saved(save(self.cfg.folder, step, self.states))
+        return self._saved(save(self.cfg.folder, step, self.states, mark))
+
+    def _marker(self, step: int):
+        """What rank 0 writes into step-N.tmp before the rename: lineage and config."""
+        rec = lineage.record(self.lineage, step, to_dict(self.job) if self.job is not None else {})
+        return lambda tmp: lineage.write_record(tmp, rec)
 
     def wait(self) -> None:
         """Return when every rank has finished its last save (an async one is renamed here)."""
@@ -148,7 +189,7 @@ class Checkpointer:
 
     def _saved(self, path: Path) -> Path:
         if dist.get_rank() == 0:
-            pruned = prune(self.cfg.folder, self.cfg.keep_last_n)
+            pruned = lineage.prune(self.cfg.folder, self.cfg.keep_last_n, self.lineage, path)
             self.say(f"[titan-train] saved {path}" + (f" (removed {len(pruned)} older)" if pruned else ""))
         dist.barrier()
         return path
@@ -156,15 +197,7 @@ class Checkpointer:
 
 def complete_steps(folder: str | Path) -> list[tuple[int, Path]]:
     """(step, path) of every complete checkpoint, oldest first."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = []
-    for child in folder.iterdir():
-        match = _STEP_DIR.match(child.name)
-        if match and (child / ".metadata").is_file():
-            found.append((int(match.group(1)), child))
-    return sorted(found)
+    return [(e.step, e.path) for e in lineage.survey(folder) if e.complete]
 
 
 def latest(folder: str | Path) -> tuple[int, Path] | None:
@@ -183,10 +216,13 @@ def _begin(folder: str | Path, step: int) -> tuple[Path, Path]:
     return tmp, final
 
 
-def _commit(tmp: Path, final: Path) -> Path:
-    """Every rank's write is done: only now does the folder get its resumable name."""
+def _commit(tmp: Path, final: Path, mark=None) -> Path:
+    """Every rank's write is done: only now does the folder get its resumable name (after
+    `mark(tmp)` added the run's record, so a complete folder always has it)."""
     dist.barrier()
     if dist.get_rank() == 0:
+        if mark is not None:
+            mark(tmp)
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
     dist.barrier()
@@ -207,11 +243,11 @@ class _Writer(dcp.FileSystemWriter):
         return written
 
 
-def save(folder: str | Path, step: int, states: dict[str, Stateful]) -> Path:
+def save(folder: str | Path, step: int, states: dict[str, Stateful], mark=None) -> Path:
     """Collective: every rank calls it. Returns the final `step-N` path."""
     tmp, final = _begin(folder, step)
     dcp.save(states, checkpoint_id=str(tmp), storage_writer=_Writer(tmp, step))
-    return _commit(tmp, final)
+    return _commit(tmp, final, mark)
 
 
 # ---- [checkpoint] async_save: the write runs in the background while training goes on ----
@@ -222,6 +258,7 @@ class PendingSave:
     tmp: Path
     final: Path
     future: Any        # concurrent.futures.Future from dcp.async_save
+    mark: Any = None   # writes the run's record into tmp before the rename
 
     def done(self) -> bool:
         return self.future.done()
@@ -234,19 +271,19 @@ def async_group():
     return dist.new_group(backend="gloo")
 
 
-def start_async_save(folder: str | Path, step: int, states: dict[str, Stateful], group) -> PendingSave:
+def start_async_save(folder: str | Path, step: int, states: dict[str, Stateful], group, mark=None) -> PendingSave:
     """Collective. Stages the state to host memory (training may change it right after this
     returns) and writes step-N.tmp in a background thread."""
     tmp, final = _begin(folder, step)
     future = dcp.async_save(states, checkpoint_id=str(tmp), storage_writer=_Writer(tmp, step), process_group=group)
-    return PendingSave(step, tmp, final, future)
+    return PendingSave(step, tmp, final, future, mark)
 
 
 def finish_async_save(pending: PendingSave) -> Path:
     """Collective. Waits for this rank's write, then renames step-N.tmp -> step-N once every
     rank's write is done. Call before the next save, and before exit."""
     pending.future.result()
-    return _commit(pending.tmp, pending.final)
+    return _commit(pending.tmp, pending.final, pending.mark)
 
 
 def load(path: str | Path, states: dict[str, Stateful]) -> None:
@@ -256,17 +293,30 @@ def load(path: str | Path, states: dict[str, Stateful]) -> None:
                               "resume it with the titan-npu version that wrote it, or start in a new "
                               f"checkpoint.folder with checkpoint.initial_load_path = \"{path}\" (its weights; "
                               "initial_load_model_only = false also its optimizer state)")
+    if "model" in states:
+        _check_same_model(path, keys, states["model"])
     dcp.load(states, checkpoint_id=str(path))
 
 
-def prune(folder: str | Path, keep_last_n: int) -> list[Path]:
-    """Delete all but the newest `keep_last_n` complete checkpoints (rank 0 only)."""
-    if keep_last_n <= 0:
-        return []
-    doomed = [path for _, path in complete_steps(folder)[:-keep_last_n]]
-    for path in doomed:
-        shutil.rmtree(path, ignore_errors=True)
-    return doomed
+def _check_same_model(path, saved_meta: dict, model: ModelState) -> None:
+    """Collective. The checkpoint's parameters against the whole model's (every rank's
+    stages), names and global shapes: a checkpoint without a recorded config (an older
+    trainer's) must not resume into another model silently (extra layers were dropped) or
+    end in a long traceback (missing ones)."""
+    own = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, own)
+    want = {k: v for d in everyone for k, v in d.items()}
+    saved = {k[len("model."):]: tuple(m.size) for k, m in saved_meta.items()
+             if k.startswith("model.") and hasattr(m, "size")}
+    extra, missing = sorted(set(saved) - set(want)), sorted(set(want) - set(saved))
+    differ = sorted(k for k in set(want) & set(saved) if want[k] != saved[k])
+    if extra or missing or differ:
+        what = (f"{differ[0]} is {list(saved[differ[0]])} there and {list(want[differ[0]])} here" if differ else
+                f"it has {len(extra)} parameter(s) this model lacks ({extra[0]}, ...)" if extra else
+                f"it lacks {len(missing)} of this model's parameters ({missing[0]}, ...)")
+        raise CheckpointError(f"{path} holds another model shape: {what}; resume with the [model] section that wrote "
+                              "it, or start with `titan-train run --fresh` or another checkpoint.folder")
 
 
 def remove_partial(folder: str | Path) -> None:
@@ -275,3 +325,8 @@ def remove_partial(folder: str | Path) -> None:
     if folder.is_dir():
         for child in folder.glob("step-*.tmp"):
             shutil.rmtree(child, ignore_errors=True)
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:200] if text else type(e).__name__

@@ -14,6 +14,7 @@ import click
 from titan_train import __version__
 from titan_train import config as config_mod
 from titan_train.device import disable_backend_autoload
+from titan_train.finite_guard import EXIT_NON_FINITE, NonFinite
 from titan_train.resources import configs_dir
 from titan_train.signals import EXIT_SIGINT, Stopped
 
@@ -56,7 +57,9 @@ def main():
 
     \b
     Exit codes: 0 done, 1 a rank failed while training, 2 bad config or setup (including a
-    job whose memory estimate is clearly over what a rank has: --ignore-memory),
+    job whose memory estimate is clearly over what a rank has: --ignore-memory, a checkpoint
+    folder owned by another run, a checkpoint of another model shape), 3 the loss or
+    gradient norm went NaN / inf (nothing saved after that step),
     124 a step hung (stack dumps in <run folder>/hang), 143 / 130 stopped by
     SIGTERM / SIGINT after saving a checkpoint (run the same command to resume).
     """
@@ -79,14 +82,18 @@ def main():
 @click.option("--rdzv-endpoint", default="", help="HOST:PORT for c10d rendezvous (elastic multi-node).")
 @click.option("--rdzv-id", default="titan-train", show_default=True, help="Rendezvous id shared by all nodes.")
 @click.option("--stop-after", type=click.IntRange(min=0), default=0,
-              help="Stop after this many steps in this run (checkpointing there); the next run resumes.")
+              help="Stop after this many steps in this run and save a checkpoint there (even with "
+                   "checkpoint.save_interval = 0); the next run resumes from it.")
+@click.option("--fresh", is_flag=True,
+              help="Start a new run in a checkpoint folder that holds checkpoints: move every step-N into "
+                   "<folder>/previous-<time>/ (nothing is deleted) instead of resuming or refusing.")
 @click.option("--ignore-memory", is_flag=True,
               help="Start even when the memory estimate says the job does not fit "
                    "(see `titan-doctor diagnose --config`).")
 @click.option("--print-config", is_flag=True, help="Print the resolved config (defaults and overrides applied) as JSON and exit.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id,
-        stop_after, ignore_memory, print_config, debug):
+        stop_after, fresh, ignore_memory, print_config, debug):
     """Train with the given config. Starts the ranks itself, and also runs unchanged as the
     script of a `torchrun` you start yourself:
 
@@ -98,6 +105,11 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
     data-parallel rank reads batch_size / (dp x grad_accum_steps) sequences per micro-step.
     Checkpoints go to checkpoint.folder (default outputs/<config>/checkpoints/step-N) and a
     run resumes from the newest complete one. Metrics: outputs/<config>/metrics.jsonl.
+
+    A run owns its checkpoint folder (run.lock: host, pid, start): a second run on the same
+    folder is refused. A resumed run compares the checkpoint's recorded config with its own:
+    a model-shape change is refused, optimizer/schedule changes take the config's values,
+    data-layout changes are announced. NaN / inf stops the run (exit 3), saving nothing after.
     """
     disable_backend_autoload()
     from titan_train import launch
@@ -120,14 +132,15 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
                 _preflight(cfg, opts, ignore_memory, path)
                 early.check()
                 if opts.world_size > 1:
-                    sys.exit(launch.spawn(opts, _worker_argv(path, overrides, stop_after, debug),
-                                          config_mod.run_dir(cfg), stop_signals=early))
+                    with _owning_folder(cfg, opts, fresh, stop_after):
+                        sys.exit(launch.spawn(opts, _worker_argv(path, overrides, stop_after, debug),
+                                              config_mod.run_dir(cfg), stop_signals=early))
                 launch.single_process_env()
         if isinstance(early, launch.StopSignals):
             early.check()   # one process: the loop's own handlers take over from here
         from titan_train.train import train
 
-        train(cfg, stop_after)
+        train(cfg, stop_after, fresh)
     except KeyboardInterrupt:   # Ctrl-C before the loop could stop gracefully; first, so that no
         if debug:               # except clause below imports torch after a half-done import of it
             traceback.print_exc()
@@ -138,6 +151,10 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
         sys.exit(e.exit_code)
     except _user_errors() as e:
         _fail(_user_message(e), debug)
+    except NonFinite as e:   # diverged: every rank stopped at the same check; nothing saved after it
+        if os.environ.get("RANK", "0") == "0" or os.environ.get("TITAN_TRAIN_LAUNCHED"):   # each rank log says why
+            click.echo(f"titan-train: error: {e}", err=True)
+        sys.exit(EXIT_NON_FINITE)
     except Stopped as e:   # preempted: the checkpoint is saved; say so once, no traceback
         if os.environ.get("RANK", "0") == "0":
             click.echo(f"titan-train: {e}", err=True)
@@ -269,6 +286,23 @@ def _check_memory(cfg, opts, dev, ignore_memory: bool, config_ref=None) -> None:
         click.echo(f"titan-train: warning: memory may not fit: {line}", err=True)
 
 
+@contextlib.contextmanager
+def _owning_folder(cfg, opts, fresh: bool, stop_after: int):
+    """Node 0's launcher holds the checkpoint folder's lock for its ranks (it also owns the
+    run folder's rank logs, which a second run would truncate) and prepares the folder
+    (refuse / --fresh) before any rank starts. Other nodes' launchers do nothing."""
+    from titan_train import run_lock
+
+    if opts.node_rank != 0:
+        yield
+        return
+    with run_lock.RunLock(cfg.checkpoint.folder, say=click.echo):
+        run_lock.prepare_folder(cfg, fresh=fresh, saves=cfg.checkpoint.save_interval > 0 or stop_after > 0,
+                                say=click.echo)
+        os.environ[run_lock.HELD_ENV] = str(os.getpid())
+        yield
+
+
 def _worker_argv(path: Path, overrides, stop_after: int, debug: bool) -> list[str]:
     """What every rank runs: this same command, which then finds itself under torchrun."""
     argv = ["run", "--config", str(path)] + [a for o in overrides for a in ("--set", o)]
@@ -284,11 +318,11 @@ def _user_message(e: Exception) -> str:
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
-    from titan_train import data, device, launch, metrics
+    from titan_train import data, device, launch, lineage, metrics, resume_compare, run_lock
     from titan_train.checkpoint_formats import CheckpointError
 
     return (config_mod.ConfigError, device.DeviceError, data.DataError, CheckpointError, metrics.MissingExtra,
-            launch.LaunchError, _UserError)
+            launch.LaunchError, run_lock.FolderLocked, lineage.FolderInUse, resume_compare.ShapeChanged, _UserError)
 
 
 @main.command()

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from titan_train.finite_guard import EXIT_NON_FINITE
 from titan_train.signals import EXIT_SIGINT, EXIT_SIGTERM
 from titan_train.watchdog import EXIT_HANG, diagnose_command, read_dumps, stuck_ranks
 
@@ -142,9 +143,9 @@ class LaunchResult:
 
     @property
     def exit_code(self) -> int:
-        """0 all done; 143/130 stopped on a signal; 124 hang; 1 any other failure."""
+        """0 all done; 143/130 stopped on a signal; 124 hang; 3 NaN / inf stop (finite_guard); 1 any other failure."""
         if self.first_failure is not None:
-            return EXIT_HANG if self.first_failure.returncode == EXIT_HANG else 1
+            return self.first_failure.returncode if self.first_failure.returncode in (EXIT_HANG, EXIT_NON_FINITE) else 1
         codes = {r.returncode for r in self.ranks}
         if self.timed_out or None in codes:
             return 1

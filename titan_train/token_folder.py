@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from titan_train.corpus import DataError
+from titan_train.run_lock import pid_alive as _alive
 
 FORMAT = "titan-npu/tokens"
 VERSION = 1
@@ -107,14 +108,6 @@ def remove_stale_partials(out: Path) -> list[Path]:
     return removed
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def publish(partial: Path, index: dict, out: Path, force: bool) -> None:

@@ -3,7 +3,8 @@
 Everything that is not the loop lives in its own module and enters here as one call or
 one context manager: the layout (parallel_dims), `build` (model, parallelism, optimizer),
 `train_step` (or the pipeline's), the `Checkpointer`, the `MetricsLogger`, the graceful stop
-on SIGTERM / SIGINT (signals), the hang watchdog and the profiler.
+on SIGTERM / SIGINT (signals), the hang watchdog, the profiler, the run's lock on its
+checkpoint folder (run_lock) and the NaN / inf stop (finite_guard).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from titan_train import data, device, metrics, profiling, signals, watchdog
+from titan_train import data, device, finite_guard, metrics, profiling, run_lock, signals, watchdog
 from titan_train.build import build
 from titan_train.checkpoint import Checkpointer, train_states
 from titan_train.config import JobConfig, pipeline_microbatches, run_dir, to_dict, validate
@@ -29,9 +30,10 @@ def _rank_env() -> tuple[int, int, int]:
     return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
 
 
-def train(cfg: JobConfig, stop_after: int = 0) -> None:
+def train(cfg: JobConfig, stop_after: int = 0, fresh: bool = False) -> None:
     """Train to cfg.training.steps (resuming if a checkpoint exists), or for at most
-    `stop_after` steps in this run. Metrics go to cfg.metrics.output (rank 0)."""
+    `stop_after` steps in this run (saving there). `fresh`: move the folder's checkpoints
+    aside and start a new lineage. Metrics go to cfg.metrics.output (rank 0)."""
     rank, world, local_rank = _rank_env()
     validate(cfg, world)
     dims = ParallelDims.for_world(world, tp=cfg.distributed.tp_size, pp=cfg.distributed.pp_size)
@@ -43,7 +45,8 @@ def train(cfg: JobConfig, stop_after: int = 0) -> None:
     device.set_current(dev, local_rank)
     dist.init_process_group(dev.backend)
     try:
-        _train(cfg, dims, dev, rank, local_rank, say, stop_after)
+        with run_lock.hold(cfg, fresh=fresh, saves=cfg.checkpoint.save_interval > 0 or stop_after > 0, say=say):
+            _train(cfg, dims, dev, rank, local_rank, say, stop_after)
     finally:
         dist.destroy_process_group()
 
@@ -77,7 +80,9 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
     parts = build(cfg, dims, torch_dev)
     dp_rank = parts.mesh["dp"].get_local_rank()
     progress = Progress()
-    checkpointer = Checkpointer(cfg.checkpoint, train_states(parts, progress), say=say, model_args=cfg.model)
+    guard = finite_guard.FiniteGuard(torch_dev, every=cfg.metrics.log_every, last_step=t.steps)
+    checkpointer = Checkpointer(cfg.checkpoint, train_states(parts, progress), say=say, model_args=cfg.model, job=cfg,
+                                before_save=guard.before_save)
     checkpointer.resume()  # the run's own newest checkpoint, else [checkpoint] initial_load_path
 
     peak, peak_src = metrics.peak_flops(dev.type, device.device_name(dev), t.mixed_precision, cfg.metrics.peak_tflops)
@@ -93,6 +98,7 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
         return
 
     last_step = min(t.steps, progress.step + stop_after) if stop_after > 0 else t.steps
+    guard.last_step, checkpointer.stop_step = last_step, (last_step if stop_after > 0 else None)  # saved regardless
     logger = metrics.MetricsLogger(metrics.open_sinks(cfg.metrics, rank, progress.step), every=cfg.metrics.log_every,
                                    dims=dims, dev=dev, tokens_per_step=t.batch_size * t.seq_len,
                                    flops_per_token=flops_per_token(cfg.model, t.seq_len), peak=peak,
@@ -107,6 +113,7 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
                 stats = train_step(parts, _batches(tokens, layout, progress.samples, dp_rank, t.seq_len, torch_dev))
                 progress.advance(t.batch_size)
                 logger.log(progress.step, stats)
+                guard.observe(progress.step, stats)  # NaN / inf: every rank stops at log steps and before saves
                 signum = stop.agreed()  # SIGTERM / SIGINT on any rank: every rank stops after this step
             with logger.paused():  # saving and writing traces are not training time
                 with span("checkpoint"):
