@@ -316,12 +316,32 @@ def _outputs(r: _Reader) -> None:
         r.set("checkpoint", "initial_load_path", str(initial), "checkpoint.initial_load_path")
         r.set("checkpoint", "initial_load_model_only", bool(r.get("checkpoint", "initial_load_model_only")),
               "checkpoint.initial_load_model_only")
-    for key, why in (("last_save_model_only", "the last save is a full, resumable checkpoint"),
-                     ("export_dtype", "checkpoints keep the training dtype")):
-        r.ignore(f"checkpoint.{key}", why)
+    _final_export(r, enabled)
 
     r.set("training", "compile", bool(r.get("compile", "enable")), "compile.enable")
     r.ignore("compile.components", "compile applies per transformer block")
+
+
+_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _final_export(r: _Reader, enabled: bool) -> None:
+    """torchtitan's model-only last save (`last_save_model_only`, in `export_dtype`, or
+    `last_save_in_hf`) is a separate file for other tools: here that is export_final, written
+    next to a last checkpoint that stays full and resumable. Only keys the file sets count."""
+    table = r.raw.get("checkpoint", {})
+    r.used.update({"checkpoint.last_save_model_only", "checkpoint.last_save_in_hf", "checkpoint.export_dtype"})
+    fmt = "hf" if table.get("last_save_in_hf") else "torch" if table.get("last_save_model_only") else None
+    if not (enabled and fmt):
+        return
+    r.set("checkpoint", "export_final", fmt, "checkpoint.last_save_model_only/last_save_in_hf")
+    dtype = str(table.get("export_dtype", "float32"))
+    if dtype not in _DTYPES:
+        raise ConfigError(f"checkpoint.export_dtype = {dtype!r}: torchtitan takes one of {', '.join(_DTYPES)}")
+    r.set("checkpoint", "export_dtype", _DTYPES[dtype], "checkpoint.export_dtype")
+    r.out.approximated.append(
+        f"checkpoint.last_save_model_only: the last step stays a full checkpoint; the model alone goes to "
+        f"<folder>/export-step-N as {'HF safetensors' if fmt == 'hf' else 'one torch.save file'} ({_DTYPES[dtype]})")
 
 
 # torchtitan's pipeline_parallel_schedule names (torch's get_schedule_class, case-insensitive)

@@ -105,6 +105,33 @@ def test_pipeline_keys_map_to_the_trainers(tmp_path, schedule, ours, note):
     config_mod.validate(cfg, 4)
 
 
+
+@pytest.mark.parametrize("keys, export", [
+    ("last_save_model_only = true\nexport_dtype = \"bfloat16\"", ("torch", "bf16")),
+    ("last_save_model_only = true\nlast_save_in_hf = true\nexport_dtype = \"float16\"", ("hf", "fp16")),
+    ("last_save_model_only = true", ("torch", "fp32")),
+    ("last_save_model_only = false\nexport_dtype = \"bfloat16\"", ("none", "fp32")),
+])
+def test_a_model_only_last_save_becomes_export_final(tmp_path, keys, export):
+    src = (FIXTURES / "debug_model.toml").read_text()
+    src = src.replace("enable = false\nfolder = \"checkpoint\"", "enable = true\nfolder = \"checkpoint\"")
+    src = src.replace("last_save_model_only = false\nexport_dtype = \"float32\"", keys)
+    path = tmp_path / "tt.toml"
+    path.write_text(src)
+    cfg, conv = tt.load(path, [], 8)
+    c, block = cfg.checkpoint, conv.block("tt.toml")
+    assert (c.export_final, c.export_dtype, c.save_interval) == (*export, 10)
+    assert ("the last step stays a full checkpoint" in block) == (export[0] != "none")
+
+
+def test_an_export_dtype_torchtitan_does_not_take_is_one_line(tmp_path):
+    src = (FIXTURES / "debug_model.toml").read_text().replace("enable = false\nfolder", "enable = true\nfolder")
+    path = tmp_path / "tt.toml"
+    path.write_text(src.replace("last_save_model_only = false\nexport_dtype = \"float32\"",
+                                "last_save_model_only = true\nexport_dtype = \"fp8\""))
+    with pytest.raises(ConfigError, match="checkpoint.export_dtype = 'fp8': torchtitan takes one of float32, bfloat16, float16"):
+        tt.load(path, [], 8)
+
 def test_global_batch_sets_grad_accumulation_and_overrides_apply_after(tmp_path):
     src = (FIXTURES / "debug_model.toml").read_text().replace("local_batch_size = 8",
                                                                "local_batch_size = 2\nglobal_batch_size = 16")
