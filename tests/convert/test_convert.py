@@ -203,3 +203,21 @@ def test_without_the_safetensors_package_hf_data_is_one_clear_error(tmp_path):
         "titan-doctor convert: error: HF safetensors data needs the 'safetensors' package, which is not installed",
         "  fix: pip install 'titan-npu[hf]'   (or: pip install safetensors)"]
     assert not (tmp_path / "out.pt").exists()
+
+
+def test_tied_hf_checkpoint_converts_back_to_hf(tmp_path):
+    """tie_word_embeddings=true: no lm_head.weight in the file, the trainer's output.weight reads
+    embed_tokens; writing that back out must not trip safetensors' shared-memory check."""
+    from safetensors.torch import save_file
+
+    sd = weights()
+    hf = {k: v for k, v in hf_state_dict(sd).items() if k != "lm_head.weight"}
+    (tmp_path / "src").mkdir()
+    save_file(hf, str(tmp_path / "src" / "model.safetensors"), metadata={"format": "pt"})
+    from ..checkpoints import hf_config
+    (tmp_path / "src" / "config.json").write_text(json.dumps(hf_config(tie_word_embeddings=True)))
+    p = convert(tmp_path / "src", tmp_path / "hf", "--to", "hf")
+    assert p.returncode == 0, p.stderr
+    out = _hf_tensors(tmp_path / "hf")
+    assert torch.equal(out["lm_head.weight"], hf["model.embed_tokens.weight"])
+    assert all(torch.equal(out[k], hf[k]) for k in hf)

@@ -112,6 +112,7 @@ def write_sharded(tensors: Iterable[tuple[str, object]], folder: Path, *, max_sh
     written: list[tuple[Path, list[str]]] = []
     shard: dict[str, object] = {}
     shard_bytes = total = 0
+    seen: set[int] = set()   # data pointers in the current shard
 
     def flush():
         nonlocal shard, shard_bytes
@@ -120,12 +121,19 @@ def write_sharded(tensors: Iterable[tuple[str, object]], folder: Path, *, max_sh
             save_file(shard, str(path), metadata=metadata)
             written.append((path, list(shard)))
             shard, shard_bytes = {}, 0
+            seen.clear()
 
     for name, tensor in tensors:
         size = tensor.numel() * tensor.element_size()
         if shard and shard_bytes + size > max_shard_bytes:
             flush()
-        shard[name] = tensor.contiguous()
+        tensor = tensor.contiguous()
+        if tensor.data_ptr() in seen:
+            # Tied weights (lm_head = embed_tokens) come back as one storage; safetensors refuses
+            # shared memory within a file, so the second name gets its own copy.
+            tensor = tensor.clone()
+        seen.add(tensor.data_ptr())
+        shard[name] = tensor
         shard_bytes += size
         total += size
         if on_tensor:
