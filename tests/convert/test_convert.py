@@ -221,3 +221,15 @@ def test_tied_hf_checkpoint_converts_back_to_hf(tmp_path):
     out = _hf_tensors(tmp_path / "hf")
     assert torch.equal(out["lm_head.weight"], hf["model.embed_tokens.weight"])
     assert all(torch.equal(out[k], hf[k]) for k in hf)
+
+
+def test_destination_holding_the_source_is_refused_even_with_force(tmp_path):
+    """`convert hf/model.safetensors hf --to hf --force` would replace the folder the source
+    (and its tokenizer files) lives in."""
+    write_meta(tmp_path / "meta", weights(), shards=1)
+    (tmp_path / "meta" / "tokenizer.model").write_bytes(b"spm")
+    for dst in (tmp_path / "meta", tmp_path):
+        p = convert(tmp_path / "meta" / "consolidated.00.pth", dst, "--to", "hf", "--force")
+        assert p.returncode == 1 and "delete the source" in p.stderr, p.stderr
+    assert sorted(f.name for f in (tmp_path / "meta").iterdir()) == ["consolidated.00.pth", "params.json",
+                                                                     "tokenizer.model"]

@@ -133,8 +133,7 @@ def convert(src: Path, dst: Path, target: str, *, config: str | Path | None = No
     if target not in TARGETS:
         raise CheckpointError(f"unknown target format {target!r}; use one of {', '.join(TARGETS)}")
     info = detect.describe(src)
-    if Path(dst).resolve() == Path(info.root).resolve() or Path(dst).resolve() == Path(src).resolve():
-        raise CheckpointError(f"{dst} is the source itself", fix="write to another path")
+    _refuse_overlap(Path(src), Path(dst), info)
     if Path(dst).exists() and not overwrite:
         raise CheckpointError(f"{dst} already exists", fix="choose another destination, or pass --force")
     cast = torch_dtype(SHORT_NAMES[dtype]) if dtype else None
@@ -147,6 +146,19 @@ def convert(src: Path, dst: Path, target: str, *, config: str | Path | None = No
         else:
             _convert_weights(info, tmp, target, cast, config, max_shard_bytes, progress, result)
     return result
+
+
+def _refuse_overlap(src: Path, dst: Path, info: CheckpointInfo) -> None:
+    """DST may not be the source or a folder holding it: replacing DST (--force) would delete
+    the source, and the files around it (tokenizer, configs), after reading it."""
+    target = dst.resolve()
+    for source in dict.fromkeys([src, Path(info.root), *info.files]):
+        source = source.resolve()
+        if target == source:
+            raise CheckpointError(f"{dst} is the source itself", fix="write to another path")
+        if target in source.parents:
+            raise CheckpointError(f"{dst} holds the source ({source}); writing there would replace the folder "
+                                  "and delete the source", fix="write to another path (a new folder)")
 
 
 def _convert_whole(info: CheckpointInfo, tmp: Path, target: str, cast, result: Result) -> None:
