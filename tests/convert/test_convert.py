@@ -233,3 +233,48 @@ def test_destination_holding_the_source_is_refused_even_with_force(tmp_path):
         assert p.returncode == 1 and "delete the source" in p.stderr, p.stderr
     assert sorted(f.name for f in (tmp_path / "meta").iterdir()) == ["consolidated.00.pth", "params.json",
                                                                      "tokenizer.model"]
+
+
+def _hf_bin_folder(folder: Path, *, shards: int, tied: bool = False, extra_files: bool = False) -> dict:
+    """HF's pre-safetensors layout: pytorch_model.bin, or pytorch_model-0000i-of-0000n.bin +
+    pytorch_model.bin.index.json, next to config.json (transformers' save_pretrained(safe_serialization=False))."""
+    from ..checkpoints import hf_config
+
+    folder.mkdir(parents=True)
+    hf = hf_state_dict(weights())
+    if tied:
+        hf.pop("lm_head.weight")
+    hf["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(4)   # transformers < 4.31 saved it
+    names = list(hf)
+    if shards == 1:
+        torch.save(hf, folder / "pytorch_model.bin")
+    else:
+        weight_map = {}
+        for i in range(shards):
+            file = f"pytorch_model-{i + 1:05d}-of-{shards:05d}.bin"
+            torch.save({n: hf[n] for n in names[i::shards]}, folder / file)
+            weight_map.update({n: file for n in names[i::shards]})
+        (folder / "pytorch_model.bin.index.json").write_text(
+            json.dumps({"metadata": {"total_size": sum(v.numel() * 4 for v in hf.values())}, "weight_map": weight_map}))
+    (folder / "config.json").write_text(json.dumps(hf_config(tie_word_embeddings=tied, rope_theta=500000.0)))
+    if extra_files:   # an HF Trainer checkpoint-N folder
+        torch.save({"state": {}, "param_groups": []}, folder / "optimizer.pt")
+        torch.save({"last_epoch": 3}, folder / "scheduler.pt")
+        (folder / "training_args.bin").write_bytes(b"not read")
+    return hf
+
+
+@pytest.mark.parametrize("shards,tied,extra", [(2, False, False), (3, True, False), (1, False, True)])
+def test_hf_pytorch_model_bin_folders_convert_with_config_json(tmp_path, shards, tied, extra):
+    """pytorch_model.bin (+ index when sharded), config.json giving the head count and rope_theta."""
+    sd = weights()
+    _hf_bin_folder(tmp_path / "src", shards=shards, tied=tied, extra_files=extra)
+    info = detect.describe(tmp_path / "src")
+    assert (info.declared_by, info.declared["rope_theta"], info.declared["n_heads"]) == ("config.json", 500000.0, 4)
+    assert len(info.model) == len(sd)
+    p = convert(tmp_path / "src", tmp_path / "out.pt", "--to", "torch")     # no --config: config.json has the heads
+    assert p.returncode == 0, p.stderr
+    out = torch.load(tmp_path / "out.pt", weights_only=True)
+    if tied:
+        sd["output.weight"] = sd["tok_embeddings.weight"]
+    assert out.keys() == sd.keys() and all(torch.equal(out[k], sd[k]) for k in sd)

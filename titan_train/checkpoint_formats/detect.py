@@ -27,6 +27,7 @@ LABELS = {
     "torch-local": "torch.save part of an FSDP1 LOCAL_STATE_DICT (one rank's flat parameters)",
     "torch-dtensor": "torch.save of one rank's DTensor state dict (FSDP2 / tensor parallel shards)",
     "hf": "HuggingFace safetensors",
+    "hf-bin": "HuggingFace pytorch_model-NNNNN-of-NNNNN.bin shards + index (torch.save)",
     "meta": "Meta consolidated.NN.pth + params.json",
     "deepspeed": "DeepSpeed checkpoint",
 }
@@ -116,12 +117,18 @@ def _describe_dir(d: Path) -> CheckpointInfo:
     consolidated = sorted(d.glob("consolidated.*.pth"))
     if consolidated:
         return _meta(d, consolidated)
+    bin_index = sorted(d.glob("*.bin.index.json"))
+    if bin_index:
+        return _torch_index(d, bin_index[0])
     if any(d.glob("*.distcp")):
         raise CheckpointError(f"{d}: DCP shard files but no .metadata: the save did not finish, or .metadata "
                               "was not copied along", fix="Copy the whole folder, including .metadata")
     torch_files = sorted(p for p in d.iterdir() if p.suffix in _TORCH_SUFFIXES and p.is_file())
     if len(torch_files) == 1 or (torch_files and len(_siblings(torch_files[0])) == len(torch_files)):
         return _describe_file(torch_files[0])
+    if (d / "pytorch_model.bin").is_file():
+        # an HF Trainer output folder: the weights next to optimizer.pt, scheduler.pt, training_args.bin
+        return _describe_file(d / "pytorch_model.bin")
     if torch_files:
         raise CheckpointError(f"{d}: several torch.save files ({', '.join(p.name for p in torch_files[:4])}); "
                               "name the one to look at")
@@ -137,6 +144,8 @@ def _describe_file(f: Path) -> CheckpointInfo:
                               "read it)", fix=f"Point at the folder: {f.parent}")
     if f.name.endswith(".safetensors.index.json"):
         return _hf(f.parent, index=f)
+    if f.name.endswith(".bin.index.json"):
+        return _torch_index(f.parent, f)
     if f.suffix == ".safetensors":
         return _hf(f.parent, files=[f])
     if re.match(r"^consolidated\.\d+\.pth$", f.name):
@@ -288,6 +297,8 @@ def _torch_file(f: Path) -> CheckpointInfo:
         if isinstance(flat.get(key), int):
             info.step = flat[key]
             break
+    if info.keymap.to_ours and not sharded:
+        _declared_nearby(info, f.parent)
     if sharded:
         info.parts = _siblings(f)
         info.where["sharded"] = sharded
@@ -332,19 +343,49 @@ def _hf(d: Path, *, index: Path | None = None, files: list[Path] | None = None) 
             info.notes.append(f"{len(info.files)} safetensors files without an index: read as one checkpoint")
     info.where["files"] = file_of
     info.keymap = naming.map_keys(info.tensors)
-    config = d / "config.json"
-    if config.is_file():
+    _declared_nearby(info, d)
+    return info
+
+
+def _declared_nearby(info: CheckpointInfo, d: Path) -> None:
+    """The model shape HF's config.json (or Meta's params.json) next to the weights declares,
+    and HF's tied lm_head (tie_word_embeddings: no lm_head.weight in the file)."""
+    config, params = d / "config.json", d / "params.json"
+    source, parse = (config, fit.from_hf_config) if config.is_file() else (params, fit.from_meta_params)
+    if source.is_file():
         try:
-            info.declared = fit.from_hf_config(json.loads(config.read_text(encoding="utf-8")))
-            info.declared_by = "config.json"
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-            info.notes.append("config.json is not valid JSON; model shape inferred from the weights")
+            info.declared = parse(json.loads(source.read_text(encoding="utf-8")))
+            info.declared_by = source.name
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError):
+            info.notes.append(f"{source.name} is not valid JSON; model shape inferred from the weights")
     if info.declared.get("tie_word_embeddings") and "output.weight" not in info.model:
         emb = next((raw for raw, ours in info.keymap.to_ours.items() if ours == "tok_embeddings.weight"), None)
         if emb:
             info.keymap.to_ours[emb + "#tied"] = "output.weight"
             info.tensors[emb + "#tied"] = info.tensors[emb]
             info.notes.append("tie_word_embeddings: lm_head shares embed_tokens (the trainer keeps its own copy)")
+
+
+def _torch_index(d: Path, index: Path) -> CheckpointInfo:
+    """HF's pre-safetensors sharded save: pytorch_model-0000i-of-0000n.bin + pytorch_model.bin.index.json."""
+    info = CheckpointInfo(d, "hf-bin", index)
+    by_index = safetensors_io.read_index(index)
+    files = sorted(set(by_index.values()))
+    info.files = [index] + files
+    file_of: dict[str, Path] = {}
+    for file in files:
+        archive = pickles.read_torch_archive(file)
+        _refuse_unsafe(file, archive.unsafe, sharded=False)
+        for key, value in flatten(archive.root).items():
+            if isinstance(value, TensorRef):
+                info.tensors[key], file_of[key] = TensorInfo(value.shape, value.dtype), file
+    absent = [n for n in by_index if n not in info.tensors]
+    if absent:
+        raise CheckpointError(f"{index}: {len(absent)} tensor(s) listed in the index are not in their shard "
+                              f"(first: {absent[0]} in {by_index[absent[0]].name}); the shards do not match the index")
+    info.where["files"] = file_of
+    info.keymap = naming.map_keys(info.tensors)
+    _declared_nearby(info, d)
     return info
 
 

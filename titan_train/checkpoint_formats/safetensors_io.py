@@ -67,7 +67,7 @@ def read_index(path: Path) -> dict[str, Path]:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
         weight_map = doc["weight_map"]
     except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
-        raise CheckpointError(f"{path}: not a safetensors index (JSON with a weight_map)") from None
+        raise CheckpointError(f"{path}: not a weights index (JSON with a weight_map)") from None
     shards = {name: Path(path).parent / file for name, file in weight_map.items()}
     for file in sorted(set(shards.values())):
         if not file.is_file():
