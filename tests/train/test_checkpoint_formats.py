@@ -15,7 +15,7 @@ from titan_train.checkpoint_formats.sources import Source
 from titan_train.model import Attention, Transformer, rope_tables
 from titan_train.model_args import ModelArgs, count_params
 
-from ..checkpoints import (TINY, hf_permute, imports_torch, malicious_metadata, malicious_torch_file,
+from ..checkpoints import (TINY, hf_permute, hf_state_dict, imports_torch, malicious_metadata, malicious_torch_file,
                            runs_code_when_loaded, weights, write_deepspeed, write_hf, write_meta, write_trainer_dcp)
 
 pytest.importorskip("safetensors")
@@ -165,11 +165,18 @@ def test_describe_reads_no_tensor_data_and_needs_no_torch(tmp_path):
 
 # ---- sliced reads and the q/k permutation ------------------------------------------------------
 
-@pytest.mark.parametrize("fmt", ["hf", "meta", "torch"])
+@pytest.mark.parametrize("fmt", ["hf", "meta", "torch", "hf-bin"])
 def test_slices_equal_the_same_slice_of_the_whole_weight(tmp_path, fmt):
     sd = weights()
     if fmt == "hf":
         write_hf(tmp_path, sd)
+    elif fmt == "hf-bin":   # transformers' save_pretrained(safe_serialization=False), two shards + index
+        hf, files = hf_state_dict(sd), ("pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin")
+        names = list(hf)
+        for i, file in enumerate(files):
+            torch.save({n: hf[n] for n in names[i::2]}, tmp_path / file)
+        (tmp_path / "pytorch_model.bin.index.json").write_text(json.dumps(
+            {"metadata": {"total_size": 0}, "weight_map": {n: files[i % 2] for i, n in enumerate(names)}}))
     elif fmt == "meta":
         write_meta(tmp_path, sd, shards=2)
     else:
