@@ -146,3 +146,31 @@ def test_the_check_imports_no_torch_without_a_config(tmp_path):
     assert not imports_torch("from pathlib import Path; from titan_doctor.diagnose import checkpoint\n"
                              f"for p in ['{tmp_path}/hf', '{tmp_path}/run']: "
                              "assert checkpoint.check(Path(p))[0].code == 'ckpt.format'")
+
+
+@pytest.mark.parametrize("fmt", ["hf", "meta"])
+def test_rope_scaling_declared_by_the_checkpoint_is_a_warning(tmp_path, fmt):
+    """LLaMA 3.1+: config.json rope_scaling {rope_type: llama3, factor: 8} / params.json
+    use_scaled_rope; the trainer computes plain RoPE, so the user must hear about it."""
+    import json
+
+    from ..checkpoints import write_meta
+
+    if fmt == "hf":
+        write_hf(tmp_path, weights())
+        config = json.loads((tmp_path / "config.json").read_text())
+        config["rope_scaling"] = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                  "original_max_position_embeddings": 8192, "rope_type": "llama3"}
+        (tmp_path / "config.json").write_text(json.dumps(config))
+    else:
+        write_meta(tmp_path, weights(), shards=1)
+        params = json.loads((tmp_path / "params.json").read_text())
+        (tmp_path / "params.json").write_text(json.dumps({**params, "use_scaled_rope": True}))
+    rc, rows = run_json("--checkpoint", str(tmp_path))
+    assert rc == 0 and rows["ckpt.rope_scaling"]["status"] == "warn"
+    assert "llama3" in rows["ckpt.rope_scaling"]["title"] and rows["ckpt.rope_scaling"]["fix"]
+    if fmt == "hf":   # plain rope_scaling: null (LLaMA 2 config.json) is no finding
+        config["rope_scaling"] = None
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        rc, rows = run_json("--checkpoint", str(tmp_path))
+        assert "ckpt.rope_scaling" not in rows

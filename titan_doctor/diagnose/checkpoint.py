@@ -93,6 +93,16 @@ def layout(info: detect.CheckpointInfo) -> list[Finding]:
         out.append(Finding("ckpt.deepspeed", Status.FAIL,
                            "DeepSpeed ZeRO-3 checkpoint: the weights are partitioned inside the optimizer files",
                            fix=detect.fix_for(info), path=where))
+    if info.declared.get("rope_scaling"):
+        out.append(Finding(
+            "ckpt.rope_scaling", Status.WARN,
+            f"{info.declared_by} declares RoPE scaling ({info.declared['rope_scaling']}); the trainer's RoPE has none",
+            detail="The weights load and the shapes agree, but the trainer rotates q/k with plain rope_theta "
+                   "frequencies, not the scaled ones the model was trained with: outputs differ from the reference "
+                   "implementation (most at long context, but the scaled low-frequency bands differ at every position).",
+            fix="Expect a small mismatch that fine-tuning adapts to, or start from the same model's release "
+                "without rope_scaling; check by comparing logits with the reference implementation first",
+            path=where, data={"rope_scaling": info.declared["rope_scaling"]}))
     wrappers = {w: why for w, why in km.wrappers.items()}
     if wrappers:
         first = next(iter(wrappers))

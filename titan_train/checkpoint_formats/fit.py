@@ -47,6 +47,9 @@ def from_hf_config(cfg: dict[str, Any]) -> dict[str, Any]:
     out = {ours: cfg[theirs] for theirs, ours in names.items() if cfg.get(theirs) is not None}
     if cfg.get("tie_word_embeddings"):
         out["tie_word_embeddings"] = True
+    scaling = cfg.get("rope_scaling")
+    if isinstance(scaling, dict) and (scaling.get("rope_type") or scaling.get("type", "default")) != "default":
+        out["rope_scaling"] = f"{scaling.get('rope_type') or scaling.get('type')}, factor {scaling.get('factor')}"
     return out
 
 
@@ -59,6 +62,8 @@ def from_meta_params(params: dict[str, Any]) -> dict[str, Any]:
     out = {ours: params[theirs] for theirs, ours in names.items() if params.get(theirs) is not None}
     if out.get("vocab_size", 0) <= 0:
         out.pop("vocab_size", None)
+    if params.get("use_scaled_rope"):   # LLaMA 3.1 / 3.2 (Meta's apply_scaling, factor 8)
+        out["rope_scaling"] = "llama3 (use_scaled_rope)"
     return out
 
 
