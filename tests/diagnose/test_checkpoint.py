@@ -174,3 +174,24 @@ def test_rope_scaling_declared_by_the_checkpoint_is_a_warning(tmp_path, fmt):
         (tmp_path / "config.json").write_text(json.dumps(config))
         rc, rows = run_json("--checkpoint", str(tmp_path))
         assert "ckpt.rope_scaling" not in rows
+
+
+def test_pointing_at_one_shard_config_json_or_an_empty_folder(tmp_path):
+    """What users pass by mistake: one shard of an HF sharded save (half a model alone), the
+    folder's config.json, a tokenizer file, an empty folder: each gets the whole truth or a fix."""
+    import json
+
+    sd = weights()
+    write_hf(tmp_path / "hf", sd, shards=2)
+    (tmp_path / "hf" / "tokenizer_config.json").write_text("{}")
+    rc, rows = run_json("--checkpoint", str(tmp_path / "hf" / "model-00001-of-00002.safetensors"))
+    assert rc == 0 and rows["ckpt.format"]["data"]["parameters"] == sum(v.numel() for v in sd.values())
+    assert "one shard of model.safetensors.index.json" in rows["ckpt.format"]["detail"]
+    rc, rows = run_json("--checkpoint", str(tmp_path / "hf" / "config.json"))
+    assert rc == 0 and rows["ckpt.format"]["data"]["format"] == "hf"
+    rc, rows = run_json("--checkpoint", str(tmp_path / "hf" / "tokenizer_config.json"))
+    assert rc == 1 and "not model weights" in rows["ckpt.read"]["title"] and rows["ckpt.read"]["fix"]
+    (tmp_path / "empty").mkdir()
+    for path in (tmp_path / "empty", tmp_path / "absent"):
+        rc, rows = run_json("--checkpoint", str(path))
+        assert rc == 1 and rows["ckpt.read"]["status"] == "fail" and rows["ckpt.read"]["fix"], rows

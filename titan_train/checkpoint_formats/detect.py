@@ -83,7 +83,7 @@ def describe(path: str | Path) -> CheckpointInfo:
     missing, truncated, damaged, unsafe, or not a format we know."""
     path = Path(path)
     if not path.exists():
-        raise CheckpointError(f"{path}: no such file or folder")
+        raise CheckpointError(f"{path}: no such file or folder", fix="Check the path")
     info = _describe_dir(path) if path.is_dir() else _describe_file(path)
     info.path = path
     return info
@@ -133,12 +133,28 @@ def _describe_dir(d: Path) -> CheckpointInfo:
         raise CheckpointError(f"{d}: several torch.save files ({', '.join(p.name for p in torch_files[:4])}); "
                               "name the one to look at")
     raise CheckpointError(f"{d}: no checkpoint found (looked for .metadata, step-N/, *.safetensors, "
-                          "consolidated.*.pth, DeepSpeed 'latest', *.pt/*.pth/*.bin)")
+                          "consolidated.*.pth, DeepSpeed 'latest', *.pt/*.pth/*.bin)",
+                          fix="Point at the folder that holds the weights files (or at the weights file itself)")
+
+
+_HF_SHARD = re.compile(r"^(?P<stem>.+)-\d{5}-of-\d{5}\.(?P<ext>safetensors|bin)$")
 
 
 def _describe_file(f: Path) -> CheckpointInfo:
     if f.name == ".metadata":
         return _dcp(f.parent)
+    shard = _HF_SHARD.match(f.name)
+    index = f.parent / f"{shard.group('stem')}.{shard.group('ext')}.index.json" if shard else None
+    if index is not None and index.is_file():
+        # one shard of an HF sharded save alone is half a model: describe the whole save
+        info = _hf(f.parent, index=index) if shard.group("ext") == "safetensors" else _torch_index(f.parent, index)
+        info.notes.insert(0, f"{f.name} is one shard of {index.name}; described: the whole checkpoint")
+        return info
+    if f.name == "config.json" and f.parent.is_dir():
+        return _describe_dir(f.parent)
+    if f.suffix == ".json":
+        raise CheckpointError(f"{f}: a JSON file, not model weights",
+                              fix=f"Point at the checkpoint folder or its weights file (in {f.parent})")
     if f.suffix == ".distcp":
         raise CheckpointError(f"{f}: one shard file of a DCP checkpoint, not a state dict (torch.load cannot "
                               "read it)", fix=f"Point at the folder: {f.parent}")
