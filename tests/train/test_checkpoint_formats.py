@@ -417,3 +417,26 @@ def test_broken_checkpoints_give_one_line_errors(tmp_path, case):
                 "hf-index-missing-shard": "model-00002-of-00003.safetensors listed in the index is missing",
                 "dcp-metadata-truncated": "truncated or not a pickle", "empty-folder": "no checkpoint found"}[case]
     assert expected in message, message
+
+
+@pytest.mark.parametrize("gathered", [True, False])
+def test_hf_trainer_deepspeed_folder_prefers_the_full_weights_beside_it(tmp_path, gathered):
+    """HF Trainer + DeepSpeed ZeRO-3 checkpoint-N/: latest + global_stepN/ and model.safetensors.
+    Gathered (stage3_gather_16bit_weights_on_model_save) the safetensors hold the model; not
+    gathered they hold empty tensors and the way out is zero_to_fp32.py."""
+    sd = weights()
+    write_deepspeed(tmp_path, sd, stage=3)
+    if gathered:
+        write_hf(tmp_path, sd)
+    else:
+        from safetensors.torch import save_file
+
+        save_file({k: torch.empty(0) for k in hf_state_dict(sd)}, str(tmp_path / "model.safetensors"))
+    info = detect.describe(tmp_path)
+    if gathered:
+        assert info.format == "hf" and info.param_count == sum(v.numel() for v in sd.values())
+        assert "DeepSpeed" in info.notes[0]
+        source = Source(info, heads=HEADS)
+        assert all(torch.equal(source.read(k), sd[k]) for k in sd)
+    else:
+        assert (info.format, info.deepspeed_stage) == ("deepspeed", 3)

@@ -107,7 +107,8 @@ def _describe_dir(d: Path) -> CheckpointInfo:
         raise CheckpointError(f"{d}: holds only unfinished saves (step-N.tmp): the run stopped while saving",
                               fix="Resume from an earlier complete step-N folder, or re-run the save")
     if (d / "latest").is_file() or _DS_TAG.match(d.name) or any(d.glob("*model_states.pt")):
-        return _deepspeed(d)
+        weights = _hf_weights_beside_deepspeed(d)
+        return weights if weights is not None else _deepspeed(d)
     index = sorted(d.glob("*.safetensors.index.json"))
     if index:
         return _hf(d, index=index[0])
@@ -138,6 +139,26 @@ def _describe_dir(d: Path) -> CheckpointInfo:
 
 
 _HF_SHARD = re.compile(r"^(?P<stem>.+)-\d{5}-of-\d{5}\.(?P<ext>safetensors|bin)$")
+
+
+def _hf_weights_beside_deepspeed(d: Path) -> CheckpointInfo | None:
+    """HF Trainer + DeepSpeed writes checkpoint-N/ with the engine's `latest` + global_stepN/
+    and the model's full weights (model.safetensors / pytorch_model.bin) next to them; those
+    weights are the usable ones (under ZeRO-3 only when gathered: empty tensors otherwise)."""
+    if not (any(d.glob("*.safetensors")) or (d / "pytorch_model.bin").is_file() or any(d.glob("*.bin.index.json"))):
+        return None
+    index = sorted(d.glob("*.safetensors.index.json")) or sorted(d.glob("*.bin.index.json"))
+    if index:
+        info = _describe_file(index[0])
+    elif any(d.glob("*.safetensors")):
+        info = _hf(d, files=sorted(d.glob("*.safetensors")))
+    else:
+        info = _describe_file(d / "pytorch_model.bin")
+    if not info.keymap.to_ours or any(t.numel == 0 for t in info.model.values()):
+        return None
+    info.notes.insert(0, "also a DeepSpeed engine checkpoint (latest / global_stepN: optimizer partitions); "
+                         "described: the full model weights next to it")
+    return info
 
 
 def _describe_file(f: Path) -> CheckpointInfo:
