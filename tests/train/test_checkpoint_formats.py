@@ -440,3 +440,17 @@ def test_hf_trainer_deepspeed_folder_prefers_the_full_weights_beside_it(tmp_path
         assert all(torch.equal(source.read(k), sd[k]) for k in sd)
     else:
         assert (info.format, info.deepspeed_stage) == ("deepspeed", 3)
+
+
+def test_hf_config_of_transformers_5_nests_rope_theta_and_scaling():
+    """transformers 5 save_pretrained writes rope_parameters {rope_theta, rope_type, ...} and null
+    top-level rope_theta / rope_scaling; 4.x releases (the published LLaMA repos) the reverse."""
+    v5 = {"hidden_size": 64, "num_attention_heads": 4, "rope_theta": None, "rope_scaling": None,
+          "rope_parameters": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 8192, "rope_theta": 500000.0}}
+    assert fit.from_hf_config(v5)["rope_theta"] == 500000.0
+    assert fit.from_hf_config(v5)["rope_scaling"] == "llama3, factor 8.0"
+    plain = fit.from_hf_config({**v5, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}})
+    assert plain["rope_theta"] == 500000.0 and "rope_scaling" not in plain
+    v4 = {"hidden_size": 64, "rope_theta": 10000.0, "rope_scaling": None}
+    assert fit.from_hf_config(v4) == {"d_model": 64, "rope_theta": 10000.0}

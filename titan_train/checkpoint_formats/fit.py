@@ -44,6 +44,12 @@ def from_hf_config(cfg: dict[str, Any]) -> dict[str, Any]:
     names = {"vocab_size": "vocab_size", "hidden_size": "d_model", "num_hidden_layers": "n_layers",
              "num_attention_heads": "n_heads", "num_key_value_heads": "n_kv_heads", "rms_norm_eps": "norm_eps",
              "rope_theta": "rope_theta", "intermediate_size": "ffn_dim", "max_position_embeddings": "max_seq_len"}
+    # transformers >= 5 writes rope_theta and the scaling inside `rope_parameters` (rope_theta and
+    # rope_scaling at the top level are null then); releases made with 4.x have them at the top.
+    # source: transformers 5.x models/llama/configuration_llama.py (rope_parameters: RopeParameters)
+    rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    cfg = {**cfg, "rope_theta": cfg.get("rope_theta") or rope.get("rope_theta"),
+           "rope_scaling": cfg.get("rope_scaling") or (rope or None)}
     out = {ours: cfg[theirs] for theirs, ours in names.items() if cfg.get(theirs) is not None}
     if cfg.get("tie_word_embeddings"):
         out["tie_word_embeddings"] = True
