@@ -195,3 +195,17 @@ def test_pointing_at_one_shard_config_json_or_an_empty_folder(tmp_path):
     for path in (tmp_path / "empty", tmp_path / "absent"):
         rc, rows = run_json("--checkpoint", str(path))
         assert rc == 1 and rows["ckpt.read"]["status"] == "fail" and rows["ckpt.read"]["fix"], rows
+
+
+def test_lightning_checkpoint_fix_unwraps_dict_then_prefix(tmp_path):
+    """PyTorch Lightning .ckpt: {"state_dict": {"model.layers...": t}, "optimizer_states": [...], ...}:
+    sd['state_dict.model'] is not a key; the fix must be the dict, then the name prefix."""
+    torch.save({"epoch": 3, "global_step": 1200, "pytorch-lightning_version": "2.4.0",
+                "state_dict": {f"model.{k}": v for k, v in weights().items()},
+                "optimizer_states": [{"state": {0: {"exp_avg": torch.zeros(2)}}, "param_groups": []}],
+                "lr_schedulers": [{"last_epoch": 3}], "hyper_parameters": {"lr": 1e-3}}, tmp_path / "last.ckpt")
+    rc, rows = run_json("--checkpoint", str(tmp_path / "last.ckpt"))
+    assert rc == 0 and rows["ckpt.format"]["data"]["optimizer"] is True and rows["ckpt.format"]["data"]["step"] == 1200
+    fix = rows["ckpt.prefix.container"]["fix"]
+    assert "sd = sd['state_dict']" in fix and "consume_prefix_in_state_dict_if_present(sd, 'model.')" in fix
+    assert "sd['state_dict.model']" not in fix

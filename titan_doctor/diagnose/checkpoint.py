@@ -122,8 +122,8 @@ def layout(info: detect.CheckpointInfo) -> list[Finding]:
             f"model weights sit under '{containers[0]}' ({meaning})",
             detail=f"A script that expects bare names (layers.0.attention.wq.weight) gets a KeyError: the keys are "
                    f"{containers[0]}layers.0.attention.wq.weight.",
-            fix=(f"titan-doctor convert {info.path} model.pt --to torch --model-only   (bare names), or index the "
-                 f"loaded dict: sd['{containers[0].rstrip('.')}']"), path=where))
+            fix=(f"titan-doctor convert {info.path} model.pt --to torch --model-only   (bare names), or "
+                 + _unwrap_hint(containers[0])), path=where))
     if km.naming == naming.HF:
         out.append(Finding(
             "ckpt.naming", Status.INFO,
@@ -133,6 +133,16 @@ def layout(info: detect.CheckpointInfo) -> list[Finding]:
             fix=f"[checkpoint] initial_load_path = \"{info.path}\", or titan-doctor convert {info.path} DST --to dcp",
             path=where))
     return out
+
+
+def _unwrap_hint(container: str) -> str:
+    """'model.' -> sd['model']; 'state_dict.model.' (Lightning: a dict of model.* names) -> the
+    dict, then its names' prefix removed."""
+    first, _, rest = container.partition(".")
+    hint = f"index the loaded dict: sd = sd['{first}']"
+    if rest:
+        hint += f", then torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(sd, '{rest}')"
+    return hint
 
 
 def fits(info: detect.CheckpointInfo, args, config: str) -> list[Finding]:
