@@ -454,3 +454,23 @@ def test_hf_config_of_transformers_5_nests_rope_theta_and_scaling():
     assert plain["rope_theta"] == 500000.0 and "rope_scaling" not in plain
     v4 = {"hidden_size": 64, "rope_theta": 10000.0, "rope_scaling": None}
     assert fit.from_hf_config(v4) == {"d_model": 64, "rope_theta": 10000.0}
+
+
+def test_initial_load_says_when_rope_theta_or_scaling_differ(tmp_path):
+    """An HF LLaMA 3.1 (rope_theta 500000 + llama3 rope_scaling) loaded into a [model] with the
+    default rope_theta: it loads (shapes agree), and the trainer's load line says so."""
+    sd = weights()
+    write_hf(tmp_path, sd)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "rope_theta": 500000.0, "rope_scaling": {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192}}))
+    model = Transformer(TINY)
+    message = load_initial([model], tmp_path, args=TINY)
+    assert torch.equal(model.state_dict()["layers.0.attention.wq.weight"], sd["layers.0.attention.wq.weight"])
+    warnings = [ln for ln in message.splitlines() if "warning:" in ln]
+    assert len(warnings) == 2
+    assert "rope_theta: checkpoint 500000.0, config 10000.0" in warnings[0] and "rope_theta = 500000.0" in warnings[0]
+    assert "RoPE scaling (llama3, factor 8.0)" in warnings[1]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert "warning" not in load_initial([Transformer(TINY)], tmp_path, args=TINY)
