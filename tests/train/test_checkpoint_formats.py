@@ -474,3 +474,15 @@ def test_initial_load_says_when_rope_theta_or_scaling_differ(tmp_path):
     assert "RoPE scaling (llama3, factor 8.0)" in warnings[1]
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert "warning" not in load_initial([Transformer(TINY)], tmp_path, args=TINY)
+
+
+@pytest.mark.parametrize("llama3", [False, True])
+def test_meta_shards_without_params_json_merge_the_embedding_right(tmp_path, llama3):
+    """params.json lost or not copied: LLaMA 3 splits tok_embeddings on dim 0, LLaMA 2 on dim 1;
+    the replicated final norm gives the model width that tells them apart."""
+    sd = weights()
+    write_meta(tmp_path, sd, shards=2, llama3=llama3)
+    (tmp_path / "params.json").unlink()
+    info = detect.describe(tmp_path)
+    assert info.tensors["tok_embeddings.weight"].shape == (64, 32)
+    assert _same(_read_all(tmp_path), sd)

@@ -459,10 +459,14 @@ def _meta(d: Path, files: list[Path]) -> CheckpointInfo:
             raise CheckpointError(f"{f}: holds different tensors than {files[0].name}; the shards are from "
                                   "different checkpoints")
     dims: dict[str, int | None] = {}
+    # the model width decides the embedding's split dim; without params.json the final norm
+    # (replicated on every shard) still gives it
+    norm = next((shards[0][k].shape for k in keys if naming.strip_wrappers(k)[0] == "norm.weight"), ())
+    width = info.declared.get("d_model") or (norm[0] if len(norm) == 1 else None)
     for key in keys:
         first = shards[0][key]
         clean = naming.strip_wrappers(key)[0]
-        dim = naming.meta_concat_dim(clean, first.shape, len(shards), info.declared.get("d_model"))
+        dim = naming.meta_concat_dim(clean, first.shape, len(shards), width)
         dims[key] = dim
         shape = list(first.shape)
         if dim is not None:
