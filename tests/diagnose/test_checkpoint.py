@@ -209,3 +209,40 @@ def test_lightning_checkpoint_fix_unwraps_dict_then_prefix(tmp_path):
     fix = rows["ckpt.prefix.container"]["fix"]
     assert "sd = sd['state_dict']" in fix and "consume_prefix_in_state_dict_if_present(sd, 'model.')" in fix
     assert "sd['state_dict.model']" not in fix
+
+
+def test_weights_the_llama_has_no_place_for_are_never_dropped_silently(tmp_path):
+    """A Qwen2-style HF checkpoint (LLaMA names plus q/k/v biases): diagnose warns, with --config
+    lists them as unexpected keys, and convert and the trainer's initial load refuse it."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from titan_train.checkpoint_formats import CheckpointError
+    from titan_train.checkpoint_formats.initial_load import open_checked
+
+    from ..checkpoints import TINY, REPO
+    write_hf(tmp_path / "qwen", weights())
+    sd = load_file(str(tmp_path / "qwen" / "model.safetensors"))
+    for i in range(2):
+        for p in "qkv":
+            sd[f"model.layers.{i}.self_attn.{p}_proj.bias"] = torch.zeros(sd[f"model.layers.{i}.self_attn.{p}_proj.weight"].shape[0])
+    save_file(sd, str(tmp_path / "qwen" / "model.safetensors"))
+    config = json.loads((tmp_path / "qwen" / "config.json").read_text())
+    (tmp_path / "qwen" / "config.json").write_text(json.dumps({**config, "model_type": "qwen2"}))
+    rc, rows = run_json("--checkpoint", str(tmp_path / "qwen"))
+    assert rc == 0 and rows["ckpt.unmapped"]["status"] == "warn" and "'qwen2'" in rows["ckpt.unmapped"]["title"]
+    assert len(rows["ckpt.unmapped"]["data"]["keys"]) == 6
+    rc, rows = run_json("--checkpoint", str(tmp_path / "qwen"), "--config", _config(tmp_path / "c.toml"))
+    assert rc == 1 and "model.layers.0.self_attn.q_proj.bias" in rows["ckpt.config.unexpected"]["data"]["keys"]
+    with pytest.raises(CheckpointError, match="not in the model"):
+        open_checked(tmp_path / "qwen", TINY)
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "titan_doctor", "convert", str(tmp_path / "qwen"), str(tmp_path / "o.pt"),
+                        "--to", "torch"], cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 1 and "would drop" in p.stderr and not (tmp_path / "o.pt").exists()
+    # the plain LLaMA of the same layout has none of it
+    write_hf(tmp_path / "llama", weights())
+    rc, rows = run_json("--checkpoint", str(tmp_path / "llama"))
+    assert rc == 0 and "ckpt.unmapped" not in rows

@@ -69,7 +69,8 @@ def model_args_for(info: CheckpointInfo, config: str | Path | None, needed: bool
             args = config_mod.load(resolve_config(str(config))).model
         except config_mod.ConfigError as e:
             raise CheckpointError(f"--config: {e}") from None
-        result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by)
+        result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by,
+                             info.unmapped)
         if not result.ok:
             raise CheckpointError(fit.one_line(result, args, f"{info.path}"),
                                   fix=f"titan-doctor diagnose --checkpoint {info.path} --config {config}")
@@ -188,6 +189,12 @@ def _convert_weights(info: CheckpointInfo, tmp: Path, target: str, cast, config:
     from titan_train.checkpoint_formats import dcp_io, writers
     from titan_train.checkpoint_formats.sources import Source
 
+    if info.unmapped:
+        names = list(info.unmapped)
+        raise CheckpointError(f"{info.root}: {len(names)} model weight(s) have no place in the LLaMA layout "
+                              f"({', '.join(names[:3])}{' ...' if len(names) > 3 else ''}); converting would drop "
+                              "them and write a different model",
+                              fix="convert a LLaMA-architecture checkpoint (no attention/MLP biases)")
     args = model_args_for(info, config, needed=target in ("hf", "meta") or bool(info.keymap.rope))
     heads = {"n_heads": args.n_heads, "n_kv_heads": args.n_kv_heads or args.n_heads} if args else {}
     source = Source(info, heads=heads)

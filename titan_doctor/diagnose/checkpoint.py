@@ -103,6 +103,17 @@ def layout(info: detect.CheckpointInfo) -> list[Finding]:
             fix="Expect a small mismatch that fine-tuning adapts to, or start from the same model's release "
                 "without rope_scaling; check by comparing logits with the reference implementation first",
             path=where, data={"rope_scaling": info.declared["rope_scaling"]}))
+    if info.unmapped:
+        names = list(info.unmapped)
+        kind = f" (config.json model_type {info.declared['model_type']!r})" if info.declared.get("model_type") else ""
+        out.append(Finding(
+            "ckpt.unmapped", Status.WARN,
+            f"{len(names)} model weight(s) the trainer's LLaMA has no place for{kind}: "
+            + ", ".join(names[:3]) + (" ..." if len(names) > 3 else ""),
+            detail="Loading or converting would drop them and compute a different model (for example the q/k/v "
+                   "biases of Qwen2). initial_load_path and convert --config refuse such a checkpoint.",
+            fix="Use a LLaMA-architecture checkpoint (no attention/MLP biases), or a trainer that models these weights",
+            path=where, data={"keys": names}))
     wrappers = {w: why for w, why in km.wrappers.items()}
     if wrappers:
         first = next(iter(wrappers))
@@ -153,7 +164,8 @@ def fits(info: detect.CheckpointInfo, args, config: str) -> list[Finding]:
         return [Finding("ckpt.config", Status.FAIL, f"no LLaMA weights recognized in {info.root}; nothing to "
                         f"compare with {config}", path=str(info.path),
                         fix="Check that this is a LLaMA checkpoint (names like layers.0.attention.wq.weight)")]
-    result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by)
+    result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by,
+                         info.unmapped)
     where = str(config)
     out = []
     d_model = next((d.checkpoint for d in result.fields if d.field == "d_model"), args.d_model)

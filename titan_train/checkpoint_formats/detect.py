@@ -66,6 +66,12 @@ class CheckpointInfo:
         return {ours: self.tensors[raw] for raw, ours in self.keymap.to_ours.items()}
 
     @property
+    def unmapped(self) -> dict[str, TensorInfo]:
+        """Entries among the model's weights that the trainer's LLaMA has no place for (q/k/v
+        biases of Qwen2, another architecture's layers): loading would drop them."""
+        return {raw: self.tensors[raw] for raw in self.keymap.unmapped}
+
+    @property
     def param_count(self) -> int:
         return sum(t.numel for t in self.model.values())
 

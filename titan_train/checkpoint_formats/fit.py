@@ -51,6 +51,8 @@ def from_hf_config(cfg: dict[str, Any]) -> dict[str, Any]:
     cfg = {**cfg, "rope_theta": cfg.get("rope_theta") or rope.get("rope_theta"),
            "rope_scaling": cfg.get("rope_scaling") or (rope or None)}
     out = {ours: cfg[theirs] for theirs, ours in names.items() if cfg.get(theirs) is not None}
+    if isinstance(cfg.get("model_type"), str) and cfg["model_type"] != "llama":
+        out["model_type"] = cfg["model_type"]
     if cfg.get("tie_word_embeddings"):
         out["tie_word_embeddings"] = True
     scaling = cfg.get("rope_scaling")
@@ -203,7 +205,8 @@ def _config_value(args, name: str):
 
 
 def compare(found: dict[str, TensorInfo], args, expected: dict[str, tuple[int, ...]],
-            declared: dict[str, Any] | None = None, source: str = "") -> Fit:
+            declared: dict[str, Any] | None = None, source: str = "",
+            unmapped: dict[str, TensorInfo] | None = None) -> Fit:
     """Field-level disagreements first (what to change in the config), then every missing,
     unexpected or mis-shaped key, each naming its field."""
     declared = declared or {}
@@ -239,6 +242,7 @@ def compare(found: dict[str, TensorInfo], args, expected: dict[str, tuple[int, .
         if key not in expected:
             issues.append(KeyIssue("unexpected", key, tuple(found[key].shape), None,
                                    "n_layers" if _LAYER.match(key) else ""))
+    issues += [KeyIssue("unexpected", key, tuple(t.shape), None) for key, t in (unmapped or {}).items()]
     return Fit(diffs, issues)
 
 

@@ -22,7 +22,8 @@ def open_checked(path: str | Path, args) -> tuple[CheckpointInfo, Source]:
     """Describe `path`, open its weights, and refuse it unless it fits `args` (ModelArgs)."""
     info = detect.describe(path)
     source = Source(info, heads={"n_heads": args.n_heads, "n_kv_heads": args.kv_heads})
-    result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by)
+    result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by,
+                         info.unmapped)
     if not result.ok:
         raise CheckpointError(fit.one_line(result, args, f"checkpoint {path}"))
     return info, source
