@@ -278,3 +278,15 @@ def test_hf_pytorch_model_bin_folders_convert_with_config_json(tmp_path, shards,
     if tied:
         sd["output.weight"] = sd["tok_embeddings.weight"]
     assert out.keys() == sd.keys() and all(torch.equal(out[k], sd[k]) for k in sd)
+
+
+def test_rope_scaling_the_output_does_not_carry_is_said(tmp_path):
+    from ..checkpoints import write_hf
+
+    write_hf(tmp_path / "src", weights())
+    config = json.loads((tmp_path / "src" / "config.json").read_text())
+    (tmp_path / "src" / "config.json").write_text(json.dumps({**config, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}))
+    p = convert(tmp_path / "src", tmp_path / "meta", "--to", "meta", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    notes = json.loads(p.stdout)["notes"]
+    assert any("RoPE scaling (llama3, factor 8.0) is not written to the output's params.json" in n for n in notes)

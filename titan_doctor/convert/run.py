@@ -209,6 +209,10 @@ def _convert_weights(info: CheckpointInfo, tmp: Path, target: str, cast, config:
             report(name, tensor.numel() * tensor.element_size())
             yield name, tensor
 
+    if info.declared.get("rope_scaling") and target in ("hf", "meta"):
+        result.notes.append(f"the source's RoPE scaling ({info.declared['rope_scaling']}) is not written to the "
+                            f"output's {'config.json' if target == 'hf' else 'params.json'} (the trainer has none); "
+                            "copy it from the source's config if the output goes back to the reference code")
     if target == "hf":
         writers.write_hf(items(), tmp, args, dtype=str(cast or next(iter(info.dtypes), "float32")).removeprefix("torch."),
                          max_shard_bytes=max_shard_bytes)
