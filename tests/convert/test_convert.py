@@ -203,3 +203,90 @@ def test_without_the_safetensors_package_hf_data_is_one_clear_error(tmp_path):
         "titan-doctor convert: error: HF safetensors data needs the 'safetensors' package, which is not installed",
         "  fix: pip install 'titan-npu[hf]'   (or: pip install safetensors)"]
     assert not (tmp_path / "out.pt").exists()
+
+
+def test_tied_hf_checkpoint_converts_back_to_hf(tmp_path):
+    """tie_word_embeddings=true: no lm_head.weight in the file, the trainer's output.weight reads
+    embed_tokens; writing that back out must not trip safetensors' shared-memory check."""
+    from safetensors.torch import save_file
+
+    sd = weights()
+    hf = {k: v for k, v in hf_state_dict(sd).items() if k != "lm_head.weight"}
+    (tmp_path / "src").mkdir()
+    save_file(hf, str(tmp_path / "src" / "model.safetensors"), metadata={"format": "pt"})
+    from ..checkpoints import hf_config
+    (tmp_path / "src" / "config.json").write_text(json.dumps(hf_config(tie_word_embeddings=True)))
+    p = convert(tmp_path / "src", tmp_path / "hf", "--to", "hf")
+    assert p.returncode == 0, p.stderr
+    out = _hf_tensors(tmp_path / "hf")
+    assert torch.equal(out["lm_head.weight"], hf["model.embed_tokens.weight"])
+    assert all(torch.equal(out[k], hf[k]) for k in hf)
+
+
+def test_destination_holding_the_source_is_refused_even_with_force(tmp_path):
+    """`convert hf/model.safetensors hf --to hf --force` would replace the folder the source
+    (and its tokenizer files) lives in."""
+    write_meta(tmp_path / "meta", weights(), shards=1)
+    (tmp_path / "meta" / "tokenizer.model").write_bytes(b"spm")
+    for dst in (tmp_path / "meta", tmp_path):
+        p = convert(tmp_path / "meta" / "consolidated.00.pth", dst, "--to", "hf", "--force")
+        assert p.returncode == 1 and "delete the source" in p.stderr, p.stderr
+    assert sorted(f.name for f in (tmp_path / "meta").iterdir()) == ["consolidated.00.pth", "params.json",
+                                                                     "tokenizer.model"]
+
+
+def _hf_bin_folder(folder: Path, *, shards: int, tied: bool = False, extra_files: bool = False) -> dict:
+    """HF's pre-safetensors layout: pytorch_model.bin, or pytorch_model-0000i-of-0000n.bin +
+    pytorch_model.bin.index.json, next to config.json (transformers' save_pretrained(safe_serialization=False))."""
+    from ..checkpoints import hf_config
+
+    folder.mkdir(parents=True)
+    hf = hf_state_dict(weights())
+    if tied:
+        hf.pop("lm_head.weight")
+    hf["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(4)   # transformers < 4.31 saved it
+    names = list(hf)
+    if shards == 1:
+        torch.save(hf, folder / "pytorch_model.bin")
+    else:
+        weight_map = {}
+        for i in range(shards):
+            file = f"pytorch_model-{i + 1:05d}-of-{shards:05d}.bin"
+            torch.save({n: hf[n] for n in names[i::shards]}, folder / file)
+            weight_map.update({n: file for n in names[i::shards]})
+        (folder / "pytorch_model.bin.index.json").write_text(
+            json.dumps({"metadata": {"total_size": sum(v.numel() * 4 for v in hf.values())}, "weight_map": weight_map}))
+    (folder / "config.json").write_text(json.dumps(hf_config(tie_word_embeddings=tied, rope_theta=500000.0)))
+    if extra_files:   # an HF Trainer checkpoint-N folder
+        torch.save({"state": {}, "param_groups": []}, folder / "optimizer.pt")
+        torch.save({"last_epoch": 3}, folder / "scheduler.pt")
+        (folder / "training_args.bin").write_bytes(b"not read")
+    return hf
+
+
+@pytest.mark.parametrize("shards,tied,extra", [(2, False, False), (3, True, False), (1, False, True)])
+def test_hf_pytorch_model_bin_folders_convert_with_config_json(tmp_path, shards, tied, extra):
+    """pytorch_model.bin (+ index when sharded), config.json giving the head count and rope_theta."""
+    sd = weights()
+    _hf_bin_folder(tmp_path / "src", shards=shards, tied=tied, extra_files=extra)
+    info = detect.describe(tmp_path / "src")
+    assert (info.declared_by, info.declared["rope_theta"], info.declared["n_heads"]) == ("config.json", 500000.0, 4)
+    assert len(info.model) == len(sd)
+    p = convert(tmp_path / "src", tmp_path / "out.pt", "--to", "torch")     # no --config: config.json has the heads
+    assert p.returncode == 0, p.stderr
+    out = torch.load(tmp_path / "out.pt", weights_only=True)
+    if tied:
+        sd["output.weight"] = sd["tok_embeddings.weight"]
+    assert out.keys() == sd.keys() and all(torch.equal(out[k], sd[k]) for k in sd)
+
+
+def test_rope_scaling_the_output_does_not_carry_is_said(tmp_path):
+    from ..checkpoints import write_hf
+
+    write_hf(tmp_path / "src", weights())
+    config = json.loads((tmp_path / "src" / "config.json").read_text())
+    (tmp_path / "src" / "config.json").write_text(json.dumps({**config, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}))
+    p = convert(tmp_path / "src", tmp_path / "meta", "--to", "meta", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    notes = json.loads(p.stdout)["notes"]
+    assert any("RoPE scaling (llama3, factor 8.0) is not written to the output's params.json" in n for n in notes)

@@ -146,3 +146,103 @@ def test_the_check_imports_no_torch_without_a_config(tmp_path):
     assert not imports_torch("from pathlib import Path; from titan_doctor.diagnose import checkpoint\n"
                              f"for p in ['{tmp_path}/hf', '{tmp_path}/run']: "
                              "assert checkpoint.check(Path(p))[0].code == 'ckpt.format'")
+
+
+@pytest.mark.parametrize("fmt", ["hf", "meta"])
+def test_rope_scaling_declared_by_the_checkpoint_is_a_warning(tmp_path, fmt):
+    """LLaMA 3.1+: config.json rope_scaling {rope_type: llama3, factor: 8} / params.json
+    use_scaled_rope; the trainer computes plain RoPE, so the user must hear about it."""
+    import json
+
+    from ..checkpoints import write_meta
+
+    if fmt == "hf":
+        write_hf(tmp_path, weights())
+        config = json.loads((tmp_path / "config.json").read_text())
+        config["rope_scaling"] = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                  "original_max_position_embeddings": 8192, "rope_type": "llama3"}
+        (tmp_path / "config.json").write_text(json.dumps(config))
+    else:
+        write_meta(tmp_path, weights(), shards=1)
+        params = json.loads((tmp_path / "params.json").read_text())
+        (tmp_path / "params.json").write_text(json.dumps({**params, "use_scaled_rope": True}))
+    rc, rows = run_json("--checkpoint", str(tmp_path))
+    assert rc == 0 and rows["ckpt.rope_scaling"]["status"] == "warn"
+    assert "llama3" in rows["ckpt.rope_scaling"]["title"] and rows["ckpt.rope_scaling"]["fix"]
+    if fmt == "hf":   # plain rope_scaling: null (LLaMA 2 config.json) is no finding
+        config["rope_scaling"] = None
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        rc, rows = run_json("--checkpoint", str(tmp_path))
+        assert "ckpt.rope_scaling" not in rows
+
+
+def test_pointing_at_one_shard_config_json_or_an_empty_folder(tmp_path):
+    """What users pass by mistake: one shard of an HF sharded save (half a model alone), the
+    folder's config.json, a tokenizer file, an empty folder: each gets the whole truth or a fix."""
+    import json
+
+    sd = weights()
+    write_hf(tmp_path / "hf", sd, shards=2)
+    (tmp_path / "hf" / "tokenizer_config.json").write_text("{}")
+    rc, rows = run_json("--checkpoint", str(tmp_path / "hf" / "model-00001-of-00002.safetensors"))
+    assert rc == 0 and rows["ckpt.format"]["data"]["parameters"] == sum(v.numel() for v in sd.values())
+    assert "one shard of model.safetensors.index.json" in rows["ckpt.format"]["detail"]
+    rc, rows = run_json("--checkpoint", str(tmp_path / "hf" / "config.json"))
+    assert rc == 0 and rows["ckpt.format"]["data"]["format"] == "hf"
+    rc, rows = run_json("--checkpoint", str(tmp_path / "hf" / "tokenizer_config.json"))
+    assert rc == 1 and "not model weights" in rows["ckpt.read"]["title"] and rows["ckpt.read"]["fix"]
+    (tmp_path / "empty").mkdir()
+    for path in (tmp_path / "empty", tmp_path / "absent"):
+        rc, rows = run_json("--checkpoint", str(path))
+        assert rc == 1 and rows["ckpt.read"]["status"] == "fail" and rows["ckpt.read"]["fix"], rows
+
+
+def test_lightning_checkpoint_fix_unwraps_dict_then_prefix(tmp_path):
+    """PyTorch Lightning .ckpt: {"state_dict": {"model.layers...": t}, "optimizer_states": [...], ...}:
+    sd['state_dict.model'] is not a key; the fix must be the dict, then the name prefix."""
+    torch.save({"epoch": 3, "global_step": 1200, "pytorch-lightning_version": "2.4.0",
+                "state_dict": {f"model.{k}": v for k, v in weights().items()},
+                "optimizer_states": [{"state": {0: {"exp_avg": torch.zeros(2)}}, "param_groups": []}],
+                "lr_schedulers": [{"last_epoch": 3}], "hyper_parameters": {"lr": 1e-3}}, tmp_path / "last.ckpt")
+    rc, rows = run_json("--checkpoint", str(tmp_path / "last.ckpt"))
+    assert rc == 0 and rows["ckpt.format"]["data"]["optimizer"] is True and rows["ckpt.format"]["data"]["step"] == 1200
+    fix = rows["ckpt.prefix.container"]["fix"]
+    assert "sd = sd['state_dict']" in fix and "consume_prefix_in_state_dict_if_present(sd, 'model.')" in fix
+    assert "sd['state_dict.model']" not in fix
+
+
+def test_weights_the_llama_has_no_place_for_are_never_dropped_silently(tmp_path):
+    """A Qwen2-style HF checkpoint (LLaMA names plus q/k/v biases): diagnose warns, with --config
+    lists them as unexpected keys, and convert and the trainer's initial load refuse it."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from titan_train.checkpoint_formats import CheckpointError
+    from titan_train.checkpoint_formats.initial_load import open_checked
+
+    from ..checkpoints import TINY, REPO
+    write_hf(tmp_path / "qwen", weights())
+    sd = load_file(str(tmp_path / "qwen" / "model.safetensors"))
+    for i in range(2):
+        for p in "qkv":
+            sd[f"model.layers.{i}.self_attn.{p}_proj.bias"] = torch.zeros(sd[f"model.layers.{i}.self_attn.{p}_proj.weight"].shape[0])
+    save_file(sd, str(tmp_path / "qwen" / "model.safetensors"))
+    config = json.loads((tmp_path / "qwen" / "config.json").read_text())
+    (tmp_path / "qwen" / "config.json").write_text(json.dumps({**config, "model_type": "qwen2"}))
+    rc, rows = run_json("--checkpoint", str(tmp_path / "qwen"))
+    assert rc == 0 and rows["ckpt.unmapped"]["status"] == "warn" and "'qwen2'" in rows["ckpt.unmapped"]["title"]
+    assert len(rows["ckpt.unmapped"]["data"]["keys"]) == 6
+    rc, rows = run_json("--checkpoint", str(tmp_path / "qwen"), "--config", _config(tmp_path / "c.toml"))
+    assert rc == 1 and "model.layers.0.self_attn.q_proj.bias" in rows["ckpt.config.unexpected"]["data"]["keys"]
+    with pytest.raises(CheckpointError, match="not in the model"):
+        open_checked(tmp_path / "qwen", TINY)
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "titan_doctor", "convert", str(tmp_path / "qwen"), str(tmp_path / "o.pt"),
+                        "--to", "torch"], cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 1 and "would drop" in p.stderr and not (tmp_path / "o.pt").exists()
+    # the plain LLaMA of the same layout has none of it
+    write_hf(tmp_path / "llama", weights())
+    rc, rows = run_json("--checkpoint", str(tmp_path / "llama"))
+    assert rc == 0 and "ckpt.unmapped" not in rows

@@ -15,7 +15,7 @@ from titan_train.checkpoint_formats.sources import Source
 from titan_train.model import Attention, Transformer, rope_tables
 from titan_train.model_args import ModelArgs, count_params
 
-from ..checkpoints import (TINY, hf_permute, imports_torch, malicious_metadata, malicious_torch_file,
+from ..checkpoints import (TINY, hf_permute, hf_state_dict, imports_torch, malicious_metadata, malicious_torch_file,
                            runs_code_when_loaded, weights, write_deepspeed, write_hf, write_meta, write_trainer_dcp)
 
 pytest.importorskip("safetensors")
@@ -165,11 +165,18 @@ def test_describe_reads_no_tensor_data_and_needs_no_torch(tmp_path):
 
 # ---- sliced reads and the q/k permutation ------------------------------------------------------
 
-@pytest.mark.parametrize("fmt", ["hf", "meta", "torch"])
+@pytest.mark.parametrize("fmt", ["hf", "meta", "torch", "hf-bin"])
 def test_slices_equal_the_same_slice_of_the_whole_weight(tmp_path, fmt):
     sd = weights()
     if fmt == "hf":
         write_hf(tmp_path, sd)
+    elif fmt == "hf-bin":   # transformers' save_pretrained(safe_serialization=False), two shards + index
+        hf, files = hf_state_dict(sd), ("pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin")
+        names = list(hf)
+        for i, file in enumerate(files):
+            torch.save({n: hf[n] for n in names[i::2]}, tmp_path / file)
+        (tmp_path / "pytorch_model.bin.index.json").write_text(json.dumps(
+            {"metadata": {"total_size": 0}, "weight_map": {n: files[i % 2] for i, n in enumerate(names)}}))
     elif fmt == "meta":
         write_meta(tmp_path, sd, shards=2)
     else:
@@ -410,3 +417,72 @@ def test_broken_checkpoints_give_one_line_errors(tmp_path, case):
                 "hf-index-missing-shard": "model-00002-of-00003.safetensors listed in the index is missing",
                 "dcp-metadata-truncated": "truncated or not a pickle", "empty-folder": "no checkpoint found"}[case]
     assert expected in message, message
+
+
+@pytest.mark.parametrize("gathered", [True, False])
+def test_hf_trainer_deepspeed_folder_prefers_the_full_weights_beside_it(tmp_path, gathered):
+    """HF Trainer + DeepSpeed ZeRO-3 checkpoint-N/: latest + global_stepN/ and model.safetensors.
+    Gathered (stage3_gather_16bit_weights_on_model_save) the safetensors hold the model; not
+    gathered they hold empty tensors and the way out is zero_to_fp32.py."""
+    sd = weights()
+    write_deepspeed(tmp_path, sd, stage=3)
+    if gathered:
+        write_hf(tmp_path, sd)
+    else:
+        from safetensors.torch import save_file
+
+        save_file({k: torch.empty(0) for k in hf_state_dict(sd)}, str(tmp_path / "model.safetensors"))
+    info = detect.describe(tmp_path)
+    if gathered:
+        assert info.format == "hf" and info.param_count == sum(v.numel() for v in sd.values())
+        assert "DeepSpeed" in info.notes[0]
+        source = Source(info, heads=HEADS)
+        assert all(torch.equal(source.read(k), sd[k]) for k in sd)
+    else:
+        assert (info.format, info.deepspeed_stage) == ("deepspeed", 3)
+
+
+def test_hf_config_of_transformers_5_nests_rope_theta_and_scaling():
+    """transformers 5 save_pretrained writes rope_parameters {rope_theta, rope_type, ...} and null
+    top-level rope_theta / rope_scaling; 4.x releases (the published LLaMA repos) the reverse."""
+    v5 = {"hidden_size": 64, "num_attention_heads": 4, "rope_theta": None, "rope_scaling": None,
+          "rope_parameters": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 8192, "rope_theta": 500000.0}}
+    assert fit.from_hf_config(v5)["rope_theta"] == 500000.0
+    assert fit.from_hf_config(v5)["rope_scaling"] == "llama3, factor 8.0"
+    plain = fit.from_hf_config({**v5, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}})
+    assert plain["rope_theta"] == 500000.0 and "rope_scaling" not in plain
+    v4 = {"hidden_size": 64, "rope_theta": 10000.0, "rope_scaling": None}
+    assert fit.from_hf_config(v4) == {"d_model": 64, "rope_theta": 10000.0}
+
+
+def test_initial_load_says_when_rope_theta_or_scaling_differ(tmp_path):
+    """An HF LLaMA 3.1 (rope_theta 500000 + llama3 rope_scaling) loaded into a [model] with the
+    default rope_theta: it loads (shapes agree), and the trainer's load line says so."""
+    sd = weights()
+    write_hf(tmp_path, sd)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "rope_theta": 500000.0, "rope_scaling": {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192}}))
+    model = Transformer(TINY)
+    message = load_initial([model], tmp_path, args=TINY)
+    assert torch.equal(model.state_dict()["layers.0.attention.wq.weight"], sd["layers.0.attention.wq.weight"])
+    warnings = [ln for ln in message.splitlines() if "warning:" in ln]
+    assert len(warnings) == 2
+    assert "rope_theta: checkpoint 500000.0, config 10000.0" in warnings[0] and "rope_theta = 500000.0" in warnings[0]
+    assert "RoPE scaling (llama3, factor 8.0)" in warnings[1]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert "warning" not in load_initial([Transformer(TINY)], tmp_path, args=TINY)
+
+
+@pytest.mark.parametrize("llama3", [False, True])
+def test_meta_shards_without_params_json_merge_the_embedding_right(tmp_path, llama3):
+    """params.json lost or not copied: LLaMA 3 splits tok_embeddings on dim 0, LLaMA 2 on dim 1;
+    the replicated final norm gives the model width that tells them apart."""
+    sd = weights()
+    write_meta(tmp_path, sd, shards=2, llama3=llama3)
+    (tmp_path / "params.json").unlink()
+    info = detect.describe(tmp_path)
+    assert info.tensors["tok_embeddings.weight"].shape == (64, 32)
+    assert _same(_read_all(tmp_path), sd)

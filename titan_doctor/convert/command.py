@@ -18,7 +18,8 @@ HELP = """Convert a checkpoint between DCP, torch.save, HuggingFace safetensors 
 SRC is anything `titan-doctor diagnose --checkpoint` identifies: a DCP folder
 (or the trainer's checkpoint folder: its newest step-N), a torch.save file
 (full state dict, FSDP1 SHARDED parts, DeepSpeed ZeRO<=2), HF safetensors
-(file or folder with index), Meta consolidated.NN.pth + params.json.
+or pytorch_model*.bin (file or folder with index), Meta consolidated.NN.pth
++ params.json. DST may not be SRC or a folder holding it.
 
 \b
   --to torch   DCP -> one torch.save file with every entry (weights,

@@ -69,7 +69,8 @@ def model_args_for(info: CheckpointInfo, config: str | Path | None, needed: bool
             args = config_mod.load(resolve_config(str(config))).model
         except config_mod.ConfigError as e:
             raise CheckpointError(f"--config: {e}") from None
-        result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by)
+        result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by,
+                             info.unmapped)
         if not result.ok:
             raise CheckpointError(fit.one_line(result, args, f"{info.path}"),
                                   fix=f"titan-doctor diagnose --checkpoint {info.path} --config {config}")
@@ -133,8 +134,7 @@ def convert(src: Path, dst: Path, target: str, *, config: str | Path | None = No
     if target not in TARGETS:
         raise CheckpointError(f"unknown target format {target!r}; use one of {', '.join(TARGETS)}")
     info = detect.describe(src)
-    if Path(dst).resolve() == Path(info.root).resolve() or Path(dst).resolve() == Path(src).resolve():
-        raise CheckpointError(f"{dst} is the source itself", fix="write to another path")
+    _refuse_overlap(Path(src), Path(dst), info)
     if Path(dst).exists() and not overwrite:
         raise CheckpointError(f"{dst} already exists", fix="choose another destination, or pass --force")
     cast = torch_dtype(SHORT_NAMES[dtype]) if dtype else None
@@ -147,6 +147,19 @@ def convert(src: Path, dst: Path, target: str, *, config: str | Path | None = No
         else:
             _convert_weights(info, tmp, target, cast, config, max_shard_bytes, progress, result)
     return result
+
+
+def _refuse_overlap(src: Path, dst: Path, info: CheckpointInfo) -> None:
+    """DST may not be the source or a folder holding it: replacing DST (--force) would delete
+    the source, and the files around it (tokenizer, configs), after reading it."""
+    target = dst.resolve()
+    for source in dict.fromkeys([src, Path(info.root), *info.files]):
+        source = source.resolve()
+        if target == source:
+            raise CheckpointError(f"{dst} is the source itself", fix="write to another path")
+        if target in source.parents:
+            raise CheckpointError(f"{dst} holds the source ({source}); writing there would replace the folder "
+                                  "and delete the source", fix="write to another path (a new folder)")
 
 
 def _convert_whole(info: CheckpointInfo, tmp: Path, target: str, cast, result: Result) -> None:
@@ -176,6 +189,12 @@ def _convert_weights(info: CheckpointInfo, tmp: Path, target: str, cast, config:
     from titan_train.checkpoint_formats import dcp_io, writers
     from titan_train.checkpoint_formats.sources import Source
 
+    if info.unmapped:
+        names = list(info.unmapped)
+        raise CheckpointError(f"{info.root}: {len(names)} model weight(s) have no place in the LLaMA layout "
+                              f"({', '.join(names[:3])}{' ...' if len(names) > 3 else ''}); converting would drop "
+                              "them and write a different model",
+                              fix="convert a LLaMA-architecture checkpoint (no attention/MLP biases)")
     args = model_args_for(info, config, needed=target in ("hf", "meta") or bool(info.keymap.rope))
     heads = {"n_heads": args.n_heads, "n_kv_heads": args.n_kv_heads or args.n_heads} if args else {}
     source = Source(info, heads=heads)
@@ -190,6 +209,10 @@ def _convert_weights(info: CheckpointInfo, tmp: Path, target: str, cast, config:
             report(name, tensor.numel() * tensor.element_size())
             yield name, tensor
 
+    if info.declared.get("rope_scaling") and target in ("hf", "meta"):
+        result.notes.append(f"the source's RoPE scaling ({info.declared['rope_scaling']}) is not written to the "
+                            f"output's {'config.json' if target == 'hf' else 'params.json'} (the trainer has none); "
+                            "copy it from the source's config if the output goes back to the reference code")
     if target == "hf":
         writers.write_hf(items(), tmp, args, dtype=str(cast or next(iter(info.dtypes), "float32")).removeprefix("torch."),
                          max_shard_bytes=max_shard_bytes)

@@ -93,6 +93,27 @@ def layout(info: detect.CheckpointInfo) -> list[Finding]:
         out.append(Finding("ckpt.deepspeed", Status.FAIL,
                            "DeepSpeed ZeRO-3 checkpoint: the weights are partitioned inside the optimizer files",
                            fix=detect.fix_for(info), path=where))
+    if info.declared.get("rope_scaling"):
+        out.append(Finding(
+            "ckpt.rope_scaling", Status.WARN,
+            f"{info.declared_by} declares RoPE scaling ({info.declared['rope_scaling']}); the trainer's RoPE has none",
+            detail="The weights load and the shapes agree, but the trainer rotates q/k with plain rope_theta "
+                   "frequencies, not the scaled ones the model was trained with: outputs differ from the reference "
+                   "implementation (most at long context, but the scaled low-frequency bands differ at every position).",
+            fix="Expect a small mismatch that fine-tuning adapts to, or start from the same model's release "
+                "without rope_scaling; check by comparing logits with the reference implementation first",
+            path=where, data={"rope_scaling": info.declared["rope_scaling"]}))
+    if info.unmapped:
+        names = list(info.unmapped)
+        kind = f" (config.json model_type {info.declared['model_type']!r})" if info.declared.get("model_type") else ""
+        out.append(Finding(
+            "ckpt.unmapped", Status.WARN,
+            f"{len(names)} model weight(s) the trainer's LLaMA has no place for{kind}: "
+            + ", ".join(names[:3]) + (" ..." if len(names) > 3 else ""),
+            detail="Loading or converting would drop them and compute a different model (for example the q/k/v "
+                   "biases of Qwen2). initial_load_path and convert --config refuse such a checkpoint.",
+            fix="Use a LLaMA-architecture checkpoint (no attention/MLP biases), or a trainer that models these weights",
+            path=where, data={"keys": names}))
     wrappers = {w: why for w, why in km.wrappers.items()}
     if wrappers:
         first = next(iter(wrappers))
@@ -112,8 +133,8 @@ def layout(info: detect.CheckpointInfo) -> list[Finding]:
             f"model weights sit under '{containers[0]}' ({meaning})",
             detail=f"A script that expects bare names (layers.0.attention.wq.weight) gets a KeyError: the keys are "
                    f"{containers[0]}layers.0.attention.wq.weight.",
-            fix=(f"titan-doctor convert {info.path} model.pt --to torch --model-only   (bare names), or index the "
-                 f"loaded dict: sd['{containers[0].rstrip('.')}']"), path=where))
+            fix=(f"titan-doctor convert {info.path} model.pt --to torch --model-only   (bare names), or "
+                 + _unwrap_hint(containers[0])), path=where))
     if km.naming == naming.HF:
         out.append(Finding(
             "ckpt.naming", Status.INFO,
@@ -125,6 +146,16 @@ def layout(info: detect.CheckpointInfo) -> list[Finding]:
     return out
 
 
+def _unwrap_hint(container: str) -> str:
+    """'model.' -> sd['model']; 'state_dict.model.' (Lightning: a dict of model.* names) -> the
+    dict, then its names' prefix removed."""
+    first, _, rest = container.partition(".")
+    hint = f"index the loaded dict: sd = sd['{first}']"
+    if rest:
+        hint += f", then torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(sd, '{rest}')"
+    return hint
+
+
 def fits(info: detect.CheckpointInfo, args, config: str) -> list[Finding]:
     """The checkpoint against the trainer's model of shape `args` ([model] of `config`)."""
     from titan_train.checkpoint_formats import fit
@@ -133,7 +164,8 @@ def fits(info: detect.CheckpointInfo, args, config: str) -> list[Finding]:
         return [Finding("ckpt.config", Status.FAIL, f"no LLaMA weights recognized in {info.root}; nothing to "
                         f"compare with {config}", path=str(info.path),
                         fix="Check that this is a LLaMA checkpoint (names like layers.0.attention.wq.weight)")]
-    result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by)
+    result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by,
+                         info.unmapped)
     where = str(config)
     out = []
     d_model = next((d.checkpoint for d in result.fields if d.field == "d_model"), args.d_model)

@@ -29,8 +29,9 @@ Slow / on request:
                device and fix; error codes decoded (507033, EI0006, ...)
   --checkpoint PATH
                what a checkpoint is (DCP folder or step-N, torch.save full /
-               FSDP1 parts, HF safetensors, Meta consolidated.NN.pth,
-               DeepSpeed) from metadata only. Runs only this check.
+               FSDP1 parts, HF safetensors or pytorch_model*.bin, Meta
+               consolidated.NN.pth, DeepSpeed) from metadata only. Runs
+               only this check.
 
 \b
 --config X (a trainer TOML or a shipped config name; --set lines apply) has

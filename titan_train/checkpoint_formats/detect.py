@@ -27,6 +27,7 @@ LABELS = {
     "torch-local": "torch.save part of an FSDP1 LOCAL_STATE_DICT (one rank's flat parameters)",
     "torch-dtensor": "torch.save of one rank's DTensor state dict (FSDP2 / tensor parallel shards)",
     "hf": "HuggingFace safetensors",
+    "hf-bin": "HuggingFace pytorch_model-NNNNN-of-NNNNN.bin shards + index (torch.save)",
     "meta": "Meta consolidated.NN.pth + params.json",
     "deepspeed": "DeepSpeed checkpoint",
 }
@@ -65,6 +66,12 @@ class CheckpointInfo:
         return {ours: self.tensors[raw] for raw, ours in self.keymap.to_ours.items()}
 
     @property
+    def unmapped(self) -> dict[str, TensorInfo]:
+        """Entries among the model's weights that the trainer's LLaMA has no place for (q/k/v
+        biases of Qwen2, another architecture's layers): loading would drop them."""
+        return {raw: self.tensors[raw] for raw in self.keymap.unmapped}
+
+    @property
     def param_count(self) -> int:
         return sum(t.numel for t in self.model.values())
 
@@ -82,7 +89,7 @@ def describe(path: str | Path) -> CheckpointInfo:
     missing, truncated, damaged, unsafe, or not a format we know."""
     path = Path(path)
     if not path.exists():
-        raise CheckpointError(f"{path}: no such file or folder")
+        raise CheckpointError(f"{path}: no such file or folder", fix="Check the path")
     info = _describe_dir(path) if path.is_dir() else _describe_file(path)
     info.path = path
     return info
@@ -106,7 +113,8 @@ def _describe_dir(d: Path) -> CheckpointInfo:
         raise CheckpointError(f"{d}: holds only unfinished saves (step-N.tmp): the run stopped while saving",
                               fix="Resume from an earlier complete step-N folder, or re-run the save")
     if (d / "latest").is_file() or _DS_TAG.match(d.name) or any(d.glob("*model_states.pt")):
-        return _deepspeed(d)
+        weights = _hf_weights_beside_deepspeed(d)
+        return weights if weights is not None else _deepspeed(d)
     index = sorted(d.glob("*.safetensors.index.json"))
     if index:
         return _hf(d, index=index[0])
@@ -116,27 +124,71 @@ def _describe_dir(d: Path) -> CheckpointInfo:
     consolidated = sorted(d.glob("consolidated.*.pth"))
     if consolidated:
         return _meta(d, consolidated)
+    bin_index = sorted(d.glob("*.bin.index.json"))
+    if bin_index:
+        return _torch_index(d, bin_index[0])
     if any(d.glob("*.distcp")):
         raise CheckpointError(f"{d}: DCP shard files but no .metadata: the save did not finish, or .metadata "
                               "was not copied along", fix="Copy the whole folder, including .metadata")
     torch_files = sorted(p for p in d.iterdir() if p.suffix in _TORCH_SUFFIXES and p.is_file())
     if len(torch_files) == 1 or (torch_files and len(_siblings(torch_files[0])) == len(torch_files)):
         return _describe_file(torch_files[0])
+    if (d / "pytorch_model.bin").is_file():
+        # an HF Trainer output folder: the weights next to optimizer.pt, scheduler.pt, training_args.bin
+        return _describe_file(d / "pytorch_model.bin")
     if torch_files:
         raise CheckpointError(f"{d}: several torch.save files ({', '.join(p.name for p in torch_files[:4])}); "
                               "name the one to look at")
     raise CheckpointError(f"{d}: no checkpoint found (looked for .metadata, step-N/, *.safetensors, "
-                          "consolidated.*.pth, DeepSpeed 'latest', *.pt/*.pth/*.bin)")
+                          "consolidated.*.pth, DeepSpeed 'latest', *.pt/*.pth/*.bin)",
+                          fix="Point at the folder that holds the weights files (or at the weights file itself)")
+
+
+_HF_SHARD = re.compile(r"^(?P<stem>.+)-\d{5}-of-\d{5}\.(?P<ext>safetensors|bin)$")
+
+
+def _hf_weights_beside_deepspeed(d: Path) -> CheckpointInfo | None:
+    """HF Trainer + DeepSpeed writes checkpoint-N/ with the engine's `latest` + global_stepN/
+    and the model's full weights (model.safetensors / pytorch_model.bin) next to them; those
+    weights are the usable ones (under ZeRO-3 only when gathered: empty tensors otherwise)."""
+    if not (any(d.glob("*.safetensors")) or (d / "pytorch_model.bin").is_file() or any(d.glob("*.bin.index.json"))):
+        return None
+    index = sorted(d.glob("*.safetensors.index.json")) or sorted(d.glob("*.bin.index.json"))
+    if index:
+        info = _describe_file(index[0])
+    elif any(d.glob("*.safetensors")):
+        info = _hf(d, files=sorted(d.glob("*.safetensors")))
+    else:
+        info = _describe_file(d / "pytorch_model.bin")
+    if not info.keymap.to_ours or any(t.numel == 0 for t in info.model.values()):
+        return None
+    info.notes.insert(0, "also a DeepSpeed engine checkpoint (latest / global_stepN: optimizer partitions); "
+                         "described: the full model weights next to it")
+    return info
 
 
 def _describe_file(f: Path) -> CheckpointInfo:
     if f.name == ".metadata":
         return _dcp(f.parent)
+    shard = _HF_SHARD.match(f.name)
+    index = f.parent / f"{shard.group('stem')}.{shard.group('ext')}.index.json" if shard else None
+    if index is not None and index.is_file():
+        # one shard of an HF sharded save alone is half a model: describe the whole save
+        info = _hf(f.parent, index=index) if shard.group("ext") == "safetensors" else _torch_index(f.parent, index)
+        info.notes.insert(0, f"{f.name} is one shard of {index.name}; described: the whole checkpoint")
+        return info
+    if f.name == "config.json" and f.parent.is_dir():
+        return _describe_dir(f.parent)
+    if f.suffix == ".json":
+        raise CheckpointError(f"{f}: a JSON file, not model weights",
+                              fix=f"Point at the checkpoint folder or its weights file (in {f.parent})")
     if f.suffix == ".distcp":
         raise CheckpointError(f"{f}: one shard file of a DCP checkpoint, not a state dict (torch.load cannot "
                               "read it)", fix=f"Point at the folder: {f.parent}")
     if f.name.endswith(".safetensors.index.json"):
         return _hf(f.parent, index=f)
+    if f.name.endswith(".bin.index.json"):
+        return _torch_index(f.parent, f)
     if f.suffix == ".safetensors":
         return _hf(f.parent, files=[f])
     if re.match(r"^consolidated\.\d+\.pth$", f.name):
@@ -288,6 +340,8 @@ def _torch_file(f: Path) -> CheckpointInfo:
         if isinstance(flat.get(key), int):
             info.step = flat[key]
             break
+    if info.keymap.to_ours and not sharded:
+        _declared_nearby(info, f.parent)
     if sharded:
         info.parts = _siblings(f)
         info.where["sharded"] = sharded
@@ -332,19 +386,49 @@ def _hf(d: Path, *, index: Path | None = None, files: list[Path] | None = None) 
             info.notes.append(f"{len(info.files)} safetensors files without an index: read as one checkpoint")
     info.where["files"] = file_of
     info.keymap = naming.map_keys(info.tensors)
-    config = d / "config.json"
-    if config.is_file():
+    _declared_nearby(info, d)
+    return info
+
+
+def _declared_nearby(info: CheckpointInfo, d: Path) -> None:
+    """The model shape HF's config.json (or Meta's params.json) next to the weights declares,
+    and HF's tied lm_head (tie_word_embeddings: no lm_head.weight in the file)."""
+    config, params = d / "config.json", d / "params.json"
+    source, parse = (config, fit.from_hf_config) if config.is_file() else (params, fit.from_meta_params)
+    if source.is_file():
         try:
-            info.declared = fit.from_hf_config(json.loads(config.read_text(encoding="utf-8")))
-            info.declared_by = "config.json"
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-            info.notes.append("config.json is not valid JSON; model shape inferred from the weights")
+            info.declared = parse(json.loads(source.read_text(encoding="utf-8")))
+            info.declared_by = source.name
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError):
+            info.notes.append(f"{source.name} is not valid JSON; model shape inferred from the weights")
     if info.declared.get("tie_word_embeddings") and "output.weight" not in info.model:
         emb = next((raw for raw, ours in info.keymap.to_ours.items() if ours == "tok_embeddings.weight"), None)
         if emb:
             info.keymap.to_ours[emb + "#tied"] = "output.weight"
             info.tensors[emb + "#tied"] = info.tensors[emb]
             info.notes.append("tie_word_embeddings: lm_head shares embed_tokens (the trainer keeps its own copy)")
+
+
+def _torch_index(d: Path, index: Path) -> CheckpointInfo:
+    """HF's pre-safetensors sharded save: pytorch_model-0000i-of-0000n.bin + pytorch_model.bin.index.json."""
+    info = CheckpointInfo(d, "hf-bin", index)
+    by_index = safetensors_io.read_index(index)
+    files = sorted(set(by_index.values()))
+    info.files = [index] + files
+    file_of: dict[str, Path] = {}
+    for file in files:
+        archive = pickles.read_torch_archive(file)
+        _refuse_unsafe(file, archive.unsafe, sharded=False)
+        for key, value in flatten(archive.root).items():
+            if isinstance(value, TensorRef):
+                info.tensors[key], file_of[key] = TensorInfo(value.shape, value.dtype), file
+    absent = [n for n in by_index if n not in info.tensors]
+    if absent:
+        raise CheckpointError(f"{index}: {len(absent)} tensor(s) listed in the index are not in their shard "
+                              f"(first: {absent[0]} in {by_index[absent[0]].name}); the shards do not match the index")
+    info.where["files"] = file_of
+    info.keymap = naming.map_keys(info.tensors)
+    _declared_nearby(info, d)
     return info
 
 
@@ -381,10 +465,14 @@ def _meta(d: Path, files: list[Path]) -> CheckpointInfo:
             raise CheckpointError(f"{f}: holds different tensors than {files[0].name}; the shards are from "
                                   "different checkpoints")
     dims: dict[str, int | None] = {}
+    # the model width decides the embedding's split dim; without params.json the final norm
+    # (replicated on every shard) still gives it
+    norm = next((shards[0][k].shape for k in keys if naming.strip_wrappers(k)[0] == "norm.weight"), ())
+    width = info.declared.get("d_model") or (norm[0] if len(norm) == 1 else None)
     for key in keys:
         first = shards[0][key]
         clean = naming.strip_wrappers(key)[0]
-        dim = naming.meta_concat_dim(clean, first.shape, len(shards), info.declared.get("d_model"))
+        dim = naming.meta_concat_dim(clean, first.shape, len(shards), width)
         dims[key] = dim
         shape = list(first.shape)
         if dim is not None:

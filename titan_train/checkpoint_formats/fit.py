@@ -44,9 +44,20 @@ def from_hf_config(cfg: dict[str, Any]) -> dict[str, Any]:
     names = {"vocab_size": "vocab_size", "hidden_size": "d_model", "num_hidden_layers": "n_layers",
              "num_attention_heads": "n_heads", "num_key_value_heads": "n_kv_heads", "rms_norm_eps": "norm_eps",
              "rope_theta": "rope_theta", "intermediate_size": "ffn_dim", "max_position_embeddings": "max_seq_len"}
+    # transformers >= 5 writes rope_theta and the scaling inside `rope_parameters` (rope_theta and
+    # rope_scaling at the top level are null then); releases made with 4.x have them at the top.
+    # source: transformers 5.x models/llama/configuration_llama.py (rope_parameters: RopeParameters)
+    rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    cfg = {**cfg, "rope_theta": cfg.get("rope_theta") or rope.get("rope_theta"),
+           "rope_scaling": cfg.get("rope_scaling") or (rope or None)}
     out = {ours: cfg[theirs] for theirs, ours in names.items() if cfg.get(theirs) is not None}
+    if isinstance(cfg.get("model_type"), str) and cfg["model_type"] != "llama":
+        out["model_type"] = cfg["model_type"]
     if cfg.get("tie_word_embeddings"):
         out["tie_word_embeddings"] = True
+    scaling = cfg.get("rope_scaling")
+    if isinstance(scaling, dict) and (scaling.get("rope_type") or scaling.get("type", "default")) != "default":
+        out["rope_scaling"] = f"{scaling.get('rope_type') or scaling.get('type')}, factor {scaling.get('factor')}"
     return out
 
 
@@ -59,6 +70,8 @@ def from_meta_params(params: dict[str, Any]) -> dict[str, Any]:
     out = {ours: params[theirs] for theirs, ours in names.items() if params.get(theirs) is not None}
     if out.get("vocab_size", 0) <= 0:
         out.pop("vocab_size", None)
+    if params.get("use_scaled_rope"):   # LLaMA 3.1 / 3.2 (Meta's apply_scaling, factor 8)
+        out["rope_scaling"] = "llama3 (use_scaled_rope)"
     return out
 
 
@@ -192,7 +205,8 @@ def _config_value(args, name: str):
 
 
 def compare(found: dict[str, TensorInfo], args, expected: dict[str, tuple[int, ...]],
-            declared: dict[str, Any] | None = None, source: str = "") -> Fit:
+            declared: dict[str, Any] | None = None, source: str = "",
+            unmapped: dict[str, TensorInfo] | None = None) -> Fit:
     """Field-level disagreements first (what to change in the config), then every missing,
     unexpected or mis-shaped key, each naming its field."""
     declared = declared or {}
@@ -228,6 +242,7 @@ def compare(found: dict[str, TensorInfo], args, expected: dict[str, tuple[int, .
         if key not in expected:
             issues.append(KeyIssue("unexpected", key, tuple(found[key].shape), None,
                                    "n_layers" if _LAYER.match(key) else ""))
+    issues += [KeyIssue("unexpected", key, tuple(t.shape), None) for key, t in (unmapped or {}).items()]
     return Fit(diffs, issues)
 
 

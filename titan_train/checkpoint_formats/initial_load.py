@@ -22,7 +22,8 @@ def open_checked(path: str | Path, args) -> tuple[CheckpointInfo, Source]:
     """Describe `path`, open its weights, and refuse it unless it fits `args` (ModelArgs)."""
     info = detect.describe(path)
     source = Source(info, heads={"n_heads": args.n_heads, "n_kv_heads": args.kv_heads})
-    result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by)
+    result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by,
+                         info.unmapped)
     if not result.ok:
         raise CheckpointError(fit.one_line(result, args, f"checkpoint {path}"))
     return info, source
@@ -44,7 +45,20 @@ def load_initial(model_parts, path: str | Path, *, args, optimizers=None) -> str
     naming_note = ", HF names mapped, q/k un-permuted" if info.keymap.naming == naming.HF else ""
     stages = f" into {len(parts)} local pipeline stage(s)" if len(parts) > 1 else ""
     return (f"initial weights from {path}: {info.label}{naming_note}, {loaded} tensors{stages}"
-            + ("" if optimizers is None else " + optimizer state"))
+            + ("" if optimizers is None else " + optimizer state")
+            + "".join(f"\n[titan-train] warning: {w}" for w in numeric_warnings(info, args)))
+
+
+def numeric_warnings(info: CheckpointInfo, args) -> list[str]:
+    """What loads but computes differently from the checkpoint's own model: rope_theta /
+    norm_eps its config.json or params.json declares, and RoPE scaling the trainer lacks."""
+    result = fit.compare(info.model, args, {}, info.declared, info.declared_by)
+    out = [f"{d.describe()}; {d.fix(args.d_model, args.multiple_of)} to compute what the checkpoint was trained as"
+           for d in result.fields if d.numeric]
+    if info.declared.get("rope_scaling"):
+        out.append(f"{info.declared_by} declares RoPE scaling ({info.declared['rope_scaling']}), which the trainer "
+                   "does not implement: outputs differ from the reference model")
+    return out
 
 
 def _check_has_optimizer(info: CheckpointInfo, path: str | Path) -> None:

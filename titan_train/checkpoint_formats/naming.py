@@ -89,6 +89,7 @@ class KeyMap:
     wrappers: dict[str, str] = field(default_factory=dict)    # wrapper prefix -> what adds it
     ignored: list[str] = field(default_factory=list)          # rope tables and such
     other: list[str] = field(default_factory=list)            # everything else (optimizer, step, ...)
+    unmapped: list[str] = field(default_factory=list)         # model-looking entries with no trainer name (biases, ...)
 
     @property
     def prefix(self) -> str:
@@ -132,6 +133,9 @@ def map_keys(keys) -> KeyMap:
                     km.rope[name] = rope
             km.to_ours[key] = name
     km.prefixes = [p for p in prefixes if p]
+    model_like = re.compile("^(" + "|".join(re.escape(p) for p in prefixes) + ")"
+                            + (r"(model\.|lm_head\.)" if km.naming == HF else r"(layers\.\d+\.|tok_embeddings\.|output\.|norm\.)"))
+    km.unmapped = [k for k in km.other if model_like.match(cleaned[k])]
     for p in km.prefixes:
         if "module" in p.split("."):
             km.wrappers["module."] = LEADING_WRAPPERS["module."]

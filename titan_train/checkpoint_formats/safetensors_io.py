@@ -67,7 +67,7 @@ def read_index(path: Path) -> dict[str, Path]:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
         weight_map = doc["weight_map"]
     except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
-        raise CheckpointError(f"{path}: not a safetensors index (JSON with a weight_map)") from None
+        raise CheckpointError(f"{path}: not a weights index (JSON with a weight_map)") from None
     shards = {name: Path(path).parent / file for name, file in weight_map.items()}
     for file in sorted(set(shards.values())):
         if not file.is_file():
@@ -112,6 +112,7 @@ def write_sharded(tensors: Iterable[tuple[str, object]], folder: Path, *, max_sh
     written: list[tuple[Path, list[str]]] = []
     shard: dict[str, object] = {}
     shard_bytes = total = 0
+    seen: set[int] = set()   # data pointers in the current shard
 
     def flush():
         nonlocal shard, shard_bytes
@@ -120,12 +121,19 @@ def write_sharded(tensors: Iterable[tuple[str, object]], folder: Path, *, max_sh
             save_file(shard, str(path), metadata=metadata)
             written.append((path, list(shard)))
             shard, shard_bytes = {}, 0
+            seen.clear()
 
     for name, tensor in tensors:
         size = tensor.numel() * tensor.element_size()
         if shard and shard_bytes + size > max_shard_bytes:
             flush()
-        shard[name] = tensor.contiguous()
+        tensor = tensor.contiguous()
+        if tensor.data_ptr() in seen:
+            # Tied weights (lm_head = embed_tokens) come back as one storage; safetensors refuses
+            # shared memory within a file, so the second name gets its own copy.
+            tensor = tensor.clone()
+        seen.add(tensor.data_ptr())
+        shard[name] = tensor
         shard_bytes += size
         total += size
         if on_tensor:

@@ -45,7 +45,22 @@ class _Mapping:
         self.tensors = tensors
 
     def read(self, raw: str, index: Index) -> torch.Tensor:
-        return self.tensors[raw][index]
+        return self.tensors[raw.removesuffix("#tied")][index]
+
+
+class _TorchShards:
+    """HF's pytorch_model-0000i-of-0000n.bin files, each mmap'd when first needed."""
+
+    def __init__(self, info: CheckpointInfo):
+        self.files: dict[str, Path] = info.where["files"]
+        self.loaded: dict[Path, dict[str, torch.Tensor]] = {}
+
+    def read(self, raw: str, index: Index) -> torch.Tensor:
+        raw = raw.removesuffix("#tied")
+        file = self.files[raw]
+        if file not in self.loaded:
+            self.loaded[file] = detect.flatten(safe_torch_load(file))
+        return self.loaded[file][raw][index]
 
 
 class _Safetensors:
@@ -160,6 +175,8 @@ class Source:
             return _Safetensors(info)
         if info.format == "meta":
             return _Meta(info)
+        if info.format == "hf-bin":
+            return _TorchShards(info)
         if info.format == "dcp":
             return _Dcp(info)
         if info.format == "torch-sharded":
