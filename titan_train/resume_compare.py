@@ -79,9 +79,16 @@ def compare(saved: dict, current: dict, where: str) -> Changes:
     for section, key in SHAPE:
         old, new = _value(saved, section, key), _value(current, section, key)
         if old is not None and old != new:
-            raise ShapeChanged(f"{where} was trained with model.{key} = {old}, the config says {new}: a checkpoint only "
-                               f"resumes into the same model shape; set model.{key} = {old}, or start with "
-                               "`titan-train run --fresh` (moves the old checkpoints aside) or another checkpoint.folder")
+            what, fix = f"model.{key} = {old}, the config says {new}", f"set model.{key} = {old}"
+            if key == "ffn_dim":   # derived, not a config field: name the fields that set it
+                what = f"a SwiGLU hidden width of {old}, the config gives {new}"
+                inputs = [(k, saved["model"].get(k), (current.get("model") or {}).get(k))
+                          for k in ("multiple_of", "ffn_dim_multiplier")]
+                fix = " and ".join(f"set model.{k} = {o!r}" if o is not None else f"remove model.{k}"
+                                   for k, o, n in inputs if o != n) or "set model.multiple_of / ffn_dim_multiplier as before"
+            raise ShapeChanged(f"{where} was trained with {what}: a checkpoint only resumes into the same model "
+                               f"shape; {fix}, or start with `titan-train run --fresh` (moves the old checkpoints "
+                               "aside) or another checkpoint.folder")
     changes = Changes()
     for bucket, fields in ((changes.optimizer, OPTIMIZER), (changes.data, DATA), (changes.numerics, NUMERICS)):
         for section, key in fields:

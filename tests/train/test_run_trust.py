@@ -242,6 +242,21 @@ def test_resume_into_another_model_shape_is_refused_in_one_line(tmp_path, field,
     assert fingerprint(ckpt_dir(tmp_path)) == before and not (ckpt_dir(tmp_path) / "run.lock").exists()
 
 
+def test_a_changed_swiglu_width_names_the_config_fields_that_set_it():
+    """ffn_dim is derived, not a config field: `set model.ffn_dim = 256` was an impossible fix."""
+    from titan_train.resume_compare import ShapeChanged, compare
+
+    base = {"d_model": 64, "n_heads": 4, "n_layers": 2, "vocab_size": 512, "multiple_of": 256}
+    saved = {"model": dict(base)}
+    with pytest.raises(ShapeChanged) as e:
+        compare(saved, {"model": dict(base, multiple_of=64)}, "step-4")
+    assert "SwiGLU hidden width of 256, the config gives 192" in str(e.value)
+    assert "set model.multiple_of = 256" in str(e.value) and "model.ffn_dim" not in str(e.value)
+    with pytest.raises(ShapeChanged) as e:
+        compare(saved, {"model": dict(base, ffn_dim_multiplier=2.0)}, "step-4")
+    assert "remove model.ffn_dim_multiplier" in str(e.value)
+
+
 def test_checkpoint_without_a_record_still_refuses_another_shape(tmp_path):
     """An older trainer's checkpoint (no titan-run.json): the parameter names and shapes in
     DCP's index are compared instead; fewer layers used to resume silently, dropping some."""
