@@ -351,6 +351,26 @@ def test_fp16_run_whose_loss_scale_collapses_stops_instead_of_halving_in_silence
     assert all(int(n.split("-")[1]) < stop for n in steps_in(tmp_path))
 
 
+def test_guard_refuses_to_save_weights_that_the_last_update_overflowed():
+    """A step's loss and grad norm are finite, its update overflows the weights: the next
+    step's loss would show it, but the save of this step comes first and must not happen."""
+    import torch
+
+    from titan_train.finite_guard import FiniteGuard, NonFinite
+    from titan_train.step import StepStats
+
+    weights = [torch.ones(4), torch.ones(3)]
+    guard = FiniteGuard(torch.device("cpu"), every=50, last_step=100, params=lambda: weights)
+    guard.observe(1, StepStats(torch.tensor(1.0), torch.tensor(1.0), 1e-3, None))
+    guard.before_save(1)
+    assert guard.last_saved == 1
+    guard.observe(2, StepStats(torch.tensor(1.0), torch.tensor(1.0), 1e-3, None))
+    weights[1][2] = float("inf")
+    with pytest.raises(NonFinite, match="non-finite weights after the update at step 2:.*step 1, is from before"):
+        guard.before_save(2)
+    assert guard.last_saved == 1
+
+
 def test_guard_in_process_fp16_collapse_and_the_first_bad_step():
     import torch
 
