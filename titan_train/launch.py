@@ -517,10 +517,15 @@ def run_and_report(cmd: list[str], opts: LaunchOptions, run_dir: str | Path, env
     sys.stdout.flush()
     saved = launcher_log(result.log_dir, result.node_rank)
     saved.unlink(missing_ok=True)   # a summary from an earlier run must not be read as this one's
-    if text:
+    first = result.first_failure
+    if text and first is not None and first.returncode == EXIT_NON_FINITE:
+        # every rank agreed on the NaN / inf stop and wrote the same line: that line is the news
+        print(last_error_line(read_log(first.log), first.returncode), file=sys.stderr)
+        saved.write_text(text + "\n", encoding="utf-8")
+    elif text:
         print(text, file=sys.stderr)
         saved.write_text(text + "\n", encoding="utf-8")
-        tail = log_tail(result.first_failure) if result.first_failure is not None else ""
+        tail = log_tail(first) if first is not None else ""
         if tail:
             print(tail, file=sys.stderr)
     elif result.forwarded:

@@ -323,6 +323,8 @@ def test_nan_from_an_absurd_lr_stops_at_that_step_and_keeps_the_last_finite_chec
     bad = min(s for s in loss if not (math.isfinite(loss[s]) and math.isfinite(norm[s])))
     assert bad > 2 and max(loss) == bad                                 # logged every step, stopped at it
     assert f"non-finite loss or grad norm at step {bad}: training stopped" in proc.stderr
+    err = proc.stderr.strip().splitlines()   # an agreed stop on every rank: one line, not a rank-failure summary
+    assert len(err) == 1 and err[0].startswith("titan-train: error: non-finite"), proc.stderr
     last_good = 2 * ((bad - 1) // 2)
     assert steps_in(tmp_path) == [f"step-{last_good}"]
     dcp_to_torch_save(ckpt_dir(tmp_path) / f"step-{last_good}", tmp_path / "good.pt")
