@@ -257,6 +257,17 @@ def test_a_changed_swiglu_width_names_the_config_fields_that_set_it():
     assert "remove model.ffn_dim_multiplier" in str(e.value)
 
 
+def test_a_changed_tokenizer_is_not_called_a_data_order_change():
+    """Same vocab_size, other tokenizer: the rows keep their shapes but not their meaning."""
+    from titan_train.resume_compare import compare
+
+    saved = {"data": {"dataset": "a.txt", "tokenizer": "bpe/tokenizer.json"}, "training": {"seq_len": 32}}
+    lines = compare(saved, {"data": {"dataset": "a.txt", "tokenizer": "byte"}, "training": {"seq_len": 32}},
+                    "step-4").lines()
+    assert len(lines) == 1 and "warning: data.tokenizer changed" in lines[0], lines
+    assert "set data.tokenizer = 'bpe/tokenizer.json'" in lines[0] and "data order" not in lines[0]
+
+
 def test_checkpoint_without_a_record_still_refuses_another_shape(tmp_path):
     """An older trainer's checkpoint (no titan-run.json): the parameter names and shapes in
     DCP's index are compared instead; fewer layers used to resume silently, dropping some."""
