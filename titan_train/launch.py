@@ -361,13 +361,15 @@ def start_ranks(cmd: list[str], opts: LaunchOptions, env: Mapping[str, str], log
 
 def _ended_by(forwarded: int, returncode: int, log: Path) -> bool:
     """A rank ended by the signal the launcher passed on, before its own handler was in place:
-    killed by it, or (SIGINT) a KeyboardInterrupt while Python was still starting or importing."""
+    killed by it, or (SIGINT) a KeyboardInterrupt while Python was still starting or importing
+    (a traceback ending in `KeyboardInterrupt`, or click's `Aborted!`)."""
     if not forwarded or returncode in (0, 128 + forwarded):
         return False
     if returncode == -forwarded:
         return True
     tail = read_log(log, limit=2000).strip().splitlines()
-    return forwarded == signal.SIGINT and bool(tail) and tail[-1].strip() == "KeyboardInterrupt"
+    # "Aborted!": click's own exit (code 1) for a KeyboardInterrupt raised while it parses the command line
+    return forwarded == signal.SIGINT and bool(tail) and tail[-1].strip() in ("KeyboardInterrupt", "Aborted!")
 
 
 def _wait(procs, outcomes, start, timeout_s, stop_grace_s, signal_grace_s, fwd: StopSignals) -> LaunchResult:
@@ -496,6 +498,19 @@ def summary(result: LaunchResult, run_dir: str | Path, prog: str = "titan-train"
     return "\n".join(lines)
 
 
+def stop_note(result: LaunchResult) -> str:
+    """What a forwarded signal left behind, from rank 0's own `stopped by ... after step N`
+    line (signals.Stopped); no such line: the ranks were still starting and nothing ran."""
+    text = read_log(result.ranks[0].log) if result.ranks else ""
+    stops = re.findall(r"titan-train: stopped by \w+ after step (\d+) \((checkpoint saved|no checkpoint configured)", text)
+    if not stops:
+        return "during start-up, before any step: nothing was trained or saved; rerun the same command to start"
+    step, how = stops[-1]
+    if how == "checkpoint saved":
+        return f"after step {step}, checkpoint saved; the same command resumes there"
+    return f"after step {step}; no checkpoint configured (checkpoint.save_interval = 0), so a rerun starts over"
+
+
 def log_tail(r: RankOutcome, n: int = 20) -> str:
     """The failed rank's own last lines (printed after the summary); "" for an empty log."""
     tail = read_log(r.log).rstrip().splitlines()[-n:]
@@ -529,8 +544,8 @@ def run_and_report(cmd: list[str], opts: LaunchOptions, run_dir: str | Path, env
         if tail:
             print(tail, file=sys.stderr)
     elif result.forwarded:
-        print(f"titan-train: stopped on {signal.Signals(result.forwarded).name} (exit {result.exit_code}); "
-              "the same command resumes from the last checkpoint", file=sys.stderr)
+        print(f"titan-train: stopped on {signal.Signals(result.forwarded).name} (exit {result.exit_code}) "
+              f"{stop_note(result)}", file=sys.stderr)
     return result.exit_code
 
 
