@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -498,6 +499,19 @@ def summary(result: LaunchResult, run_dir: str | Path, prog: str = "titan-train"
     return "\n".join(lines)
 
 
+def _with_estimate_command(text: str, cmd: list[str], opts: LaunchOptions) -> str:
+    """The SIGKILL hint's memory-estimate command, completed with this job's config and world
+    size, so it can be pasted as it is."""
+    placeholder = "titan-doctor diagnose --config ..."
+    if placeholder not in text or "--config" not in cmd[:-1]:
+        return text
+    args = cmd[cmd.index("--config"):]
+    sets = [f"--set {shlex.quote(args[i + 1])}" for i, a in enumerate(args[:-1]) if a == "--set"]
+    exact = " ".join([f"titan-doctor diagnose --config {shlex.quote(args[1])}", f"--world-size {opts.world_size}",
+                      "--device CARD", *sets])   # CARD: the accelerator's name (910B2, A100-80G...), not known here
+    return text.replace(placeholder, exact)
+
+
 def stop_note(result: LaunchResult) -> str:
     """What a forwarded signal left behind, from rank 0's own `stopped by ... after step N`
     line (signals.Stopped); no such line: the ranks were still starting and nothing ran."""
@@ -528,7 +542,7 @@ def run_and_report(cmd: list[str], opts: LaunchOptions, run_dir: str | Path, env
     """start_ranks with logs in <run_dir>/logs, then the failure summary (first) and the
     failed rank's own last lines on stderr. Returns the exit code for the CLI."""
     result = start_ranks(cmd, opts, os.environ if env is None else env, Path(run_dir) / "logs", **kw)
-    text = summary(result, run_dir)
+    text = _with_estimate_command(summary(result, run_dir), cmd, opts)
     sys.stdout.flush()
     saved = launcher_log(result.log_dir, result.node_rank)
     saved.unlink(missing_ok=True)   # a summary from an earlier run must not be read as this one's

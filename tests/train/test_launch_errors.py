@@ -122,3 +122,14 @@ def test_a_rank_that_click_aborted_on_the_forwarded_ctrl_c_is_not_a_failure(tmp_
     assert not launch._ended_by(0, 1, log) and not launch._ended_by(signal.SIGTERM, 1, log)
     log.write_text("titan-train: error: something real\n")
     assert not launch._ended_by(signal.SIGINT, 1, log)
+
+
+def test_the_oom_hint_gives_the_estimate_command_for_this_job_not_a_placeholder():
+    opts = launch.LaunchOptions(nproc=2)
+    cmd = [sys.executable, "-m", "titan_train.cli", "run", "--config", "/c/my run.toml", "--set", "training.seq_len=64",
+           "--set", 'data.dataset="a b.txt"']
+    text = "  error: " + launch.signal_error(-signal.SIGKILL)
+    done = launch._with_estimate_command(text, cmd, opts)
+    assert "--config ..." not in done
+    assert ("titan-doctor diagnose --config '/c/my run.toml' --world-size 2 --device CARD --set training.seq_len=64 "
+            "--set 'data.dataset=\"a b.txt\"'") in done
