@@ -116,7 +116,7 @@ def test_lock_in_process_refuses_a_live_owner_and_takes_over_a_reused_pid(tmp_pa
                                                    "started": 0, "proc_start": "1"}))
     with run_lock.RunLock(tmp_path, say=said.append):
         assert json.loads((tmp_path / "run.lock").read_text())["proc_start"] != "1"
-    assert any("took over" in s for s in said)
+    assert any("took over" in s and "its pid now belongs to another process" in s for s in said), said
 
 
 # ---- lineage: retention and fresh runs ----
