@@ -31,7 +31,8 @@ class ConfigError(Exception):
 @dataclass
 class OptimizerConfig:
     name: str = setting("AdamW", "only AdamW today", choices=("AdamW",))
-    lr: float = setting(3e-4, "peak learning rate (after warmup)", gt=0)
+    lr: float = setting(3e-4, "peak learning rate (after warmup); above 1e30 AdamW's bias-corrected step "
+                              "overflows fp32", gt=0, le=1e30)
     betas: list[float] = setting(doc="AdamW's moment decay rates, two numbers", ge=0, lt=1, each=True,
                                  default_factory=lambda: [0.9, 0.95])
     weight_decay: float = setting(0.1, "decoupled weight decay", ge=0)

@@ -40,7 +40,7 @@ class Range:
 
 
 def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else repr(x)
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
 
 
 def setting(default: Any = dataclasses.MISSING, doc: str = "", *, ge: float | None = None, gt: float | None = None,

@@ -35,10 +35,10 @@ class FiniteGuard:
     """`observe(step, stats)` every step (no host sync without fp16); `check()` at log steps
     and before saves raises NonFinite on every rank together."""
 
-    def __init__(self, device, *, every: int, last_step: int):
+    def __init__(self, device, *, every: int, last_step: int, params=None):
         import torch
 
-        self.every, self.last_step = every, last_step
+        self.every, self.last_step, self.params = every, last_step, params
         self.first_bad = torch.full((), _NONE, dtype=torch.int64, device=device)
         self.what = "non-finite loss or grad norm"
         self.skips = 0
@@ -74,6 +74,13 @@ class FiniteGuard:
             self.first_bad.fill_(step)
             self.what = what
 
+    def _weights_finite(self) -> bool:
+        """This rank's shards of every parameter are finite (one host sync, at save time only)."""
+        import torch
+
+        flags = [torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all() for p in self.params()]
+        return bool(torch.stack(flags).all()) if flags else True
+
     def check(self) -> None:
         """Collective: raise NonFinite on every rank when any rank saw a bad step."""
         import torch.distributed as dist
@@ -86,6 +93,10 @@ class FiniteGuard:
             raise NonFinite(step, self.what, self.last_saved)
 
     def before_save(self, step: int) -> None:
-        """The Checkpointer's hook: check, and remember what the last finite save was."""
+        """The Checkpointer's hook: check, and remember what the last finite save was. The
+        weights are checked too: a step with a finite loss and grad norm can still overflow
+        them in its update, and the next step's loss (which would show it) comes after this save."""
+        if self.params is not None and not self._weights_finite():
+            self._mark(step, "non-finite weights after the update")
         self.check()
         self.last_saved = step

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -361,13 +362,15 @@ def start_ranks(cmd: list[str], opts: LaunchOptions, env: Mapping[str, str], log
 
 def _ended_by(forwarded: int, returncode: int, log: Path) -> bool:
     """A rank ended by the signal the launcher passed on, before its own handler was in place:
-    killed by it, or (SIGINT) a KeyboardInterrupt while Python was still starting or importing."""
+    killed by it, or (SIGINT) a KeyboardInterrupt while Python was still starting or importing
+    (a traceback ending in `KeyboardInterrupt`, or click's `Aborted!`)."""
     if not forwarded or returncode in (0, 128 + forwarded):
         return False
     if returncode == -forwarded:
         return True
     tail = read_log(log, limit=2000).strip().splitlines()
-    return forwarded == signal.SIGINT and bool(tail) and tail[-1].strip() == "KeyboardInterrupt"
+    # "Aborted!": click's own exit (code 1) for a KeyboardInterrupt raised while it parses the command line
+    return forwarded == signal.SIGINT and bool(tail) and tail[-1].strip() in ("KeyboardInterrupt", "Aborted!")
 
 
 def _wait(procs, outcomes, start, timeout_s, stop_grace_s, signal_grace_s, fwd: StopSignals) -> LaunchResult:
@@ -496,6 +499,32 @@ def summary(result: LaunchResult, run_dir: str | Path, prog: str = "titan-train"
     return "\n".join(lines)
 
 
+def _with_estimate_command(text: str, cmd: list[str], opts: LaunchOptions) -> str:
+    """The SIGKILL hint's memory-estimate command, completed with this job's config and world
+    size, so it can be pasted as it is."""
+    placeholder = "titan-doctor diagnose --config ..."
+    if placeholder not in text or "--config" not in cmd[:-1]:
+        return text
+    args = cmd[cmd.index("--config"):]
+    sets = [f"--set {shlex.quote(args[i + 1])}" for i, a in enumerate(args[:-1]) if a == "--set"]
+    exact = " ".join([f"titan-doctor diagnose --config {shlex.quote(args[1])}", f"--world-size {opts.world_size}",
+                      "--device CARD", *sets])   # CARD: the accelerator's name (910B2, A100-80G...), not known here
+    return text.replace(placeholder, exact)
+
+
+def stop_note(result: LaunchResult) -> str:
+    """What a forwarded signal left behind, from rank 0's own `stopped by ... after step N`
+    line (signals.Stopped); no such line: the ranks were still starting and nothing ran."""
+    text = read_log(result.ranks[0].log) if result.ranks else ""
+    stops = re.findall(r"titan-train: stopped by \w+ after step (\d+) \((checkpoint saved|no checkpoint configured)", text)
+    if not stops:
+        return "during start-up, before any step: nothing was trained or saved; rerun the same command to start"
+    step, how = stops[-1]
+    if how == "checkpoint saved":
+        return f"after step {step}, checkpoint saved; the same command resumes there"
+    return f"after step {step}; no checkpoint configured (checkpoint.save_interval = 0), so a rerun starts over"
+
+
 def log_tail(r: RankOutcome, n: int = 20) -> str:
     """The failed rank's own last lines (printed after the summary); "" for an empty log."""
     tail = read_log(r.log).rstrip().splitlines()[-n:]
@@ -513,19 +542,24 @@ def run_and_report(cmd: list[str], opts: LaunchOptions, run_dir: str | Path, env
     """start_ranks with logs in <run_dir>/logs, then the failure summary (first) and the
     failed rank's own last lines on stderr. Returns the exit code for the CLI."""
     result = start_ranks(cmd, opts, os.environ if env is None else env, Path(run_dir) / "logs", **kw)
-    text = summary(result, run_dir)
+    text = _with_estimate_command(summary(result, run_dir), cmd, opts)
     sys.stdout.flush()
     saved = launcher_log(result.log_dir, result.node_rank)
     saved.unlink(missing_ok=True)   # a summary from an earlier run must not be read as this one's
-    if text:
+    first = result.first_failure
+    if text and first is not None and first.returncode == EXIT_NON_FINITE:
+        # every rank agreed on the NaN / inf stop and wrote the same line: that line is the news
+        print(last_error_line(read_log(first.log), first.returncode), file=sys.stderr)
+        saved.write_text(text + "\n", encoding="utf-8")
+    elif text:
         print(text, file=sys.stderr)
         saved.write_text(text + "\n", encoding="utf-8")
-        tail = log_tail(result.first_failure) if result.first_failure is not None else ""
+        tail = log_tail(first) if first is not None else ""
         if tail:
             print(tail, file=sys.stderr)
     elif result.forwarded:
-        print(f"titan-train: stopped on {signal.Signals(result.forwarded).name} (exit {result.exit_code}); "
-              "the same command resumes from the last checkpoint", file=sys.stderr)
+        print(f"titan-train: stopped on {signal.Signals(result.forwarded).name} (exit {result.exit_code}) "
+              f"{stop_note(result)}", file=sys.stderr)
     return result.exit_code
 
 

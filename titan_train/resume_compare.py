@@ -26,7 +26,8 @@ OPTIMIZER = [("optimizer", "lr"), ("optimizer", "betas"), ("optimizer", "weight_
              ("training", "warmup_steps"), ("training", "steps"), ("training", "lr_schedule"),
              ("training", "min_lr_ratio"), ("training", "max_norm")]
 DATA = [("training", "seq_len"), ("training", "batch_size"), ("training", "grad_accum_steps"),
-        ("data", "dataset"), ("data", "tokenizer"), ("data", "text_field")]
+        ("data", "dataset"), ("data", "text_field")]
+TOKENIZER = [("data", "tokenizer")]   # not a data order: the ids the embedding rows were trained for
 NUMERICS = [("model", "norm_eps"), ("model", "rope_theta"), ("training", "mixed_precision")]
 
 
@@ -39,6 +40,7 @@ class Changes:
     optimizer: list[tuple[str, Any, Any]] = field(default_factory=list)
     data: list[tuple[str, Any, Any]] = field(default_factory=list)
     numerics: list[tuple[str, Any, Any]] = field(default_factory=list)
+    tokenizer: list[tuple[str, Any, Any]] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         out = []
@@ -49,6 +51,11 @@ class Changes:
             out.append(f"[titan-train] data layout changed since the checkpoint ({_fmt(self.data)}): training "
                        "continues at the same sample count, but the batches no longer continue the old run's data "
                        "order (sequences are cut and grouped differently)")
+        for name, old, new in self.tokenizer:
+            out.append(f"[titan-train] warning: {name} changed since the checkpoint ({old!r} -> {new!r}): token ids "
+                       "now mean other text than the embedding and output rows were trained on, so the loss jumps "
+                       f"and the model relearns its vocabulary; set {name} = {old!r} to continue the old run, or "
+                       "start with `titan-train run --fresh`")
         if self.numerics:
             out.append(f"[titan-train] model numerics changed since the checkpoint, using the config's: "
                        f"{_fmt(self.numerics)}")
@@ -79,11 +86,19 @@ def compare(saved: dict, current: dict, where: str) -> Changes:
     for section, key in SHAPE:
         old, new = _value(saved, section, key), _value(current, section, key)
         if old is not None and old != new:
-            raise ShapeChanged(f"{where} was trained with model.{key} = {old}, the config says {new}: a checkpoint only "
-                               f"resumes into the same model shape; set model.{key} = {old}, or start with "
-                               "`titan-train run --fresh` (moves the old checkpoints aside) or another checkpoint.folder")
+            what, fix = f"model.{key} = {old}, the config says {new}", f"set model.{key} = {old}"
+            if key == "ffn_dim":   # derived, not a config field: name the fields that set it
+                what = f"a SwiGLU hidden width of {old}, the config gives {new}"
+                inputs = [(k, saved["model"].get(k), (current.get("model") or {}).get(k))
+                          for k in ("multiple_of", "ffn_dim_multiplier")]
+                fix = " and ".join(f"set model.{k} = {o!r}" if o is not None else f"remove model.{k}"
+                                   for k, o, n in inputs if o != n) or "set model.multiple_of / ffn_dim_multiplier as before"
+            raise ShapeChanged(f"{where} was trained with {what}: a checkpoint only resumes into the same model "
+                               f"shape; {fix}, or start with `titan-train run --fresh` (moves the old checkpoints "
+                               "aside) or another checkpoint.folder")
     changes = Changes()
-    for bucket, fields in ((changes.optimizer, OPTIMIZER), (changes.data, DATA), (changes.numerics, NUMERICS)):
+    for bucket, fields in ((changes.optimizer, OPTIMIZER), (changes.data, DATA), (changes.numerics, NUMERICS),
+                           (changes.tokenizer, TOKENIZER)):
         for section, key in fields:
             if section not in saved:
                 continue

@@ -127,7 +127,9 @@ class RunLock:
             os.rename(aside, self.path)
             raise FolderLocked(f"checkpoint folder {self.folder} was just taken by another run; start one run per folder")
         aside.unlink(missing_ok=True)
-        self.say(f"[titan-train] took over {self.path}: its run ({_owner_line(info)}) is gone")
+        gone = "its pid now belongs to another process" if pid_alive(info["pid"]) else "that process is gone"
+        self.say(f"[titan-train] took over {self.path}: its run ({_owner_line(info)}) ended without releasing it "
+                 f"({gone})")
 
     def release(self) -> None:
         if not self.held:

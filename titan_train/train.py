@@ -80,7 +80,7 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
     parts = build(cfg, dims, torch_dev)
     dp_rank = parts.mesh["dp"].get_local_rank()
     progress = Progress()
-    guard = finite_guard.FiniteGuard(torch_dev, every=cfg.metrics.log_every, last_step=t.steps)
+    guard = finite_guard.FiniteGuard(torch_dev, every=cfg.metrics.log_every, last_step=t.steps, params=parts.parameters)
     checkpointer = Checkpointer(cfg.checkpoint, train_states(parts, progress), say=say, model_args=cfg.model, job=cfg,
                                 before_save=guard.before_save)
     checkpointer.resume()  # the run's own newest checkpoint, else [checkpoint] initial_load_path

@@ -63,7 +63,8 @@ BAD = [
     (["model.ffn_dim_multiplier=0.0001"], 1, "model.ffn_dim_multiplier = 0.0001 makes a SwiGLU width of 0"),
     (["model.ffn_dim_multiplier=nan"], 1, "model.ffn_dim_multiplier = nan must be a finite number"),
     (["optimizer.lr=inf"], 1, "optimizer.lr = inf must be a finite number"),
-    (["optimizer.lr=-1e-3"], 1, "optimizer.lr = -0.001 must be > 0"),
+    (["optimizer.lr=-1e-3"], 1, "optimizer.lr = -0.001 must be in (0, 1e+30]"),
+    (["optimizer.lr=1e39"], 1, "optimizer.lr = 1e+39 must be in (0, 1e+30]"),   # was an overflow traceback in AdamW
     (["optimizer.betas=[0.9, 1.0]"], 1, "optimizer.betas = [0.9, 1.0]: every element must be in [0, 1)"),
     (["metrics.peak_tflops=-1"], 1, "metrics.peak_tflops = -1.0 must be >= 0"),
     (["watchdog.factor=1"], 1, "watchdog.factor = 1.0 must be > 1"),

@@ -40,7 +40,7 @@ def test_the_default_is_valid_and_both_sides_of_every_bound_are_checked(key):
     for edge, bad in ((bounds.ge, -1), (bounds.gt, 0), (bounds.le, 1), (bounds.lt, 0)):
         if edge is None:
             continue
-        value = edge - 1 if bad == -1 else edge if bad == 0 else edge + 1
+        value = edge - 1 if bad == -1 else edge if bad == 0 else max(edge + 1, edge * 2)   # 1e30 + 1 == 1e30
         value = [value, value] if f.metadata["each"] else (float(value) if isinstance(f.default, float) else int(value))
         assert range_error(f"{section}.{name}", f, value) is not None, (key, value)
         setattr(getattr(cfg, section), name, value)

@@ -116,7 +116,7 @@ def test_lock_in_process_refuses_a_live_owner_and_takes_over_a_reused_pid(tmp_pa
                                                    "started": 0, "proc_start": "1"}))
     with run_lock.RunLock(tmp_path, say=said.append):
         assert json.loads((tmp_path / "run.lock").read_text())["proc_start"] != "1"
-    assert any("took over" in s for s in said)
+    assert any("took over" in s and "its pid now belongs to another process" in s for s in said), said
 
 
 # ---- lineage: retention and fresh runs ----
@@ -242,6 +242,32 @@ def test_resume_into_another_model_shape_is_refused_in_one_line(tmp_path, field,
     assert fingerprint(ckpt_dir(tmp_path)) == before and not (ckpt_dir(tmp_path) / "run.lock").exists()
 
 
+def test_a_changed_swiglu_width_names_the_config_fields_that_set_it():
+    """ffn_dim is derived, not a config field: `set model.ffn_dim = 256` was an impossible fix."""
+    from titan_train.resume_compare import ShapeChanged, compare
+
+    base = {"d_model": 64, "n_heads": 4, "n_layers": 2, "vocab_size": 512, "multiple_of": 256}
+    saved = {"model": dict(base)}
+    with pytest.raises(ShapeChanged) as e:
+        compare(saved, {"model": dict(base, multiple_of=64)}, "step-4")
+    assert "SwiGLU hidden width of 256, the config gives 192" in str(e.value)
+    assert "set model.multiple_of = 256" in str(e.value) and "model.ffn_dim" not in str(e.value)
+    with pytest.raises(ShapeChanged) as e:
+        compare(saved, {"model": dict(base, ffn_dim_multiplier=2.0)}, "step-4")
+    assert "remove model.ffn_dim_multiplier" in str(e.value)
+
+
+def test_a_changed_tokenizer_is_not_called_a_data_order_change():
+    """Same vocab_size, other tokenizer: the rows keep their shapes but not their meaning."""
+    from titan_train.resume_compare import compare
+
+    saved = {"data": {"dataset": "a.txt", "tokenizer": "bpe/tokenizer.json"}, "training": {"seq_len": 32}}
+    lines = compare(saved, {"data": {"dataset": "a.txt", "tokenizer": "byte"}, "training": {"seq_len": 32}},
+                    "step-4").lines()
+    assert len(lines) == 1 and "warning: data.tokenizer changed" in lines[0], lines
+    assert "set data.tokenizer = 'bpe/tokenizer.json'" in lines[0] and "data order" not in lines[0]
+
+
 def test_checkpoint_without_a_record_still_refuses_another_shape(tmp_path):
     """An older trainer's checkpoint (no titan-run.json): the parameter names and shapes in
     DCP's index are compared instead; fewer layers used to resume silently, dropping some."""
@@ -308,6 +334,8 @@ def test_nan_from_an_absurd_lr_stops_at_that_step_and_keeps_the_last_finite_chec
     bad = min(s for s in loss if not (math.isfinite(loss[s]) and math.isfinite(norm[s])))
     assert bad > 2 and max(loss) == bad                                 # logged every step, stopped at it
     assert f"non-finite loss or grad norm at step {bad}: training stopped" in proc.stderr
+    err = proc.stderr.strip().splitlines()   # an agreed stop on every rank: one line, not a rank-failure summary
+    assert len(err) == 1 and err[0].startswith("titan-train: error: non-finite"), proc.stderr
     last_good = 2 * ((bad - 1) // 2)
     assert steps_in(tmp_path) == [f"step-{last_good}"]
     dcp_to_torch_save(ckpt_dir(tmp_path) / f"step-{last_good}", tmp_path / "good.pt")
@@ -334,6 +362,26 @@ def test_fp16_run_whose_loss_scale_collapses_stops_instead_of_halving_in_silence
     assert scale[stop] == 1.0 and scale[stop - 1] == 2.0 and stop < 40     # stopped at the first overflow at scale 1
     assert "fp16 loss scale collapsed" in proc.stderr and f"scale 1) at step {stop}:" in proc.stderr
     assert all(int(n.split("-")[1]) < stop for n in steps_in(tmp_path))
+
+
+def test_guard_refuses_to_save_weights_that_the_last_update_overflowed():
+    """A step's loss and grad norm are finite, its update overflows the weights: the next
+    step's loss would show it, but the save of this step comes first and must not happen."""
+    import torch
+
+    from titan_train.finite_guard import FiniteGuard, NonFinite
+    from titan_train.step import StepStats
+
+    weights = [torch.ones(4), torch.ones(3)]
+    guard = FiniteGuard(torch.device("cpu"), every=50, last_step=100, params=lambda: weights)
+    guard.observe(1, StepStats(torch.tensor(1.0), torch.tensor(1.0), 1e-3, None))
+    guard.before_save(1)
+    assert guard.last_saved == 1
+    guard.observe(2, StepStats(torch.tensor(1.0), torch.tensor(1.0), 1e-3, None))
+    weights[1][2] = float("inf")
+    with pytest.raises(NonFinite, match="non-finite weights after the update at step 2:.*step 1, is from before"):
+        guard.before_save(2)
+    assert guard.last_saved == 1
 
 
 def test_guard_in_process_fp16_collapse_and_the_first_bad_step():
