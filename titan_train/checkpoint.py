@@ -129,8 +129,7 @@ class Checkpointer:
         """Save at every save_interval-th step and at the run's last step (when saving at all),
         and always at a `--stop-after` step; a step already saved is not saved twice. Returns
         the step-N path it will have."""
-        due = self.enabled and (step % self.cfg.save_interval == 0 or last)
-        if not (due or step == self.stop_step) or step == self.last_saved:
+        if not self.due(step, last=last):
             return None
         if self.before_save is not None:
             self.before_save(step)
@@ -141,6 +140,11 @@ class Checkpointer:
             self.pending = start_async_save(self.cfg.folder, step, self.states, self.group, mark)
             return self.pending.final
         return self._saved(save(self.cfg.folder, step, self.states, mark))
+
+    def due(self, step: int, *, last: bool = False) -> bool:
+        """Whether `maybe_save(step, last=last)` saves."""
+        interval = self.enabled and (step % self.cfg.save_interval == 0 or last)
+        return (interval or step == self.stop_step) and step != self.last_saved
 
     def _marker(self, step: int):
         """What rank 0 writes into step-N.tmp before the rename: lineage and config."""

@@ -271,10 +271,15 @@ class MetricsLogger:
         return record
 
     @contextlib.contextmanager
-    def paused(self):
-        """Time spent in this block is not training time (checkpoint saves, profiler flush)."""
+    def paused(self, pausing: bool = True):
+        """Time spent in this block is not training time (checkpoint saves, profiler flush).
+        With `pausing` false the block does nothing worth excluding, so the device is not
+        synchronized: the loop's steps that neither save nor profile keep their overlap."""
         from titan_train import device
 
+        if not pausing:
+            yield
+            return
         with self.window.pause(settle=lambda: device.synchronize(self.dev)):
             yield
 

@@ -92,6 +92,11 @@ class Profiler:
             self._history = device.record_memory_history(self.dev, True)
         return self
 
+    @property
+    def recording(self) -> bool:
+        """Whether `step()` drives a profiler (and may flush a trace)."""
+        return self._prof is not None
+
     def step(self) -> None:
         if self._prof is not None:
             self._prof.step()

@@ -115,9 +115,10 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
                 logger.log(progress.step, stats)
                 guard.observe(progress.step, stats)  # NaN / inf: every rank stops at log steps and before saves
                 signum = stop.agreed()  # SIGTERM / SIGINT on any rank: every rank stops after this step
-            with logger.paused():  # saving and writing traces are not training time
+            last = progress.step == last_step or bool(signum)
+            with logger.paused(checkpointer.due(progress.step, last=last) or prof.recording):  # not training time
                 with span("checkpoint"):
-                    checkpointer.maybe_save(progress.step, last=progress.step == last_step or bool(signum))
+                    checkpointer.maybe_save(progress.step, last=last)
                 prof.step()
             if signum:
                 checkpointer.wait()
