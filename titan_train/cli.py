@@ -269,14 +269,12 @@ def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None)
 
 def _check_memory(cfg, opts, dev, ignore_memory: bool, config_ref=None) -> None:
     """Refuse a job whose analytic memory estimate is clearly over what a rank has."""
-    import os
-
     from titan_train import device, memory_remedies as mr
+    from titan_train.memory_estimate import hccl_buffsize_mb
 
     memory, source = device.memory_per_rank(dev, opts.nproc)
-    buffsize = os.environ.get("HCCL_BUFFSIZE", "")
     target = mr.Target(opts.world_size, memory, dev.backend, accelerator=dev.type != "cpu",
-                       hccl_buffsize_mb=int(buffsize) if buffsize.isdigit() and int(buffsize) > 0 else None)
+                       hccl_buffsize_mb=hccl_buffsize_mb(os.environ))
     status, line = mr.preflight(cfg, target, source)
     if status == mr.OVER and not ignore_memory:
         raise _UserError(f"{line}; details: titan-doctor diagnose --config {config_ref or cfg.name} --world-size "

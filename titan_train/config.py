@@ -357,8 +357,6 @@ def _validate_pipeline(cfg: JobConfig, dims: ParallelDims, local_batch: int) -> 
         per_rank = "" if stages == dims.pp else f" ({stages // dims.pp} per rank with pp_schedule = '{d.pp_schedule}')"
         raise ConfigError(f"distributed.pp_size = {dims.pp} makes {stages} pipeline stages{per_rank}, but model.n_layers "
                           f"= {m.n_layers}: every stage needs at least one transformer block")
-    if d.pp_microbatches < 0:
-        raise ConfigError(f"distributed.pp_microbatches = {d.pp_microbatches} must be >= 0 (0 = pp_size)")
     mb = pipeline_microbatches(d)
     if local_batch % mb:
         raise ConfigError(f"distributed.pp_microbatches = {mb} must divide the {local_batch} sequences each pipeline "

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Mapping
 
 from titan_train.finite_guard import EXIT_NON_FINITE
-from titan_train.signals import EXIT_SIGINT, EXIT_SIGTERM
+from titan_train.signals import EXIT_SIGINT, EXIT_SIGTERM, exit_code
 from titan_train.watchdog import EXIT_HANG, diagnose_command, read_dumps, stuck_ranks
 
 STOPPED_CODES = (EXIT_SIGTERM, EXIT_SIGINT)   # a rank that stopped on a signal after saving
@@ -267,7 +267,7 @@ class Interrupted(Exception):
 
     @property
     def exit_code(self) -> int:
-        return 128 + self.signum
+        return exit_code(self.signum)
 
 
 class StopSignals:
@@ -364,7 +364,7 @@ def _ended_by(forwarded: int, returncode: int, log: Path) -> bool:
     """A rank ended by the signal the launcher passed on, before its own handler was in place:
     killed by it, or (SIGINT) a KeyboardInterrupt while Python was still starting or importing
     (a traceback ending in `KeyboardInterrupt`, or click's `Aborted!`)."""
-    if not forwarded or returncode in (0, 128 + forwarded):
+    if not forwarded or returncode in (0, exit_code(forwarded)):
         return False
     if returncode == -forwarded:
         return True
@@ -382,7 +382,7 @@ def _wait(procs, outcomes, start, timeout_s, stop_grace_s, signal_grace_s, fwd: 
             if o.ended_s is None and p.poll() is not None:
                 o.returncode, o.ended_s = p.returncode, now
                 if _ended_by(result.forwarded, p.returncode, o.log):
-                    o.returncode = 128 + result.forwarded
+                    o.returncode = exit_code(result.forwarded)
         running = [(p, o) for p, o in zip(procs, outcomes) if o.ended_s is None]
         if not running:
             return result
@@ -558,7 +558,7 @@ def run_and_report(cmd: list[str], opts: LaunchOptions, run_dir: str | Path, env
         if tail:
             print(tail, file=sys.stderr)
     elif result.forwarded:
-        print(f"titan-train: stopped on {signal.Signals(result.forwarded).name} (exit {result.exit_code}) "
+        print(f"titan-train: stopped on {signal_name(result.forwarded)} (exit {result.exit_code}) "
               f"{stop_note(result)}", file=sys.stderr)
     return result.exit_code
 

@@ -72,6 +72,12 @@ def layout(cfg: JobConfig, world_size: int, backend: str, hccl_buffsize_mb: int 
                   hccl_buffsize_mb=hccl_buffsize_mb or default_hccl_buffsize_mb())
 
 
+def hccl_buffsize_mb(env) -> int | None:
+    """HCCL_BUFFSIZE (MB) as the environment sets it; None when unset or not a positive number."""
+    raw = env.get("HCCL_BUFFSIZE", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else None
+
+
 def default_hccl_buffsize_mb() -> int:
     """HCCL_BUFFSIZE's default from rules/hccl_env.toml (200 MB, HCCL documentation)."""
     from titan_knowledge import load

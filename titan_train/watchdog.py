@@ -16,6 +16,7 @@ the others; each waits `grace_s` for its peers to dump too, then exits with EXIT
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import faulthandler
 import os
@@ -93,7 +94,7 @@ class Watchdog:
         self.run_dir = Path(run_dir)
         self.dump_path = self.run_dir / "hang" / f"rank{rank}.txt"
         self.grace_s, self._exit = grace_s, exit_fn
-        self.durations: list[float] = []
+        self.durations: collections.deque[float] = collections.deque(maxlen=_RECENT)  # the median's window
         self.last_collective = "none seen"
         self._step = 0
         self._started: float | None = None
@@ -106,7 +107,7 @@ class Watchdog:
         c = self.cfg
         if len(self.durations) < _MIN_SAMPLES:
             return c.startup_s
-        return max(c.floor_s, c.factor * statistics.median(self.durations[-_RECENT:]))
+        return max(c.floor_s, c.factor * statistics.median(self.durations))
 
     def __enter__(self) -> "Watchdog":
         self.dump_path.unlink(missing_ok=True)  # a dump from an earlier run must not be read as this one's
@@ -155,7 +156,7 @@ class Watchdog:
         self.fired = True
         frame = sys._current_frames().get(self._main)
         now = collective_frames(frame) if frame is not None else None
-        median = statistics.median(self.durations[-_RECENT:]) if self.durations else None
+        median = statistics.median(self.durations) if self.durations else None
         rule = (f"{self.cfg.factor:g} x median {median:.2f} s, at least {self.cfg.floor_s:g} s"
                 if len(self.durations) >= _MIN_SAMPLES else f"watchdog.startup_s before {_MIN_SAMPLES} steps")
         lines = [

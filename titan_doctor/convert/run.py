@@ -18,7 +18,7 @@ from typing import Any
 
 from titan_train.checkpoint_formats import CheckpointError, detect, fit, naming
 from titan_train.checkpoint_formats.detect import CheckpointInfo
-from titan_train.checkpoint_formats.dtypes import SHORT_NAMES
+from titan_train.checkpoint_formats.dtypes import SHORT_NAMES, itemsize
 
 TARGETS = ("dcp", "torch", "hf", "meta")
 
@@ -198,7 +198,7 @@ def _convert_weights(info: CheckpointInfo, tmp: Path, target: str, cast, config:
     args = model_args_for(info, config, needed=target in ("hf", "meta") or bool(info.keymap.rope))
     heads = {"n_heads": args.n_heads, "n_kv_heads": args.n_kv_heads or args.n_heads} if args else {}
     source = Source(info, heads=heads)
-    total = sum(t.numel * (cast.itemsize if cast is not None else _itemsize(t.dtype)) for t in info.model.values())
+    total = sum(t.numel * (cast.itemsize if cast is not None else itemsize(t.dtype)) for t in info.model.values())
     report = Progress(total, total >= 64 * 2**20 if progress is None else progress)
 
     def items():
@@ -223,8 +223,3 @@ def _convert_weights(info: CheckpointInfo, tmp: Path, target: str, cast, config:
     else:
         dcp_io.save({"model": dict(items())}, tmp)
 
-
-def _itemsize(dtype: str) -> int:
-    from titan_train.checkpoint_formats.dtypes import ITEMSIZE
-
-    return ITEMSIZE.get(dtype, 4)

@@ -91,6 +91,7 @@ def check_memory(req: MemoryRequest) -> list[Finding]:
     from titan_train import memory_remedies as mr
     from titan_train.cli import resolve_config
     from titan_train.config import ConfigError, load, validate
+    from titan_train.memory_estimate import hccl_buffsize_mb
 
     card = resolve_card(req)
     try:
@@ -100,7 +101,7 @@ def check_memory(req: MemoryRequest) -> list[Finding]:
         raise PlanError(str(e)) from None
     backend = _backend(req, cfg, card)
     target = mr.Target(req.world_size, card.memory_bytes, backend, accelerator=True,
-                       hccl_buffsize_mb=_hccl_buffsize(req.env))
+                       hccl_buffsize_mb=hccl_buffsize_mb(req.env))
     est = mr.estimate_for(cfg, target)
     found = [plan_finding(cfg, card, target, est, req.config)]
     if mr.verdict(est, card.memory_bytes).status != mr.FITS:
@@ -114,11 +115,6 @@ def _backend(req: MemoryRequest, cfg, card: Card) -> str:
     if req.backend != "auto":
         return req.backend
     return cfg.distributed.backend if cfg.distributed.backend != "auto" else card.backend
-
-
-def _hccl_buffsize(env: dict[str, str]) -> int | None:
-    raw = env.get("HCCL_BUFFSIZE", "")
-    return int(raw) if raw.isdigit() and int(raw) > 0 else None
 
 
 def _gib(n: int) -> str:

@@ -34,8 +34,6 @@ def torch_dtype(name: str):
     return getattr(torch, name)
 
 
-def nbytes(shape, dtype: str) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n * ITEMSIZE.get(dtype, 4)
+def itemsize(dtype: str) -> int:
+    """Bytes per element of a checkpoint dtype name (4 for one we do not list)."""
+    return ITEMSIZE.get(dtype, 4)
