@@ -392,6 +392,10 @@ def _activation_checkpoint(r: _Reader) -> None:
 
 def load(path: str | Path, overrides: list[str], world_size: int) -> tuple[JobConfig, Conversion]:
     """A torchtitan TOML plus trainer-style `--set` overrides (applied after conversion)."""
-    raw = config_mod.read_toml(path)
+    return from_raw(config_mod.read_toml(path), overrides, world_size, Path(path).stem)
+
+
+def from_raw(raw: dict[str, Any], overrides: list[str], world_size: int, name: str) -> tuple[JobConfig, Conversion]:
+    """`load` for a TOML already read."""
     conversion = convert(raw, world_size)
-    return config_mod.from_raw(conversion.raw, overrides, Path(path).stem), conversion
+    return config_mod.from_raw(conversion.raw, overrides, name), conversion
