@@ -79,8 +79,9 @@ def test_kill9_mid_save_names_the_rank_and_rerun_resumes_the_last_complete_step(
     assert "    rank 1   outputs/llama_debug/logs/rank1.log  (failed first)" in err
     assert "  next: titan-doctor diagnose --log outputs/llama_debug" in err
     assert "Traceback" not in killed.stderr and "Connection" not in killed.stderr
-    if mode == "sync":   # rank 0 waited in the save's collective and lost its peer (async: it may be stopped first)
-        assert "Traceback" in (logs / "rank0.log").read_text()
+    # rank 0 keeps its own log; whether it lost its peer in gloo (a traceback there) or was stopped
+    # by the launcher first is a race, so only what it logged before the kill is asserted
+    assert "step 4/6" in (logs / "rank0.log").read_text()
 
     # step 4 was never completed: it stays step-4.tmp and is never resumed from
     assert checkpoints(tmp_path) == ["step-2", "step-4.tmp"]
