@@ -175,6 +175,22 @@ class Checkpointer:
         self.say("[titan-train] " + load_initial(self.states["model"].parts, self.cfg.initial_load_path,
                                                  args=self.model_args, optimizers=optimizers))
 
+    def export_if_missing(self, step: int) -> None:
+        """A rerun of a job that already reached training.steps trains nothing, but an
+        export_final set after that run ended (or deleted since) is written now; an export of
+        that format already in the folder is kept. Rank 0 looks, so every rank agrees."""
+        if self.cfg.export_final == "none":
+            return
+        from titan_train.checkpoint_formats.export import existing_export
+
+        found = [existing_export(self.cfg.folder, step, self.cfg.export_final) if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(found, src=0)
+        if found[0] is not None:
+            self.say(f"[titan-train] {found[0]} already holds the final model ({self.cfg.export_final}); "
+                     "delete it to export again")
+            return
+        self.export_final(step)
+
     def export_final(self, step: int) -> Path | None:
         """Collective: the whole model, gathered from every shard and pipeline stage, as one
         torch.save file or HF safetensors in <folder>/export-step-N."""

@@ -94,7 +94,8 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
         f"data {tokens.description}")
     say(f"[titan-train] peak {peak / 1e12:.3f} TFLOP/s per device ({peak_src})")
     if progress.step >= t.steps:
-        say(f"[titan-train] already at step {progress.step} >= training.steps = {t.steps}; nothing to do")
+        say(f"[titan-train] already at step {progress.step} >= training.steps = {t.steps}; nothing to train")
+        checkpointer.export_if_missing(progress.step)  # [checkpoint] export_final set after the run ended
         return
 
     last_step = min(t.steps, progress.step + stop_after) if stop_after > 0 else t.steps

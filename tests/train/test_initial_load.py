@@ -64,6 +64,35 @@ def test_checkpoint_that_does_not_fit_is_refused_before_any_rank_starts(tmp_path
     assert not (other / "outputs").exists()
 
 
+def test_rerun_of_a_finished_job_writes_a_missing_export_and_keeps_an_existing_one(tmp_path):
+    """export_final set only after the run ended: the rerun trains nothing but exports the
+    resumed weights; a second rerun keeps that export; the other format is written beside it."""
+    run = FAST + ["training.steps=2", "checkpoint.save_interval=2"]
+    ok(run_trainer(tmp_path, overrides=run))
+    folder = tmp_path / "outputs" / "llama_debug" / "checkpoints"
+    export = folder / "export-step-2"
+    assert not export.exists()
+
+    proc = ok(run_trainer(tmp_path, nproc=2, overrides=run + ["checkpoint.export_final=torch"]))
+    assert "nothing to train" in proc.stdout
+    assert f"exported the final model to {export.relative_to(tmp_path)}" in proc.stdout
+    assert sorted(losses(tmp_path)) == [1, 2]   # no step trained again
+    native = dcp_io.load_everything(folder / "step-2")["model"]
+    exported = torch.load(export / "model.pt", weights_only=True)
+    assert sorted(exported) == sorted(k.removeprefix("model.") for k in native)
+    assert all(torch.equal(exported[k.removeprefix("model.")], v) for k, v in native.items())
+
+    before = (export / "model.pt").stat().st_mtime_ns
+    proc = ok(run_trainer(tmp_path, nproc=2, overrides=run + ["checkpoint.export_final=torch"]))
+    assert (f"{export.relative_to(tmp_path)} already holds the final model (torch); delete it to export again"
+            in proc.stdout)
+    assert (export / "model.pt").stat().st_mtime_ns == before
+
+    proc = ok(run_trainer(tmp_path, overrides=run + ["checkpoint.export_final=hf"]))
+    assert "exported the final model to" in proc.stdout
+    assert detect.describe(export).format == "hf" and (export / "config.json").is_file()
+
+
 # A tiny GQA LLaMA for the pipeline runs: 2 blocks, so pp = 2 puts one block on each stage.
 PP_MODEL = ["model.d_model=64", "model.n_heads=4", "model.n_kv_heads=2", "model.n_layers=2", "model.multiple_of=16"]
 # One micro-batch and no clipping: the pipeline then does exactly the 1-rank arithmetic (the

@@ -39,7 +39,7 @@ def test_partial_checkpoint_is_ignored_and_finished_run_does_nothing(tmp_path):
     (partial / "__0_0.distcp").write_bytes(b"half-written")
     proc = ok(run_trainer(tmp_path, overrides=FAST + ["training.steps=2", "checkpoint.save_interval=2"]))
     assert "resumed from" in proc.stdout and "(step 2)" in proc.stdout
-    assert "nothing to do" in proc.stdout
+    assert "nothing to train" in proc.stdout
     assert not partial.exists()
     assert sorted(p.name for p in folder.iterdir()) == ["step-2"]
 

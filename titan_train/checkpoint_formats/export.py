@@ -77,6 +77,16 @@ def gather_full(model_parts, args, dtype: torch.dtype) -> Iterator[tuple[str, to
             yield name, buf.cpu()
 
 
+# The file each format's export always holds; writers.atomic_output makes it all-or-nothing.
+_MAIN_FILE = {"torch": "model.pt", "hf": "config.json"}
+
+
+def existing_export(folder: str | Path, step: int, fmt: str) -> Path | None:
+    """<folder>/export-step-N when it already holds a `fmt` export (a rerun of a finished job)."""
+    target = Path(folder) / f"export-step-{step}"
+    return target if fmt in _MAIN_FILE and (target / _MAIN_FILE[fmt]).is_file() else None
+
+
 def export_final(model_parts, folder: str | Path, fmt: str, *, args, step: int, dtype: str = "fp32") -> Path | None:
     """Collective. Returns the export folder (None for fmt "none")."""
     if fmt == "none":
