@@ -322,6 +322,17 @@ def validate(cfg: JobConfig, world_size: int) -> None:
         _validate_pipeline(cfg, dims, local_batch=t.batch_size // per_step)
 
 
+def advisories(cfg: JobConfig) -> list[str]:
+    """Settings that run but rarely mean what was intended: one warning line each."""
+    t = cfg.training
+    out = []
+    if 0 < t.steps <= t.warmup_steps:
+        out.append(f"training.warmup_steps = {t.warmup_steps} >= training.steps = {t.steps}: the learning rate "
+                   f"never reaches optimizer.lr (it ends at {t.steps / (t.warmup_steps + 1):.0%} of it) and never "
+                   f"decays; set warmup_steps below steps (often 1-10% of them)")
+    return out
+
+
 def check_ranges(cfg: JobConfig) -> None:
     """Every numeric field against the range declared next to its definition."""
     for (section, key), f in FIELDS.items():

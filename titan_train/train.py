@@ -19,7 +19,7 @@ import torch.distributed as dist
 from titan_train import data, device, finite_guard, metrics, profiling, run_lock, signals, watchdog
 from titan_train.build import build
 from titan_train.checkpoint import Checkpointer, train_states
-from titan_train.config import JobConfig, pipeline_microbatches, run_dir, to_dict, validate
+from titan_train.config import JobConfig, advisories, pipeline_microbatches, run_dir, to_dict, validate
 from titan_train.model_args import count_params, flops_per_token
 from titan_train.parallel_dims import ParallelDims
 from titan_train.profiling import span
@@ -97,6 +97,8 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
         say(f"[titan-train] already at step {progress.step} >= training.steps = {t.steps}; nothing to train")
         checkpointer.export_if_missing(progress.step)  # [checkpoint] export_final set after the run ended
         return
+    for line in advisories(cfg):  # settings that run but rarely mean what was intended
+        say(f"[titan-train] warning: {line}")
 
     last_step = min(t.steps, progress.step + stop_after) if stop_after > 0 else t.steps
     guard.last_step, checkpointer.stop_step = last_step, (last_step if stop_after > 0 else None)  # saved regardless

@@ -121,12 +121,28 @@ def test_shipped_configs_are_valid_for_their_card_counts():
     for name, world in cards.items():
         cfg = config.load(REPO / "configs" / f"{name}.toml")
         config.validate(cfg, world)
+        assert config.advisories(cfg) == [], name
     c70 = config.load(REPO / "configs" / "llama_70b.toml")
     assert (c70.model.n_kv_heads, c70.distributed.tp_size, c70.model.n_layers) == (8, 8, 80)
     long = config.load(REPO / "configs" / "llama_70b_long.toml")
     assert (long.distributed.tp_size, long.distributed.pp_size, long.training.seq_len) == (8, 4, 8192)
     assert long.training.activation_checkpoint == "selective" and long.model == c70.model.__class__(
         **{**vars(c70.model), "max_seq_len": 8192})  # the same 70B, only a longer RoPE table
+
+
+def test_warmup_as_long_as_the_run_is_a_warning_not_an_error(tmp_path, monkeypatch):
+    """It runs (short smoke runs do this on purpose) but the LR never reaches its peak."""
+    short = config.load(DEBUG, ["training.steps=4", "training.warmup_steps=4"])
+    assert config.advisories(short) == [
+        "training.warmup_steps = 4 >= training.steps = 4: the learning rate never reaches optimizer.lr (it ends at "
+        "80% of it) and never decays; set warmup_steps below steps (often 1-10% of them)"]
+    assert config.advisories(config.load(DEBUG, ["training.steps=5", "training.warmup_steps=4"])) == []
+    assert config.advisories(config.load(DEBUG, ["training.steps=3", "training.warmup_steps=0"])) == []
+    # the trainer says it in its start-up lines (test_initial_load.py), never in a refusal
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["run", "--config", DEBUG, "--set", "training.steps=2", "--set",
+                                       "training.warmup_steps=2", "--set", "model.n_layers=0"])
+    assert result.exit_code == 2 and "warmup_steps" not in result.output
 
 
 def test_overrides_are_typed_like_the_file():
