@@ -49,6 +49,19 @@ def test_trainer_folder_is_read_at_its_newest_step(tmp_path):
     assert _same(_read_all(tmp_path), sd)
 
 
+def test_reading_a_dcp_folder_tensor_by_tensor_reads_its_metadata_once(tmp_path, monkeypatch):
+    """convert / initial_load read one tensor at a time; at 70B x 64 ranks `.metadata` is tens
+    of MB, so re-reading it per tensor (DCP's default) would cost hours."""
+    sd = weights()
+    write_trainer_dcp(tmp_path, sd, step=2)
+    reads = []
+    real = dcp_io.SafeFileSystemReader.read_metadata
+    monkeypatch.setattr(dcp_io.SafeFileSystemReader, "read_metadata",
+                        lambda self, *a, **k: reads.append(self) or real(self, *a, **k))
+    assert _same(_read_all(tmp_path), sd) and len(sd) > 10
+    assert len(reads) == 1
+
+
 def test_legacy_trainer_layout_and_model_only_dcp(tmp_path):
     legacy = write_trainer_dcp(tmp_path / "a", weights(), step=3, legacy=True)
     info = detect.describe(legacy)

@@ -140,11 +140,11 @@ class _Dcp:
     def __init__(self, info: CheckpointInfo):
         from titan_train.checkpoint_formats import dcp_io
 
-        self.dcp_io, self.root, self.tensors = dcp_io, info.root, info.tensors
+        self.load, self.tensors = dcp_io.tensor_loader(info.root), info.tensors
 
     def read(self, raw: str, index: Index) -> torch.Tensor:
         t = self.tensors[raw]
-        return self.dcp_io.load_tensor(self.root, raw, t.shape, torch_dtype(t.dtype))[index]
+        return self.load(raw, t.shape, torch_dtype(t.dtype))[index]
 
 
 def _numel(shape) -> int:
