@@ -50,6 +50,8 @@ def test_method_rule_without_call_gets_the_default(tmp_path):
     ('kind = "compare"\nliteral = "dev"\noperands = ["x"]\n', "'literal' must be one of device, backend"),
     ('kind = "report"\nmatch = "acme"\nkeyword = ["x"]\n', "unknown key 'keyword'"),
     ('kind = "report"\nmatch = "acme"\nkernel = "yes"\n', "'kernel' must be true or false"),
+    ('kind = "report"\nmatch = "acme.*_cuda"\n', "a glob names one top-level module"),
+    ('kind = "report"\nmatch = "*"\n', "a glob names one top-level module"),
     ('kind = "env"\nold = "X_BUF"\nnew = "Y_BUF"\nvalue = "scale"\n', "value = \"scale\" needs 'factor'"),
     ('kind = "env"\nold = "X_BUF"\nnew = "Y_BUF"\nvalue = "scale"\nfactor = 2\n',
      "a converted value needs 'old_unit' and 'new_unit'"),
