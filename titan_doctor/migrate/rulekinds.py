@@ -276,16 +276,20 @@ def _name_line(rule) -> list[str]:
     """A use of a.b.c.d spells at least `c.d` (the binding names a prefix, the use the
     rest; bindings at or below a rule's name are added per file, see skipping.note_binding)."""
     parts = _name_words(rule)
+    if len(parts) == 1 and "*" in parts[0]:
+        # a module glob (`*_cuda`) names an import; `use_cuda=True` mentions no module
+        return [r"(?:import|from)\s[^\n#]*?(?<![\w.])" + _word(parts[0])]
     if len(parts) == 1:
-        return [_word(parts[0])]
+        return [re.escape(parts[0]) + r"(?![\w])"]
     return [re.escape(parts[-2]) + r"\s*\.\s*" + re.escape(parts[-1]) + r"(?![\w])"]
 
 
 def _word(w: str) -> str:
     """A whole word; a word ending in `_` is a prefix (NCCL_*); `*` in a word (a glob
-    report rule's module name) stands for any word characters."""
+    report rule's module name, a package marker such as flash*attn) stands for any word
+    characters and hyphens."""
     if "*" in w:
-        return r"\w*".join(map(re.escape, w.split("*"))) + r"(?![\w])"
+        return r"[\w-]*".join(map(re.escape, w.split("*"))) + r"(?![\w])"
     return re.escape(w) + ("" if w.endswith("_") else r"(?![\w])")
 
 
