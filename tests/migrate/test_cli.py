@@ -253,7 +253,9 @@ def test_help_readme_and_hook_say_the_same_about_check_exit_1():
     "a.py", "nb/x.ipynb", "run.sh", "r.bash", "r.zsh", "job.sbatch", "job.slurm", "c.json",
     "c.yaml", "c.yml", "c.toml", "setup.cfg", "t.ini", "k.cu", "k.cuh", "Dockerfile",
     "docker/Containerfile", ".env", ".env.local", "prod.env", "README.md", "notes.txt",
-    "x.pyc", "Makefile", "a.py.bak", "data.jsonl", "lib.so", "docker/Dockerfile.dev"])
+    "x.pyc", "Makefile", "a.py.bak", "data.jsonl", "lib.so", "docker/Dockerfile.dev",
+    "requirements.txt", "requirements-dev.txt", "ci/constraints.txt", "requirements.in",
+    "docs/requirements/notes.txt"])
 def test_hook_files_pattern_matches_exactly_what_migrate_reads(name):
     from titan_doctor.migrate import kinds
     from titan_doctor.migrate.rules import load_rules

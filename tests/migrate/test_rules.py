@@ -50,6 +50,8 @@ def test_method_rule_without_call_gets_the_default(tmp_path):
     ('kind = "compare"\nliteral = "dev"\noperands = ["x"]\n', "'literal' must be one of device, backend"),
     ('kind = "report"\nmatch = "acme"\nkeyword = ["x"]\n', "unknown key 'keyword'"),
     ('kind = "report"\nmatch = "acme"\nkernel = "yes"\n', "'kernel' must be true or false"),
+    ('kind = "report"\nmatch = "acme.*_cuda"\n', "a glob names one top-level module"),
+    ('kind = "report"\nmatch = "*"\n', "a glob names one top-level module"),
     ('kind = "env"\nold = "X_BUF"\nnew = "Y_BUF"\nvalue = "scale"\n', "value = \"scale\" needs 'factor'"),
     ('kind = "env"\nold = "X_BUF"\nnew = "Y_BUF"\nvalue = "scale"\nfactor = 2\n',
      "a converted value needs 'old_unit' and 'new_unit'"),
@@ -138,3 +140,17 @@ def test_a_user_text_rule_uses_pre_opt_old_and_new_as_documented(tmp_path):
         ("ACME901", 1, 5, "accelerator --accel=gpu -> --accel=npu"),
         ("ACME902", 2, 9, "--gpus 8 asks for GPUs"),
     ]
+
+
+@pytest.mark.parametrize("line, mentioned", [
+    ("import fused_rmsnorm_cuda", True),                  # a module glob (*_cuda) names an import
+    ("from masked_softmax_cuda import forward", True),
+    ("%time run(use_cuda=True)", False),                  # ... not a keyword that ends in _cuda
+    ("%pip install -q flash-attn==2.6.3", True),          # a marker glob (flash*attn) spans - and _
+    ("%pip install -q flash_attn", True),
+    ("%pip install -q transformers pytorch-lightning", False),  # transformer*engine is not transformers
+    ("%sql SELECT name FROM runs", False),                # a Dockerfile rule is not about every FROM
+])
+def test_glob_markers_mention_only_what_their_rules_match(line, mentioned):
+    # rules.mentions decides whether a notebook magic line "mentions CUDA" (NPU005)
+    assert load_rules().mentions(line.encode()) is mentioned

@@ -45,7 +45,8 @@ Modes:
 \b
 Files read: Python (.py), Jupyter notebooks (.ipynb: the code cells, IPython magics
 masked; the JSON is otherwise kept byte for byte), shell and Slurm scripts (.sh .sbatch
-.slurm), .env, YAML, TOML, JSON, .cfg/.ini and Dockerfiles; .cu/.cuh are reported.
+.slurm), .env, YAML, TOML, JSON, .cfg/.ini, Dockerfiles and pip requirements files
+(requirements*.txt, constraints*.txt: CUDA-only packages); .cu/.cuh are reported.
 Folders are walked except what git ignores, .git, Python environments (pyvenv.cfg,
 conda-meta/) and site-packages; the summary counts what was skipped and why. Symbolic
 links are never followed out of the tree or replaced by files.

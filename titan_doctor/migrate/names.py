@@ -164,7 +164,9 @@ class Names:
         if isinstance(rule, Report):
             if report and self._applies(rule, node):
                 msg = fill(rule.message, old=qname, version=self.rules.npu_version)
-                self.ctx.report_once(rule.match, rule.code, node, msg, rule.fix)
+                # a glob rule reports each module it matches once, not the glob once
+                key = parts[0] if "*" in rule.match else rule.match
+                self.ctx.report_once(key, rule.code, node, msg, rule.fix)
                 self.ctx.block(node, qname, rule.fix)
             return None
         miss = self._gate_miss(rule, parts, k)

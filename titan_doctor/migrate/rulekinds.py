@@ -98,7 +98,10 @@ class Rename(Rule):
 
 @dataclass(frozen=True, kw_only=True)
 class Report(Rule):
-    """A qualified-name prefix reported with `fix`, never rewritten. kernel = true: a
+    """A qualified-name prefix reported with `fix`, never rewritten. A `match` with a `*`
+    is a glob on the top-level module name (`*_cuda`: the compiled CUDA extensions that
+    setup.py CUDAExtension or cpp_extension.load build, imported by their own names);
+    a dotted name rule always wins over it. kernel = true: a
     CUDA-only kernel library, so a device check that selects it is not flipped (NPU110).
     only_if_args / only_if_keywords: report a call only when a string in its arguments
     matches one of these regexes, or it passes one of these keywords."""
@@ -273,13 +276,20 @@ def _name_line(rule) -> list[str]:
     """A use of a.b.c.d spells at least `c.d` (the binding names a prefix, the use the
     rest; bindings at or below a rule's name are added per file, see skipping.note_binding)."""
     parts = _name_words(rule)
+    if len(parts) == 1 and "*" in parts[0]:
+        # a module glob (`*_cuda`) names an import; `use_cuda=True` mentions no module
+        return [r"(?:import|from)\s[^\n#]*?(?<![\w.])" + _word(parts[0])]
     if len(parts) == 1:
         return [re.escape(parts[0]) + r"(?![\w])"]
     return [re.escape(parts[-2]) + r"\s*\.\s*" + re.escape(parts[-1]) + r"(?![\w])"]
 
 
 def _word(w: str) -> str:
-    """A whole word; a word ending in `_` is a prefix (NCCL_*)."""
+    """A whole word; a word ending in `_` is a prefix (NCCL_*); `*` in a word (a glob
+    report rule's module name, a package marker such as flash*attn) stands for any word
+    characters and hyphens."""
+    if "*" in w:
+        return r"[\w-]*".join(map(re.escape, w.split("*"))) + r"(?![\w])"
     return re.escape(w) + ("" if w.endswith("_") else r"(?![\w])")
 
 
@@ -347,7 +357,11 @@ def _check_literal_arg(rule: LiteralArg) -> list[str]:
 
 
 def _check_report(rule: Report) -> list[str]:
-    return _regex_errors(rule.only_if_args, "only_if_args")
+    errors = _regex_errors(rule.only_if_args, "only_if_args")
+    if "*" in rule.match and ("." in rule.match or not rule.match.strip("*")):
+        errors.append(f"match {rule.match!r}: a glob names one top-level module (`*_cuda`), "
+                      "no dots, and not only `*`")
+    return errors
 
 
 def _check_env(rule: Env) -> list[str]:
@@ -426,6 +440,9 @@ def _words(rule) -> list[str]:
 
 
 def _index_name(rs: "RuleSet", rule) -> None:
+    if isinstance(rule, Report) and "*" in rule.match:
+        rs.name_globs.append(rule)
+        return
     rs.names[rule.old if isinstance(rule, Rename) else rule.match] = rule
     if isinstance(rule, Rename) and rule.gate_code:
         rs.help.setdefault(rule.gate_code, fill(rule.gate_message, old=rule.old + ".<name>",

@@ -32,7 +32,8 @@ class Prefilter:
 
     def may_match(self, data: bytes) -> bool:
         found = {m.decode() for m in self.marker_re.findall(data)}
-        return any(all(w in found for w in conj) for conj in self.markers)
+        return any(all(w in found or ("*" in w and any(fnmatch.fnmatchcase(f, w) for f in found))
+                       for w in conj) for conj in self.markers)
 
 
 @dataclass
@@ -40,6 +41,7 @@ class RuleSet:
     """Validated rules, indexed the way the transformer and text rewriters look them up."""
 
     names: dict[str, Rename | Report] = field(default_factory=dict)   # by old/match
+    name_globs: list[Report] = field(default_factory=list)  # report rules on a module glob
     capabilities: dict[str, Capability] = field(default_factory=dict)  # by match
     literal_args: list[LiteralArg] = field(default_factory=list)
     compares: list[Compare] = field(default_factory=list)
@@ -86,6 +88,9 @@ class RuleSet:
             rule = self.names.get(".".join(parts[:n]))
             if rule is not None:
                 return rule, n
+        for rule in self.name_globs:
+            if fnmatch.fnmatchcase(parts[0], rule.match):
+                return rule, 1
         return None
 
     def kernel_rule(self, qname: str) -> Report | None:

@@ -1,5 +1,5 @@
-"""Rewrites launch scripts and configs (sh, Slurm, .env, YAML, TOML, JSON, Dockerfile)
-line by line: environment variable names and `text` rules (backend = "nccl", --device cuda,
+"""Rewrites launch scripts and configs (sh, Slurm, .env, YAML, TOML, JSON, Dockerfile,
+pip requirements files) line by line: environment variable names and `text` rules (backend = "nccl", --device cuda,
 #SBATCH --gpus-per-node, nvidia-smi).
 
 These files have no syntax tree we could trust across dialects, so only unambiguous tokens
@@ -34,7 +34,13 @@ _VALUE = re.compile(r"""(?P<kq>["']?)[ \t]*(?:=|:(?=[ \t"']|\d))[ \t]*(?P<q>["']
 def is_text_file(path: PurePath) -> bool:
     name = path.name
     return (path.suffix in TEXT_SUFFIXES or name in TEXT_NAMES or name.startswith(".env")
-            or name.endswith(".env"))
+            or name.endswith(".env") or is_requirements_file(path))
+
+
+def is_requirements_file(path: PurePath) -> bool:
+    """pip requirement and constraint lists (requirements.txt, requirements-dev.txt,
+    constraints.txt): where a project pins CUDA-only packages (flash-attn, pynvml)."""
+    return path.suffix == ".txt" and path.name.startswith(("requirements", "constraints"))
 
 
 def _finding(rule, status: Status, message: str, path: str, line: int, col: int,
