@@ -243,3 +243,61 @@ def test_a_signature_group_named_dev_that_is_not_a_number_is_no_device():
     line = log_lines.parse("x", 1, "some error on npu")
     e = incidents.Event("x", "t", "c", "f", 10, False, "s", line, {"dev": "npu"}, [line])
     assert incidents.Incident("x", "", [e]).device is None
+
+
+# ---- held-out classes (field-logs pass): mpirun prefixes, DCP keys, CANN's own symbols --------
+
+def test_open_mpi_tag_output_prefix_names_the_rank():
+    line = log_lines.parse("x", 1, "[1,3]<stdout>:host:29881:30401 [0] NCCL INFO init.cc:903 -> 5")
+    assert line.rank == 3 and line.stream == "[1,3]<stdout>:"
+    assert log_lines.parse("x", 1, "[1,12]<stderr>:Traceback (most recent call last):").rank == 12
+
+
+def test_duplicate_gpu_names_both_ranks_and_beats_the_generic_invalid_usage(tmp_path):
+    fs = explain(tmp_path, (
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1691, invalid usage, NCCL version 2.19.3\n"
+        "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"
+        "Last error:\n"
+        "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 2000\n"))
+    assert fs[0].code == "log.nccl.duplicate_gpu" and "rank 0 and rank 1" in fs[0].detail
+    assert "2000" in fs[0].detail and "log.nccl.ncclInvalidUsage" in [f.code for f in fs[1:]]
+
+
+def test_dcp_missing_key_reads_the_key_not_the_source_line(tmp_path):
+    """The traceback shows torch's own raise with '{fqn}'; the key is on the error line."""
+    (f, *_) = explain(tmp_path, (
+        '[rank2]:     raise RuntimeError(f"Missing key in checkpoint state_dict: {fqn}.")\n'
+        "[rank2]: RuntimeError: Missing key in checkpoint state_dict: model.layers.3.attention.wq.weight.\n"))
+    assert f.code == "log.ckpt.dcp_missing_key" and f.line == 2 and f.data["rank"] == 2
+    assert f.data["key"] == "model.layers.3.attention.wq.weight" and "allow_partial_load=True" in f.fix
+
+
+def test_dcp_missing_key_by_the_shape_of_the_key(tmp_path):
+    wrapped = explain(tmp_path, "RuntimeError: Missing key in checkpoint state_dict: model._orig_mod.tok_embeddings.weight.\n")
+    assert "torch.compile" in wrapped[0].detail and "get_model_state_dict" in wrapped[0].fix
+    extra = explain(tmp_path, "RuntimeError: Missing key in checkpoint state_dict: "
+                              "decoder.layers.mlp.linear_fc1._extra_state/shard_0_2.\n")
+    assert "TransformerEngine" in extra[0].detail and "--dist-ckpt-strictness" in extra[0].fix
+
+
+def test_dcp_failed_rank_list_names_the_rank_of_the_error_above_it(tmp_path):
+    fs = explain(tmp_path, (
+        "  File \"train.py\", line 9, in <module>\n"
+        "    load()  # RuntimeError: Missing key in checkpoint state_dict: head.weight\n"
+        "torch.distributed.checkpoint.api.CheckpointException: CheckpointException ranks:dict_keys([3])\n"))
+    assert fs[0].code == "log.ckpt.dcp_missing_key" and fs[0].data["rank"] == 3
+    many = explain(tmp_path, "torch.distributed.checkpoint.api.CheckpointException: CheckpointException "
+                             "ranks:dict_keys([0, 1, 2, 3])\n")
+    assert many[0].data["rank"] is None      # several ranks failed: none of them is "the" rank
+
+
+def test_undefined_symbol_inside_cann_is_a_cann_mix_not_a_torch_mismatch(tmp_path):
+    cann = explain(tmp_path, "error = /usr/local/Ascend/ascend-toolkit/8.0.RC1/opp/built-in/op_impl/host_cpu/"
+                             "libops_host_cpu.so: undefined symbol: _ZN2ge14GetShapeErrMsgEjRKSsS1_\n")
+    assert cann[0].code == "log.cann.undefined_symbol" and "two CANN versions" in cann[0].detail
+    torch_side = explain(tmp_path, "ImportError: /opt/venv/lib/python3.10/site-packages/torch_npu/lib/libtorch_npu.so: "
+                                   "undefined symbol: _ZN5torch10ValueErrorC1EPKcz\n")
+    assert torch_side[0].code == "log.import.undefined_symbol"
+    nnal = explain(tmp_path, "OSError: /usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_1/lib/libatb.so: "
+                             "undefined symbol: _ZN3Mki2Dl4OpenEv\n")
+    assert nnal[0].code == "log.import.nnal"

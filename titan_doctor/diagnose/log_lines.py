@@ -1,5 +1,5 @@
 """Reading crash logs line by line, and what each line says about who printed it and
-when: the process prefix ([rank3]:, (VllmWorker rank=0 pid=48), worker-1:), the rank and
+when: the process prefix ([rank3]:, (VllmWorker rank=0 pid=48), worker-1:, [1,3]<stdout>:), the rank and
 device it names (torch_npu's "(PID:..., Device:N, RankID:N)", c10d's "[Rank N]"), and its
 timestamp in the formats torch, torch_npu, CANN, glog and vLLM print."""
 from __future__ import annotations
@@ -20,14 +20,17 @@ _PREFIXES = (
     re.compile(r"\[default(?P<rank>\d+)\]:"),                                 # torchrun --tee
     re.compile(r"\((?=[^()]*\bpid=\d+)[^()]*?(?:\brank=(?P<rank>\d+)[^()]*)?\)"),  # Ray / vLLM worker
     re.compile(r"[A-Za-z][\w.]*-\d+(?=: )"),                                   # pdsh / mpirun host: "worker-1: "
+    re.compile(r"\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:"),                     # Open MPI --tag-output: "[1,2]<stdout>:"
 )
 _PID_LINE = re.compile(r"\(PID:\s*\d+,\s*Device:\s*(-?\d+),\s*RankID:\s*(-?\d+)\)")
 # c10d "[Rank 3]", lmdeploy "Rank[2]", "aborted on rank 0", torchrun's summary "rank      : 0 (local_rank: 0)",
 # HCCL/MindIE "HcclCommInitRootInfo fail, error:2, rank:1, rankSize:4", c10d "[4] is setting up NCCL communicator",
-# titan-train's launcher summary "titan-train: rank 1 failed first (...)" / "  stuck: rank 1 (...)"
+# titan-train's launcher summary "titan-train: rank 1 failed first (...)" / "  stuck: rank 1 (...)",
+# DCP's "CheckpointException ranks:dict_keys([0])" when one rank failed
 _RANK_MARK = re.compile(r"\bRank[ \[](\d+)\]|\bon rank (\d+)\b|^\s*rank\s*:\s*(\d+) \(local_rank|\brank:(\d+), rankSize:"
                         r"|\[(\d+)\] is setting up [NH]CCL communicator"
-                        r"|^titan-train: rank (\d+) failed first \(|^\s*stuck: rank (\d+) \(")
+                        r"|^titan-train: rank (\d+) failed first \(|^\s*stuck: rank (\d+) \("
+                        r"|CheckpointException ranks:dict_keys\(\[(\d+)\]\)")
 # the device CANN's own text names: "deviceId=3", "device_id=3", the device-error report
 # "The error from device(chipId:7, dieId:0)" / "device(2)", "open device 2 failed", "invalid device=1"
 _WEAK_DEVICE = re.compile(r"\b(?:deviceId|device_id|devId)\s?=\s?(\d+)\b|\bdevice\((?:chipId:)?(\d+)[,)]"
@@ -152,7 +155,7 @@ def weak_device(text: str) -> int | None:
 
 def has_prefix_rank(text: str) -> bool:
     """Cheap test: might this line carry a rank prefix?"""
-    return "[rank" in text or "rank=" in text or "[default" in text
+    return "[rank" in text or "rank=" in text or "[default" in text or "]<std" in text
 
 
 def _prefix(text: str) -> tuple[str, int | None]:

@@ -81,6 +81,36 @@ def _keyerror(e: Event) -> dict[str, Any]:
     return state_dict_errors.judge_keys([key], [])
 
 
+def _dcp_key(e: Event) -> dict[str, Any]:
+    """Why a DCP checkpoint lacks the key the model asked for, by the key's shape: Megatron /
+    TransformerEngine extra state, a wrapper prefix added on one side, or another model."""
+    key = e.groups.get("key", "")
+    compare = ("Compare the two key sets: python -c \"from torch.distributed.checkpoint import FileSystemReader as R; "
+               "print(sorted(R('<checkpoint dir>').read_metadata().state_dict_metadata)[:20])\" against "
+               "sorted(model.state_dict())[:20]. ")
+    if "_extra_state" in key:
+        return {"dcp_note": "It is TransformerEngine extra state (FP8 scaling metadata kept by Megatron-Core layers): the "
+                            "checkpoint was written without it (converted from Hugging Face weights, an incomplete "
+                            "conversion, or another TransformerEngine / Megatron version).",
+                "dcp_fix": compare + "Megatron-Core: load with --dist-ckpt-strictness log_all (NeMo: "
+                           "MegatronStrategy(ckpt_load_strictness=...)) so missing extra state is tolerated, or convert "
+                           "the checkpoint again with the versions you train with"}
+    wrapper = next((w for w in state_dict_errors.WRAPPER_PREFIXES if key.startswith(w) or "." + w in key), None)
+    if wrapper:
+        origin = state_dict_errors.WRAPPER_PREFIXES[wrapper]
+        return {"dcp_note": f"The key carries '{wrapper}' ({origin}): the model was wrapped when loading but not when "
+                            "the checkpoint was saved (or the other way round).",
+                "dcp_fix": compare + "Save and load through torch.distributed.checkpoint.state_dict.get_model_state_dict"
+                           "(model) / set_model_state_dict, which use the unwrapped names, or load into the same "
+                           "wrapping the checkpoint was saved with"}
+    return {"dcp_note": "The model (or optimizer) has this entry and the checkpoint does not: the checkpoint was saved "
+                        "from another model or config (a layer or head added, a module renamed), or it is not the "
+                        "checkpoint meant here (another run's, a teacher/student mix-up).",
+            "dcp_fix": compare + "Point the load at the checkpoint saved from this model and config; to load a partial "
+                       "checkpoint on purpose (new layers keep their initial values): dcp.load(state_dict, "
+                       "checkpoint_id=<dir>, planner=DefaultLoadPlanner(allow_partial_load=True))"}
+
+
 def _size_mismatch(e: Event) -> dict[str, Any]:
     return state_dict_errors.judge_sizes(e.group_list)
 
@@ -125,6 +155,7 @@ def _kernel_unit(e: Event) -> dict[str, Any]:
 
 
 _PARSERS = {"kernel_unit": _kernel_unit, "oom": _oom, "state_dict_keys": _state_dict_keys, "keyerror": _keyerror, "size_mismatch": _size_mismatch,
+            "dcp_key": _dcp_key,
             "ping_answer": _ping_answer, "nnal": _nnal, "python_package": _python_package, "soc": _soc,
             "dtype": _dtype}
 
