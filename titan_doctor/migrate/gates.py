@@ -56,7 +56,9 @@ class _Scan:
         gate = rules.kernel_gate
         self.gate_names = {g for g in gate.gates if not g.startswith(".")}
         self.gate_attrs = {g[1:] for g in gate.gates if g.startswith(".")}
-        self.module_re = re.compile("|".join(fnmatch.translate(g) for g in gate.module_globs) or r"(?!)")
+        self.function_re = _globs_re(gate.module_globs)
+        self.module_re = _globs_re((*gate.module_globs, *gate.extension_globs))
+        self.called: set[int] = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
         self.device = LITERALS["device"]
         self.bindings: dict[str, str] = {}
         self.kernel_objects: dict[str, Hit] = {}
@@ -92,19 +94,23 @@ class _Scan:
     def _qname(self, node: ast.AST) -> str | None:
         return qualified(node, self.bindings)
 
-    def _kernel_module(self, module: str) -> bool:
+    def _kernel_module(self, module: str, called: bool = False) -> bool:
+        """called: the last component is a function (a module is never called), so
+        extension_globs do not apply to it: `get_cuda_rng_tracker()` is Python."""
         if module.lstrip(".").split(".")[0] == "torch":
             return False  # torch's own modules are rewritten, not kernels
-        return any(self.module_re.match(c) for c in module.strip(".").split(".") if c)
+        parts = [c for c in module.strip(".").split(".") if c]
+        return any((self.function_re if called and i == len(parts) - 1 else self.module_re).match(c)
+                   for i, c in enumerate(parts))
 
-    def _kernel_name(self, qname: str) -> Hit | None:
+    def _kernel_name(self, qname: str, called: bool = False) -> Hit | None:
         """What makes a resolved name CUDA-only (and its NPU alternative), or None."""
         shown = qname.lstrip(".")
         rule = self.rules.kernel_rule(shown)
         if rule is not None:
             return shown, rule.fix
         module = qname.rsplit(".", 1)[0] if "." in qname.strip(".") else qname
-        if self._kernel_module(module) or self._kernel_module(qname):
+        if self._kernel_module(module) or self._kernel_module(qname, called):
             return shown, self._fix_for_module(qname)
         return None
 
@@ -159,10 +165,10 @@ class _Scan:
             if node.id in self.kernel_objects:
                 return self.kernel_objects[node.id]
             q = self.bindings.get(node.id)
-            return self._kernel_name(q) if q else None
+            return self._kernel_name(q, id(node) in self.called) if q else None
         if isinstance(node, ast.Attribute):
             q = self._qname(node)
-            return self._kernel_name(q) if q else None
+            return self._kernel_name(q, id(node) in self.called) if q else None
         if isinstance(node, ast.Import):
             return next((self._kernel_name(a.name) for a in node.names if self._kernel_name(a.name)), None)
         if isinstance(node, ast.ImportFrom):
@@ -244,6 +250,10 @@ class _Scan:
                     self._mark(inner.test, [inner.body, inner.orelse])
             if skip_bodies:
                 self._mark(sub, [sub])
+
+
+def _globs_re(globs) -> re.Pattern:
+    return re.compile("|".join(fnmatch.translate(g) for g in globs) or r"(?!)")
 
 
 def _called_name(node: ast.AST) -> str | None:

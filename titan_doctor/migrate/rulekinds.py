@@ -228,11 +228,13 @@ class KernelGate(Rule):
     """A device check (`x.device.type == "cuda"`, a name in `gates`, or `.attr` in `gates`
     such as ".is_cuda") whose guarded code uses a CUDA-only kernel (a `kernel = true`
     report rule, a name imported from a module with a path component matching one of
-    `module_globs`, an object returned by one of `builders`) is left as is and reported
-    (see gates.py)."""
+    `module_globs` or `extension_globs`, an object returned by one of `builders`) is left
+    as is and reported (see gates.py). `extension_globs` name compiled extension modules
+    only: a called name (`get_cuda_rng_tracker()`) is a function, never matched by them."""
 
     gates: tuple[str, ...] = ()
     module_globs: tuple[str, ...] = ()
+    extension_globs: tuple[str, ...] = ()
     builders: tuple[str, ...] = ()   # calls whose result is a compiled CUDA extension
 
 

@@ -203,7 +203,7 @@ def _kernel_prefilter(rs: RuleSet) -> re.Pattern | None:
         return None
     words = {r.match.split(".")[0] for r in rs.names.values() if isinstance(r, Report) and r.kernel}
     words.add("cpp_extension")
-    fragments = {g.replace("*", "") for g in rs.kernel_gate.module_globs} - {""}
+    fragments = {g.replace("*", "") for g in (*rs.kernel_gate.module_globs, *rs.kernel_gate.extension_globs)} - {""}
     alts = [rb"(?<![\w])" + re.escape(w.encode()) for w in sorted(words)]
     if fragments:
         alts.append(rb"(?:^|\n)[ \t]*(?:from|import)[ \t][^\n]*(?:"
