@@ -88,9 +88,11 @@ class RuleSet:
             rule = self.names.get(".".join(parts[:n]))
             if rule is not None:
                 return rule, n
-        for rule in self.name_globs:
-            if fnmatch.fnmatchcase(parts[0], rule.match):
-                return rule, 1
+        for rule in self.name_globs:   # a glob in the last component: `*_cuda`, `torch._C._cuda_*`
+            *head, last = rule.match.split(".")
+            n = len(head) + 1
+            if len(parts) >= n and parts[:len(head)] == head and fnmatch.fnmatchcase(parts[len(head)], last):
+                return rule, n
         return None
 
     def kernel_rule(self, qname: str) -> Report | None:
