@@ -12,7 +12,8 @@ What a check guards: the branches of the `if`/`while`/conditional expression it 
 test of, plus the rest of the function when a branch returns or raises early (or after an
 `assert`); elsewhere (`use_triton = x.is_cuda and HAS_TRITON`) the statement itself. A
 flag set from a check (`ON_GPU = torch.cuda.is_available()`) carries it to the `if ON_GPU:`
-that uses it.
+that uses it, and a predicate function that returns one (`def _eligible(x): return x.is_cuda
+and ...`) carries it to `if not _eligible(x): return fallback(x)`.
 CUDA-only means: a name under a `kernel = true` report rule (resolved through the file's
 imports), a name imported from a module whose path matches the kernel_gate rule's
 `module_globs` (`from .ops.triton.layer_norm import rms_norm_fn`), a function or method of
@@ -65,6 +66,7 @@ class _Scan:
         self.lines: dict[int, Hit] = {}
         self.kernel_defs: dict[str, Hit] = {}
         self.gate_vars: dict[str, list[int]] = {}   # ON_GPU = torch.cuda.is_available()
+        self.gate_funcs: dict[str, list[int]] = {}  # def _eligible(x): return x.is_cuda and ...
         self._bind(tree)
         self.candidates = self._candidate_lines(tree)
         if not self.candidates:
@@ -76,6 +78,7 @@ class _Scan:
                 lines = self._gate_lines(node.value)
                 if lines:
                     self.gate_vars.setdefault(node.targets[0].id, []).extend(lines)
+        self.gate_funcs = _predicates(tree, self._gate_lines)
         self._walk_block(tree.body, [])
 
     # -- what names mean --------------------------------------------------------------------
@@ -188,6 +191,9 @@ class _Scan:
                  and isinstance(n.targets[0], ast.Name) and n.lineno in lines}
         if flags:  # `if ON_GPU:` is a check too
             lines |= {n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in flags}
+        predicates = _predicates(tree, lambda e: [ln for ln in range(e.lineno, e.end_lineno + 1) if ln in lines])
+        if predicates:  # `if _eligible(x):` too
+            lines |= {n.lineno for n in ast.walk(tree) if _called_name(n) in predicates}
         return lines
 
     def _touches(self, node: ast.AST) -> bool:
@@ -209,6 +215,8 @@ class _Scan:
                 lines.append(node.func.lineno)
             elif isinstance(node, ast.Name) and node.id in self.gate_vars:
                 lines.extend(self.gate_vars[node.id])   # the check made where the flag was set
+            if isinstance(node, ast.Call) and _called_name(node) in self.gate_funcs:
+                lines.extend(self.gate_funcs[_called_name(node)])   # the checks the predicate returns
         return lines
 
     def _mark(self, expr: ast.AST, region: list[ast.AST]) -> None:
@@ -269,6 +277,18 @@ def _called_name(node: ast.AST) -> str | None:
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
         return func.attr
     return None
+
+
+def _predicates(tree: ast.Module, gate_lines) -> dict[str, list[int]]:
+    """Functions of this file whose return value holds a device check: name -> its lines."""
+    found: dict[str, list[int]] = {}
+    for d in ast.walk(tree):
+        if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines = [ln for r in ast.walk(d) if isinstance(r, ast.Return) and r.value is not None
+                     for ln in gate_lines(r.value)]
+            if lines:
+                found[d.name] = lines
+    return found
 
 
 def _exits(stmt: ast.If) -> bool:
