@@ -17,7 +17,8 @@ and ...`) carries it to `if not _eligible(x): return fallback(x)`.
 CUDA-only means: a name under a `kernel = true` report rule (resolved through the file's
 imports), a name imported from a module whose path matches the kernel_gate rule's
 `module_globs` (`from .ops.triton.layer_norm import rms_norm_fn`), a function or method of
-this file that uses one (`self._triton_forward(x)`, `kernel[grid](...)`), or an object
+this file that uses one (`self._triton_forward(x)`, `kernel[grid](...)`, or hands one on:
+`run_tuned(_kernel, x)`, `local_map(...)(_fused)`), or an object
 built by torch.utils.cpp_extension.load. Name resolution here is flat (every import in the
 file counts everywhere): an over-approximation, which errs on the safe side (a manual
 finding, never a wrong rewrite).
@@ -142,6 +143,8 @@ class _Scan:
                         if hit:
                             direct[d.name] = hit
                     name = _called_name(node)
+                    if name is None and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                        name = node.id   # passed on, not called: _run_tuned(_kernel, ...), local_map(...)(f)
                     if name is not None:
                         called.add(name)
         found = {name: (f"{name} -> {hit[0]}", hit[1]) for name, hit in direct.items()}
@@ -167,6 +170,8 @@ class _Scan:
         if isinstance(node, ast.Name):
             if node.id in self.kernel_objects:
                 return self.kernel_objects[node.id]
+            if node.id in self.kernel_defs:   # a kernel function handed to another call
+                return self.kernel_defs[node.id]
             q = self.bindings.get(node.id)
             return self._kernel_name(q, id(node) in self.called) if q else None
         if isinstance(node, ast.Attribute):
