@@ -128,12 +128,13 @@ class _Scan:
 
     # -- where kernels are used -------------------------------------------------------------
     def _kernel_defs(self, tree: ast.Module) -> dict[str, Hit]:
-        """Functions and methods of this file that use a CUDA-only kernel, directly or by
-        calling one that does (each body is walked once; calls are followed afterwards)."""
+        """Functions, methods and classes of this file that use a CUDA-only kernel, directly
+        or by calling one that does (each body is walked once; calls are followed
+        afterwards). A class counts by its methods: `_Fused.apply(x)` runs its forward."""
         direct: dict[str, Hit] = {}
         calls: dict[str, set[str]] = {}
         for d in ast.walk(tree):
-            if not isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if not isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
             called = calls.setdefault(d.name, set())
             for top in [*d.decorator_list, *d.body]:
