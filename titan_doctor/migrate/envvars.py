@@ -4,9 +4,15 @@ Where the code writes a variable (`os.environ["NCCL_BUFFSIZE"] = "4194304"`, a d
 env vars, `os.environ.setdefault(...)`, `os.putenv(...)`), name and literal value are
 converted together through envvalues.convert_env (4194304 bytes -> "4" MB); where the
 value is computed or read back (`os.environ.get("NCCL_DEBUG")`), the name moves only when
-values keep their meaning, else a person is asked to convert it.
+values keep their meaning, else a person is asked to convert it. A presence check or an
+unset (`"PYTORCH_CUDA_ALLOC_CONF" not in os.environ`, `del os.environ[...]`) carries no
+value: it moves with the name when every other use of that name in the file moves, so a
+check and the write it guards keep naming the same variable (and stays with a read that
+cannot move, so the check still guards it).
 """
 from __future__ import annotations
+
+import re
 
 import libcst as cst
 
@@ -18,6 +24,7 @@ from titan_doctor.migrate.transform import Context
 _WRITE_CALLS = ("setdefault", "putenv", "__setitem__")
 _NAME_ONLY_CALLS = ("pop", "unsetenv")
 _NAME_ONLY = object()   # presence checks and unsets: the value is set somewhere else
+_MAY_CHECK = re.compile(r"""["'][A-Z_0-9]+["']\s*(?:not\s+)?in\b|\bdel\b|unsetenv|\.pop\(""")
 
 
 class EnvVars:
@@ -26,6 +33,24 @@ class EnvVars:
         self.rules = ctx.rules
         self._written: dict[int, object] = {}     # id(name string) -> value node / _NAME_ONLY
         self._values: dict[int, str] = {}         # id(value node) -> converted value
+        self._stays: set[str] = set()             # names some use of which is not renamed
+
+    def visit_Module(self, node: cst.Module) -> None:
+        """Before the walk, when the file may check or unset a variable: which names have a
+        use that will not be renamed (a check of such a name stays with it)."""
+        if _MAY_CHECK.search(self.ctx.positions.source):
+            node.visit(_Uses(self))
+
+    def _change(self, original: cst.SimpleString, value: str) -> EnvChange | None:
+        written = self._written.get(id(original))
+        if written is _NAME_ONLY:
+            if value in self._stays:
+                return convert_env(self.rules, value, None, value_known=False)
+            return convert_env(self.rules, value, None)   # no value involved: the name alone
+        if written is not None:
+            literal = _literal(written)
+            return convert_env(self.rules, value, literal, value_known=literal is not None)
+        return convert_env(self.rules, value, None, value_known=False)   # read back: value elsewhere
 
     # -- where a name is written, and with what (pre-order) ---------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -48,8 +73,8 @@ class EnvVars:
             return
         if name in _WRITE_CALLS and len(args) == 2:
             self._written[id(args[0].value)] = args[1].value
-        elif name in _NAME_ONLY_CALLS:
-            self._written[id(args[0].value)] = _NAME_ONLY
+        elif name in _NAME_ONLY_CALLS and (name == "unsetenv" or len(args) == 2):
+            self._written[id(args[0].value)] = _NAME_ONLY   # pop(name, default): an unset
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         if isinstance(node.left, cst.SimpleString) and any(
@@ -70,11 +95,7 @@ class EnvVars:
         if not value or not value[0].isupper() or not value.isupper():
             return updated
         written = self._written.get(id(original))
-        if written is not None and written is not _NAME_ONLY:
-            literal = _literal(written)
-            change = convert_env(self.rules, value, literal, value_known=literal is not None)
-        else:  # read back, checked for, or used some other way: the value is elsewhere
-            change = convert_env(self.rules, value, None, value_known=False)
+        change = self._change(original, value)
         head = len(original.prefix) + len(original.quote)
         escaped = original.value[head:-len(original.quote)] != value   # escapes inside: a person
         if not self._apply(change, original, escaped):
@@ -111,6 +132,33 @@ class EnvVars:
     def leave_Integer(self, original: cst.Integer, updated: cst.Integer):
         new_value = self._values.pop(id(original), None)
         return updated if new_value is None else updated.with_changes(value=new_value)
+
+
+class _Uses(cst.CSTVisitor):
+    """The pre-walk: records writes and checks as the main walk does, and every name whose
+    use (a write of a value that cannot convert, a read) is not renamed."""
+
+    def __init__(self, env: EnvVars) -> None:
+        super().__init__()
+        self.env = env
+        self.visit_Assign, self.visit_Dict = env.visit_Assign, env.visit_Dict
+        self.visit_Call, self.visit_Comparison, self.visit_Del = env.visit_Call, env.visit_Comparison, env.visit_Del
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        value = string_value(node)
+        if not value or not value.isupper() or self.env._written.get(id(node)) is _NAME_ONLY:
+            return
+        change = self.env._change(node, value)
+        if change is not None and (change.status is Status.MANUAL or change.new_name is None):
+            self.env._stays.add(value)
+
+    def visit_Arg(self, node: cst.Arg) -> None:   # dict(os.environ, NCCL_BUFFSIZE=size)
+        word = node.keyword.value if node.keyword is not None else ""
+        if word.isupper():
+            literal = _literal(node.value)
+            change = convert_env(self.env.rules, word, literal, value_known=literal is not None)
+            if change is not None and (change.status is Status.MANUAL or change.new_name is None):
+                self.env._stays.add(word)
 
 
 def _subscript_key(target: cst.BaseExpression) -> cst.SimpleString | None:

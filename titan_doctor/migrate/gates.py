@@ -12,11 +12,13 @@ What a check guards: the branches of the `if`/`while`/conditional expression it 
 test of, plus the rest of the function when a branch returns or raises early (or after an
 `assert`); elsewhere (`use_triton = x.is_cuda and HAS_TRITON`) the statement itself. A
 flag set from a check (`ON_GPU = torch.cuda.is_available()`) carries it to the `if ON_GPU:`
-that uses it.
+that uses it, and a predicate function that returns one (`def _eligible(x): return x.is_cuda
+and ...`) carries it to `if not _eligible(x): return fallback(x)`.
 CUDA-only means: a name under a `kernel = true` report rule (resolved through the file's
 imports), a name imported from a module whose path matches the kernel_gate rule's
 `module_globs` (`from .ops.triton.layer_norm import rms_norm_fn`), a function or method of
-this file that uses one (`self._triton_forward(x)`, `kernel[grid](...)`), or an object
+this file that uses one (`self._triton_forward(x)`, `kernel[grid](...)`, or hands one on:
+`run_tuned(_kernel, x)`, `local_map(...)(_fused)`), or an object
 built by torch.utils.cpp_extension.load. Name resolution here is flat (every import in the
 file counts everywhere): an over-approximation, which errs on the safe side (a manual
 finding, never a wrong rewrite).
@@ -56,13 +58,16 @@ class _Scan:
         gate = rules.kernel_gate
         self.gate_names = {g for g in gate.gates if not g.startswith(".")}
         self.gate_attrs = {g[1:] for g in gate.gates if g.startswith(".")}
-        self.module_re = re.compile("|".join(fnmatch.translate(g) for g in gate.module_globs) or r"(?!)")
+        self.function_re = _globs_re(gate.module_globs)
+        self.module_re = _globs_re((*gate.module_globs, *gate.extension_globs))
+        self.called: set[int] = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
         self.device = LITERALS["device"]
         self.bindings: dict[str, str] = {}
         self.kernel_objects: dict[str, Hit] = {}
         self.lines: dict[int, Hit] = {}
         self.kernel_defs: dict[str, Hit] = {}
         self.gate_vars: dict[str, list[int]] = {}   # ON_GPU = torch.cuda.is_available()
+        self.gate_funcs: dict[str, list[int]] = {}  # def _eligible(x): return x.is_cuda and ...
         self._bind(tree)
         self.candidates = self._candidate_lines(tree)
         if not self.candidates:
@@ -74,6 +79,7 @@ class _Scan:
                 lines = self._gate_lines(node.value)
                 if lines:
                     self.gate_vars.setdefault(node.targets[0].id, []).extend(lines)
+        self.gate_funcs = _predicates(tree, self._gate_lines)
         self._walk_block(tree.body, [])
 
     # -- what names mean --------------------------------------------------------------------
@@ -92,19 +98,23 @@ class _Scan:
     def _qname(self, node: ast.AST) -> str | None:
         return qualified(node, self.bindings)
 
-    def _kernel_module(self, module: str) -> bool:
+    def _kernel_module(self, module: str, called: bool = False) -> bool:
+        """called: the last component is a function (a module is never called), so
+        extension_globs do not apply to it: `get_cuda_rng_tracker()` is Python."""
         if module.lstrip(".").split(".")[0] == "torch":
             return False  # torch's own modules are rewritten, not kernels
-        return any(self.module_re.match(c) for c in module.strip(".").split(".") if c)
+        parts = [c for c in module.strip(".").split(".") if c]
+        return any((self.function_re if called and i == len(parts) - 1 else self.module_re).match(c)
+                   for i, c in enumerate(parts))
 
-    def _kernel_name(self, qname: str) -> Hit | None:
+    def _kernel_name(self, qname: str, called: bool = False) -> Hit | None:
         """What makes a resolved name CUDA-only (and its NPU alternative), or None."""
         shown = qname.lstrip(".")
         rule = self.rules.kernel_rule(shown)
         if rule is not None:
             return shown, rule.fix
         module = qname.rsplit(".", 1)[0] if "." in qname.strip(".") else qname
-        if self._kernel_module(module) or self._kernel_module(qname):
+        if self._kernel_module(module) or self._kernel_module(qname, called):
             return shown, self._fix_for_module(qname)
         return None
 
@@ -118,12 +128,13 @@ class _Scan:
 
     # -- where kernels are used -------------------------------------------------------------
     def _kernel_defs(self, tree: ast.Module) -> dict[str, Hit]:
-        """Functions and methods of this file that use a CUDA-only kernel, directly or by
-        calling one that does (each body is walked once; calls are followed afterwards)."""
+        """Functions, methods and classes of this file that use a CUDA-only kernel, directly
+        or by calling one that does (each body is walked once; calls are followed
+        afterwards). A class counts by its methods: `_Fused.apply(x)` runs its forward."""
         direct: dict[str, Hit] = {}
         calls: dict[str, set[str]] = {}
         for d in ast.walk(tree):
-            if not isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if not isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
             called = calls.setdefault(d.name, set())
             for top in [*d.decorator_list, *d.body]:
@@ -133,6 +144,8 @@ class _Scan:
                         if hit:
                             direct[d.name] = hit
                     name = _called_name(node)
+                    if name is None and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                        name = node.id   # passed on, not called: _run_tuned(_kernel, ...), local_map(...)(f)
                     if name is not None:
                         called.add(name)
         found = {name: (f"{name} -> {hit[0]}", hit[1]) for name, hit in direct.items()}
@@ -158,11 +171,13 @@ class _Scan:
         if isinstance(node, ast.Name):
             if node.id in self.kernel_objects:
                 return self.kernel_objects[node.id]
+            if node.id in self.kernel_defs:   # a kernel function handed to another call
+                return self.kernel_defs[node.id]
             q = self.bindings.get(node.id)
-            return self._kernel_name(q) if q else None
+            return self._kernel_name(q, id(node) in self.called) if q else None
         if isinstance(node, ast.Attribute):
             q = self._qname(node)
-            return self._kernel_name(q) if q else None
+            return self._kernel_name(q, id(node) in self.called) if q else None
         if isinstance(node, ast.Import):
             return next((self._kernel_name(a.name) for a in node.names if self._kernel_name(a.name)), None)
         if isinstance(node, ast.ImportFrom):
@@ -182,6 +197,9 @@ class _Scan:
                  and isinstance(n.targets[0], ast.Name) and n.lineno in lines}
         if flags:  # `if ON_GPU:` is a check too
             lines |= {n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in flags}
+        predicates = _predicates(tree, lambda e: [ln for ln in range(e.lineno, e.end_lineno + 1) if ln in lines])
+        if predicates:  # `if _eligible(x):` too
+            lines |= {n.lineno for n in ast.walk(tree) if _called_name(n) in predicates}
         return lines
 
     def _touches(self, node: ast.AST) -> bool:
@@ -203,6 +221,8 @@ class _Scan:
                 lines.append(node.func.lineno)
             elif isinstance(node, ast.Name) and node.id in self.gate_vars:
                 lines.extend(self.gate_vars[node.id])   # the check made where the flag was set
+            if isinstance(node, ast.Call) and _called_name(node) in self.gate_funcs:
+                lines.extend(self.gate_funcs[_called_name(node)])   # the checks the predicate returns
         return lines
 
     def _mark(self, expr: ast.AST, region: list[ast.AST]) -> None:
@@ -246,6 +266,10 @@ class _Scan:
                 self._mark(sub, [sub])
 
 
+def _globs_re(globs) -> re.Pattern:
+    return re.compile("|".join(fnmatch.translate(g) for g in globs) or r"(?!)")
+
+
 def _called_name(node: ast.AST) -> str | None:
     """`f(...)`, `self.f(...)`, `cls.f(...)`, `kernel[grid](...)`: the name of a function of
     this file that the call may run."""
@@ -259,6 +283,18 @@ def _called_name(node: ast.AST) -> str | None:
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
         return func.attr
     return None
+
+
+def _predicates(tree: ast.Module, gate_lines) -> dict[str, list[int]]:
+    """Functions of this file whose return value holds a device check: name -> its lines."""
+    found: dict[str, list[int]] = {}
+    for d in ast.walk(tree):
+        if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines = [ln for r in ast.walk(d) if isinstance(r, ast.Return) and r.value is not None
+                     for ln in gate_lines(r.value)]
+            if lines:
+                found[d.name] = lines
+    return found
 
 
 def _exits(stmt: ast.If) -> bool:

@@ -9,7 +9,7 @@ its consumers always change together:
     producers  device = "cuda"; self.device = ...; def f(device="cuda"); f(device="cuda");
                {"device": "cuda"}; cfg["device"] = ...; cfg.get("device", "cuda");
                parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"]);
-               device: str = field(default="cuda")
+               device: str = field(default="cuda"); backend: Literal["nccl", "gloo"] = ...
     consumers  args.device == "cuda"; cfg["device"] in ("cuda", "mps");
                args.device.startswith("cuda"); x.device.type != "cuda"
 
@@ -152,12 +152,27 @@ class Literals:
             self._assigned(t.target, node.value)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._literal_choices(node.target, node.annotation)
         if node.value is not None:
             self._assigned(node.target, node.value)
 
     def visit_Param(self, node: cst.Param) -> None:
+        self._literal_choices(node.name, node.annotation)
         if node.default is not None:
             self._assigned(node.name, node.default)
+
+    def _literal_choices(self, target: cst.BaseExpression, annotation: cst.Annotation | None) -> None:
+        """`backend: Literal["nccl", "gloo"] = "nccl"`: the Literal lists the values the name
+        may take (config layers such as Megatron's turn it into argparse choices), so it
+        changes with the default, or "hccl" would be refused where "nccl" was accepted."""
+        rule = self._producer(operand_name(target) or "") if annotation is not None else None
+        if rule is None:
+            return
+        for node in _subscripts(annotation.annotation):
+            if (operand_name(node.value) or "").rsplit(".", 1)[-1] == "Literal":
+                for el in node.slice:
+                    if isinstance(el.slice, cst.Index):
+                        self._mark(el.slice.value, rule)
 
     def visit_Dict(self, node: cst.Dict) -> None:
         for el in node.elements:
@@ -290,6 +305,17 @@ class Literals:
         if not self.ctx.emit(rule.code, Status.FIXED, original, msg, rule.fix, rewrite=True):
             return updated
         return new_node
+
+
+def _subscripts(node: cst.BaseExpression) -> list[cst.Subscript]:
+    """Every subscript in an annotation: Optional[Literal["cuda", "cpu"]] holds two."""
+    if not isinstance(node, cst.Subscript):
+        return []
+    found = [node]
+    for el in node.slice:
+        if isinstance(el.slice, cst.Index):
+            found += _subscripts(el.slice.value)
+    return found
 
 
 def _callee_matches(callee: str | None, qname: str | None) -> bool:

@@ -4,7 +4,9 @@ and the import statements that bind them.
 Names are resolved through import bindings (scopes.py), never by spelling, so
 `import torch as th; th.cuda.synchronize()` and `from torch.cuda import synchronize as
 sync` are both torch.cuda.synchronize. A rewrite keeps the user's spelling: an aliased
-binding keeps its alias, and only the part of the chain that names CUDA changes.
+binding keeps its alias, and only the part of the chain that names CUDA changes. A
+mock.patch target spells a qualified name as a string (`patch("torch.cuda.Stream")`): it
+is renamed with the code it patches, or the test would patch a name nothing calls.
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import re
 import libcst as cst
 
 from titan_doctor.findings import Status
-from titan_doctor.migrate.cstutil import build_dotted, dotted, full_name, import_module_path, respell
+from titan_doctor.migrate.cstutil import (build_dotted, dotted, full_name, import_module_path, respell,
+                                          string_value)
 from titan_doctor.migrate.capability import read_through
 from titan_doctor.migrate.rulekinds import (GATE_NPU, NPU_MODULE, NPU_PACKAGE, Capability, Rename, Report,
                                             fill)
@@ -22,6 +25,7 @@ from titan_doctor.migrate.transform import Context
 
 _BUILTINS = frozenset(dir(builtins))
 _STRING = re.compile(r"""(?:'([^'\n]*)'|"([^"\n]*)")""")
+_PATCHERS = ("unittest.mock.patch", "mock.patch")   # patch("a.b.c") replaces a.b.c by name
 
 
 class Names:
@@ -32,6 +36,7 @@ class Names:
         self._calls: dict[int, cst.Call] = {}          # id(func) -> its call
         self._star: list[tuple] = []                    # (original, rule, finding index, new node)
         self._free: dict[str, cst.Name] = {}            # names only a star import can bind
+        self._patch_targets: set[int] = set()           # id(string) naming what mock.patch replaces
 
     # -- marking (pre-order) ----------------------------------------------------------------
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -51,6 +56,28 @@ class Names:
 
     def visit_Call(self, node: cst.Call) -> None:
         self._calls[id(node.func)] = node
+        first = node.args[0] if node.args else None
+        if (first is not None and first.keyword is None and isinstance(first.value, cst.SimpleString)
+                and isinstance(node.func, (cst.Name, cst.Attribute)) and self.ctx.qname(node.func) in _PATCHERS):
+            self._patch_targets.add(id(first.value))
+
+    def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString):
+        """patch("torch.cuda.Stream") -> patch("torch.npu.Stream"), as the code it patches."""
+        if id(original) not in self._patch_targets:
+            return updated
+        value = string_value(original)
+        hit = self.rules.name_rule(value) if value else None
+        if hit is None or not isinstance(hit[0], Rename) or hit[0].status == "manual":
+            return updated
+        new = self._rebound(value.split("."))
+        head = len(original.prefix) + len(original.quote)
+        if new is None or original.value[head:-len(original.quote)] != value:
+            return updated
+        rule, new_name = hit[0], ".".join(new)
+        msg = fill(rule.message, old=value, new=new_name, version=self.rules.npu_version) + " (mock.patch target)"
+        if not self._rewrite(rule, Status.FIXED, original, msg):
+            return updated
+        return updated.with_changes(value=original.value[:head] + new_name + original.value[-len(original.quote):])
 
     def visit_Import(self, node) -> None:
         self.ctx.in_import += 1

@@ -99,9 +99,10 @@ class Rename(Rule):
 @dataclass(frozen=True, kw_only=True)
 class Report(Rule):
     """A qualified-name prefix reported with `fix`, never rewritten. A `match` with a `*`
-    is a glob on the top-level module name (`*_cuda`: the compiled CUDA extensions that
-    setup.py CUDAExtension or cpp_extension.load build, imported by their own names);
-    a dotted name rule always wins over it. kernel = true: a
+    is a glob on its last component: on the top-level module name (`*_cuda`: the compiled
+    CUDA extensions that setup.py CUDAExtension or cpp_extension.load build, imported by
+    their own names) or under a fixed prefix (`torch._C._cuda_*`); a plain name rule
+    always wins over it. kernel = true: a
     CUDA-only kernel library, so a device check that selects it is not flipped (NPU110).
     only_if_args / only_if_keywords: report a call only when a string in its arguments
     matches one of these regexes, or it passes one of these keywords."""
@@ -228,11 +229,13 @@ class KernelGate(Rule):
     """A device check (`x.device.type == "cuda"`, a name in `gates`, or `.attr` in `gates`
     such as ".is_cuda") whose guarded code uses a CUDA-only kernel (a `kernel = true`
     report rule, a name imported from a module with a path component matching one of
-    `module_globs`, an object returned by one of `builders`) is left as is and reported
-    (see gates.py)."""
+    `module_globs` or `extension_globs`, an object returned by one of `builders`) is left
+    as is and reported (see gates.py). `extension_globs` name compiled extension modules
+    only: a called name (`get_cuda_rng_tracker()`) is a function, never matched by them."""
 
     gates: tuple[str, ...] = ()
     module_globs: tuple[str, ...] = ()
+    extension_globs: tuple[str, ...] = ()
     builders: tuple[str, ...] = ()   # calls whose result is a compiled CUDA extension
 
 
@@ -281,7 +284,8 @@ def _name_line(rule) -> list[str]:
         return [r"(?:import|from)\s[^\n#]*?(?<![\w.])" + _word(parts[0])]
     if len(parts) == 1:
         return [re.escape(parts[0]) + r"(?![\w])"]
-    return [re.escape(parts[-2]) + r"\s*\.\s*" + re.escape(parts[-1]) + r"(?![\w])"]
+    last = _word(parts[-1]) if "*" in parts[-1] else re.escape(parts[-1]) + r"(?![\w])"
+    return [re.escape(parts[-2]) + r"\s*\.\s*" + last]
 
 
 def _word(w: str) -> str:
@@ -358,9 +362,10 @@ def _check_literal_arg(rule: LiteralArg) -> list[str]:
 
 def _check_report(rule: Report) -> list[str]:
     errors = _regex_errors(rule.only_if_args, "only_if_args")
-    if "*" in rule.match and ("." in rule.match or not rule.match.strip("*")):
-        errors.append(f"match {rule.match!r}: a glob names one top-level module (`*_cuda`), "
-                      "no dots, and not only `*`")
+    *head, last = rule.match.split(".")
+    if "*" in rule.match and ("*" in "".join(head) or not last.strip("*")):
+        errors.append(f"match {rule.match!r}: a glob is in the last component only "
+                      "(`*_cuda`, `torch._C._cuda_*`), and not only `*`")
     return errors
 
 

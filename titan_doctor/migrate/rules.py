@@ -88,9 +88,11 @@ class RuleSet:
             rule = self.names.get(".".join(parts[:n]))
             if rule is not None:
                 return rule, n
-        for rule in self.name_globs:
-            if fnmatch.fnmatchcase(parts[0], rule.match):
-                return rule, 1
+        for rule in self.name_globs:   # a glob in the last component: `*_cuda`, `torch._C._cuda_*`
+            *head, last = rule.match.split(".")
+            n = len(head) + 1
+            if len(parts) >= n and parts[:len(head)] == head and fnmatch.fnmatchcase(parts[len(head)], last):
+                return rule, n
         return None
 
     def kernel_rule(self, qname: str) -> Report | None:
@@ -203,7 +205,7 @@ def _kernel_prefilter(rs: RuleSet) -> re.Pattern | None:
         return None
     words = {r.match.split(".")[0] for r in rs.names.values() if isinstance(r, Report) and r.kernel}
     words.add("cpp_extension")
-    fragments = {g.replace("*", "") for g in rs.kernel_gate.module_globs} - {""}
+    fragments = {g.replace("*", "") for g in (*rs.kernel_gate.module_globs, *rs.kernel_gate.extension_globs)} - {""}
     alts = [rb"(?<![\w])" + re.escape(w.encode()) for w in sorted(words)]
     if fragments:
         alts.append(rb"(?:^|\n)[ \t]*(?:from|import)[ \t][^\n]*(?:"
