@@ -3,6 +3,10 @@ parallel runs, the input-line convention of findings."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import libcst as cst
 import pytest
@@ -209,3 +213,20 @@ def test_each_rewriter_prefilter_holds_only_its_rules_words():
     assert not py.may_match(SCRIPT_WORDS) and lines.may_match(SCRIPT_WORDS)
     # env names are read by both: os.environ in Python, export in scripts
     assert py.may_match(b"os.environ['NCCL_DEBUG']") and lines.may_match(b"export NCCL_DEBUG=INFO")
+
+
+def test_kernel_gate_explanation_is_the_same_in_every_process(tmp_path):
+    """A function reaching a kernel by two routes is explained by the first call in source
+    order, not by whichever a set of names (hash-seeded per process) yields first."""
+    src = tmp_path / "two_routes.py"
+    src.write_text("import triton\n\n\n@triton.jit\ndef _a(x):\n    pass\n\n\n@triton.jit\ndef _b(x):\n    pass\n\n\n"
+                   "def _route_z(x):\n    _a(x)\n\n\ndef _route_y(x):\n    _b(x)\n\n\n"
+                   "def fused(x):\n    _route_z(x)\n    _route_y(x)\n\n\n"
+                   "def f(x):\n    if x.is_cuda:\n        return fused(x)\n    return x\n")
+    code = ("import sys; from titan_doctor.migrate import engine; from tests.migrate.helpers import rules; "
+            "from pathlib import Path; r = engine.process_file(Path(sys.argv[1]), rules(), 'two_routes.py'); "
+            "print([f.message for f in r.findings if 'CUDA-only kernel' in f.message])")
+    repo = Path(__file__).resolve().parents[2]
+    seen = {subprocess.run([sys.executable, "-c", code, str(src)], capture_output=True, text=True, check=True, cwd=repo,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(6)}
+    assert len(seen) == 1 and "fused -> _route_z -> _a" in seen.pop()

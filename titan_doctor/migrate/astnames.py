@@ -6,11 +6,12 @@ from __future__ import annotations
 import ast
 
 
-def flat_imports(tree: ast.Module) -> dict[str, str]:
+def flat_imports(tree: ast.Module, nodes: list[ast.AST] | None = None) -> dict[str, str]:
     """local name -> qualified name, for every import in the file (relative modules
-    keep their leading dots: `from .ops.triton import f` -> ".ops.triton.f")."""
+    keep their leading dots: `from .ops.triton import f` -> ".ops.triton.f"). `nodes`: the
+    file's nodes when a caller has already walked it."""
     names: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node in ast.walk(tree) if nodes is None else nodes:
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.asname:

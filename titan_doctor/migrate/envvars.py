@@ -24,7 +24,9 @@ from titan_doctor.migrate.transform import Context
 _WRITE_CALLS = ("setdefault", "putenv", "__setitem__")
 _NAME_ONLY_CALLS = ("pop", "unsetenv")
 _NAME_ONLY = object()   # presence checks and unsets: the value is set somewhere else
-_MAY_CHECK = re.compile(r"""["'][A-Z_0-9]+["']\s*(?:not\s+)?in\b|\bdel\b|unsetenv|\.pop\(""")
+# The names a file checks for or unsets: "NAME" in ..., del x["NAME"], .pop("NAME" / unsetenv("NAME"
+_CHECKED = re.compile(r"""["']([A-Z][A-Z_0-9]*)["']\s*(?:not\s+)?in\b|\bdel\b[^\n]*\[\s*["']([A-Z][A-Z_0-9]*)["']"""
+                      r"""|(?:\.pop|unsetenv)\(\s*["']([A-Z][A-Z_0-9]*)["']""")
 
 
 class EnvVars:
@@ -36,9 +38,11 @@ class EnvVars:
         self._stays: set[str] = set()             # names some use of which is not renamed
 
     def visit_Module(self, node: cst.Module) -> None:
-        """Before the walk, when the file may check or unset a variable: which names have a
-        use that will not be renamed (a check of such a name stays with it)."""
-        if _MAY_CHECK.search(self.ctx.positions.source):
+        """Before the walk, when the file checks for or unsets a variable a rule knows: which
+        names have a use that will not be renamed (a check of such a name stays with it).
+        A second tree walk, so only for the few files that need it."""
+        checked = {name for m in _CHECKED.finditer(self.ctx.positions.source) for name in m.groups() if name}
+        if any(self.rules.env_rule(name) is not None for name in checked):
             node.visit(_Uses(self))
 
     def _change(self, original: cst.SimpleString, value: str) -> EnvChange | None:

@@ -60,7 +60,8 @@ class _Scan:
         self.gate_attrs = {g[1:] for g in gate.gates if g.startswith(".")}
         self.function_re = _globs_re(gate.module_globs)
         self.module_re = _globs_re((*gate.module_globs, *gate.extension_globs))
-        self.called: set[int] = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        self.nodes = list(ast.walk(tree))   # walked once: the scans below read this list
+        self.called: set[int] = set()
         self.device = LITERALS["device"]
         self.bindings: dict[str, str] = {}
         self.kernel_objects: dict[str, Hit] = {}
@@ -72,20 +73,21 @@ class _Scan:
         self.candidates = self._candidate_lines(tree)
         if not self.candidates:
             return
-        self.kernel_defs = self._kernel_defs(tree)
-        for node in ast.walk(tree):
+        self.called = {id(n.func) for n in self.nodes if isinstance(n, ast.Call)}
+        self.kernel_defs = self._kernel_defs()
+        for node in self.nodes:
             if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
                     and isinstance(node.value, _FLAG_VALUES)):   # a boolean flag, not a value using one
                 lines = self._gate_lines(node.value)
                 if lines:
                     self.gate_vars.setdefault(node.targets[0].id, []).extend(lines)
-        self.gate_funcs = _predicates(tree, self._gate_lines)
+        self.gate_funcs = _predicates(self.nodes, self._gate_lines)
         self._walk_block(tree.body, [])
 
     # -- what names mean --------------------------------------------------------------------
     def _bind(self, tree: ast.Module) -> None:
-        self.bindings.update(flat_imports(tree))
-        for node in ast.walk(tree):  # ext = load(name=..., sources=[...]): a CUDA extension
+        self.bindings.update(flat_imports(tree, self.nodes))
+        for node in self.nodes:  # ext = load(name=..., sources=[...]): a CUDA extension
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
                 builder = self._qname(node.value.func)
                 if builder in self.rules.kernel_gate.builders:
@@ -127,16 +129,16 @@ class _Scan:
         return self.rules.kernel_gate.fix
 
     # -- where kernels are used -------------------------------------------------------------
-    def _kernel_defs(self, tree: ast.Module) -> dict[str, Hit]:
+    def _kernel_defs(self) -> dict[str, Hit]:
         """Functions, methods and classes of this file that use a CUDA-only kernel, directly
         or by calling one that does (each body is walked once; calls are followed
         afterwards). A class counts by its methods: `_Fused.apply(x)` runs its forward."""
         direct: dict[str, Hit] = {}
-        calls: dict[str, set[str]] = {}
-        for d in ast.walk(tree):
+        calls: dict[str, dict[str, None]] = {}   # in source order: the same explanation every run
+        for d in self.nodes:
             if not isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
-            called = calls.setdefault(d.name, set())
+            called = calls.setdefault(d.name, {})
             for top in [*d.decorator_list, *d.body]:
                 for node in ast.walk(top):
                     if d.name not in direct:
@@ -147,7 +149,7 @@ class _Scan:
                     if name is None and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                         name = node.id   # passed on, not called: _run_tuned(_kernel, ...), local_map(...)(f)
                     if name is not None:
-                        called.add(name)
+                        called[name] = None
         found = {name: (f"{name} -> {hit[0]}", hit[1]) for name, hit in direct.items()}
         changed = True
         while changed:
@@ -193,13 +195,16 @@ class _Scan:
     def _candidate_lines(self, tree: ast.Module) -> set[int]:
         """Lines holding a device check or a flag named like one (one walk of the file)."""
         lines = set(self._gate_lines(tree))
-        flags = {n.targets[0].id for n in ast.walk(tree) if isinstance(n, ast.Assign) and len(n.targets) == 1
+        if not lines:
+            return lines   # no check at all: no flag or predicate can hold one either
+        flags = {n.targets[0].id for n in self.nodes if isinstance(n, ast.Assign) and len(n.targets) == 1
                  and isinstance(n.targets[0], ast.Name) and n.lineno in lines}
         if flags:  # `if ON_GPU:` is a check too
-            lines |= {n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in flags}
-        predicates = _predicates(tree, lambda e: [ln for ln in range(e.lineno, e.end_lineno + 1) if ln in lines])
+            lines |= {n.lineno for n in self.nodes if isinstance(n, ast.Name) and n.id in flags}
+        predicates = _predicates(self.nodes, lambda e: [ln for ln in range(e.lineno, e.end_lineno + 1)
+                                                        if ln in lines])
         if predicates:  # `if _eligible(x):` too
-            lines |= {n.lineno for n in ast.walk(tree) if _called_name(n) in predicates}
+            lines |= {n.lineno for n in self.nodes if _called_name(n) in predicates}
         return lines
 
     def _touches(self, node: ast.AST) -> bool:
@@ -285,10 +290,11 @@ def _called_name(node: ast.AST) -> str | None:
     return None
 
 
-def _predicates(tree: ast.Module, gate_lines) -> dict[str, list[int]]:
-    """Functions of this file whose return value holds a device check: name -> its lines."""
+def _predicates(nodes: list[ast.AST], gate_lines) -> dict[str, list[int]]:
+    """Functions of this file (among `nodes`, the file's walked nodes) whose return value
+    holds a device check: name -> its lines."""
     found: dict[str, list[int]] = {}
-    for d in ast.walk(tree):
+    for d in nodes:
         if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef)):
             lines = [ln for r in ast.walk(d) if isinstance(r, ast.Return) and r.value is not None
                      for ln in gate_lines(r.value)]
