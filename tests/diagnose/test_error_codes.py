@@ -51,6 +51,7 @@ def test_the_code_a_line_shows_is_the_code_reported():
     ("[ERROR] 2025-04-29-18:46:11 (PID:1066924, Device:1, RankID:-1) ERR00100 PTA call acl api failed", {"ERR00100"}),
     ("OPS function error: HcclAllreduce, error code is 6", {"6"}),
     ("[ERROR] aclrtSetDevice(deviceId) failed: 507033 (/x/main.cpp:98)", {"507033"}),
+    ("[ERROR]  acl set device 0 failed, errorCode = 507033", {"507033"}),     # the ACL samples' spelling
     ("step 10 loss 2.3 error 0.5", set()),
 ])
 def test_find_codes(line, expect):

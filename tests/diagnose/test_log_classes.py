@@ -22,6 +22,7 @@ def test_the_device_named_by_cann_device_error_reports():
         "        open device 2 failed, runtime result = 507033.[FUNC:ReportCallError]": 2,
         "The argument is invalid.Reason: Set visible device failed, invalid device=1, input visible devices:1": 1,
         "Task execute failed, device_id=3, stream_id=122, task_id=790": 3,
+        "[ERROR]  acl set device 1 failed, errorCode = 507033": 1,
         "there is an aicore error, core id is 0 (no device named)": None,
     }
     for text, dev in cases.items():
@@ -301,3 +302,26 @@ def test_undefined_symbol_inside_cann_is_a_cann_mix_not_a_torch_mismatch(tmp_pat
     nnal = explain(tmp_path, "OSError: /usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_1/lib/libatb.so: "
                              "undefined symbol: _ZN3Mki2Dl4OpenEv\n")
     assert nnal[0].code == "log.import.nnal"
+
+
+def test_a_device_fault_report_brings_its_errorstr_to_the_root_cause(tmp_path):
+    """The errorStr under the E-code that printed the fault report says what the kernel did."""
+    (f, *_) = explain(tmp_path, (
+        "[ERROR] aclrtSynchronizeStream(stream) failed: 507015 (main.cpp:108)\n"
+        "[ERROR] RecentErrMsg: EZ9999: Inner Error!\n"
+        "EZ9999[PID: 1] (EZ9999):  The error from device(chipId:4, dieId:0), serial number is 8, there is an aicore "
+        "error exception, core id is 0, error code = 95\n"
+        "        TraceBack (most recent call last):\n"
+        "       The extend info: errcode:(95) errorStr: The DDR address of the MTE instruction is out of range.\n"))
+    assert f.code == "log.device.kernel_fault" and f.data["device"] == 4
+    assert "The DDR address of the MTE instruction is out of range" in f.detail
+
+
+def test_graph_capture_names_what_could_not_be_captured(tmp_path):
+    (f, *_) = explain(tmp_path, "RuntimeError: Cannot run aclop operators during NPU graph capture. Current working "
+                                "aclop is Cast. If you need this call to be captured, please try to set ...\n")
+    assert f.code == "log.graph.capture_unsupported" and f.data["op"] == "Cast"
+    assert "the operator Cast runs through aclop" in f.detail and "--enforce-eager" in f.fix
+    (g, *_) = explain(tmp_path, "Exception: Capture cuda graph failed: capture_end:x.cpp:1 NPU function error: "
+                                "c10_npu::acl::AclmdlRICaptureEnd(capture_stream_, &model_ri), error code is 107025\n")
+    assert g.code == "log.graph.capture_unsupported" and "capture end failed with 107025" in g.detail

@@ -28,8 +28,9 @@ RANK_PTA_OTHER = 75     # torch_npu raises these with the CANN text (E-code, acl
 # An E-code stands alone: "EI0006: ...", "Get_Socket_Timeout(EI0006):", "EZ9999[PID: 1]",
 # "detail:EZ1001:". Not inside a word, a hex number or a path.
 _ECODE = re.compile(r"(?<![\w.\-/])(E[0-9A-Z]\d{4})(?=[\s:\[\]()]|$)")
-# aclError codes after the phrases torch_npu and CANN print them with.
-_ACL = re.compile(r"(?:error code is:?|error code:|error no is|runtime result =|result =|ret =|failed:)"
+# aclError codes after the phrases torch_npu and CANN print them with (the ACL samples and
+# C++ apps: "acl set device 0 failed, errorCode = 507033").
+_ACL = re.compile(r"(?:error code is:?|error code:|errorCode =|error no is|runtime result =|result =|ret =|failed:)"
                   r"\s*(\d{6})\b", re.I)
 # "HCCL function error: HcclAllreduce, error code is 6"; MindIE/ATB: "HcclCommInitRootInfo fail, error:2"
 _HCCL = re.compile(r"(?i)hccl\w*.*?error code is (\d{1,3})\b|\b(?P<call>hccl\w+) fail(?:ed)?, error:\s?(\d{1,3})\b")
@@ -38,7 +39,7 @@ _NCCL = re.compile(r"\bNCCL Error (\d)\b|\b(nccl(?:UnhandledCuda|System|Internal
                    r"|invalid argument|invalid usage|remote process exited or there was a network error)")
 _PTA = re.compile(r"\bERR(\d{2})(\d{3})\b")
 # Text one of which a line that prints an aclError, HcclResult or ERR code contains.
-NEEDLES = ("error code", "rror no is", "result =", "ret =", "failed:", "ERR", ", error:", "NCCL", "nccl")
+NEEDLES = ("error code", "errorCode", "rror no is", "result =", "ret =", "failed:", "ERR", ", error:", "NCCL", "nccl")
 _MESSAGE_NOISE = re.compile(r"^[\s:)\]]*(?:\[PID: ?\d+\]\s*)?(?:\d{4}-\d\d-\d\d-[\d:.]+\s*)?(?:\w*\(E\w\d{4}\):?\s*)?")
 
 

@@ -32,9 +32,10 @@ _RANK_MARK = re.compile(r"\bRank[ \[](\d+)\]|\bon rank (\d+)\b|^\s*rank\s*:\s*(\
                         r"|^titan-train: rank (\d+) failed first \(|^\s*stuck: rank (\d+) \("
                         r"|CheckpointException ranks:dict_keys\(\[(\d+)\]\)")
 # the device CANN's own text names: "deviceId=3", "device_id=3", the device-error report
-# "The error from device(chipId:7, dieId:0)" / "device(2)", "open device 2 failed", "invalid device=1"
+# "The error from device(chipId:7, dieId:0)" / "device(2)", "open device 2 failed", "invalid device=1",
+# the ACL samples' "acl set device 0 failed"
 _WEAK_DEVICE = re.compile(r"\b(?:deviceId|device_id|devId)\s?=\s?(\d+)\b|\bdevice\((?:chipId:)?(\d+)[,)]"
-                          r"|\bopen device (\d+) failed|\binvalid device=(\d+)")
+                          r"|\b(?:open|set) device (\d+) failed|\binvalid device=(\d+)")
 _RANK_IN_PATH = (re.compile(r"rank[_-]?(\d+)", re.I), re.compile(r"[/\\](\d+)[/\\]error\.json$"))
 # (month, day, hour, minute, second[, fraction]) in the formats the stack prints
 _TIMES = (

@@ -154,7 +154,22 @@ def _kernel_unit(e: Event) -> dict[str, Any]:
     return {"unit": e.groups.get("unit") or e.groups.get("unit2") or "compute"}
 
 
-_PARSERS = {"kernel_unit": _kernel_unit, "oom": _oom, "state_dict_keys": _state_dict_keys, "keyerror": _keyerror, "size_mismatch": _size_mismatch,
+def _graph_capture(e: Event) -> dict[str, Any]:
+    """What the capture met: an aclop operator by name, a synchronous copy, or only its end."""
+    g = e.groups
+    if g.get("op"):
+        return {"what": f"the operator {g['op']} runs through aclop, which"}
+    if "memcpy" in e.line.text.lower() or "capture mode" in e.line.text:
+        return {"what": "a synchronous memory copy (rtMemcpy) issued during capture"}
+    return {"what": f"something the capture recorded (capture end failed with {g.get('capcode', 'an error')})"}
+
+
+def _dcmi(e: Event) -> dict[str, Any]:
+    reason = e.groups.get("reason")
+    return {"reason_note": f": {reason}" if reason else ""}
+
+
+_PARSERS = {"kernel_unit": _kernel_unit, "graph_capture": _graph_capture, "dcmi": _dcmi, "oom": _oom, "state_dict_keys": _state_dict_keys, "keyerror": _keyerror, "size_mismatch": _size_mismatch,
             "dcp_key": _dcp_key,
             "ping_answer": _ping_answer, "nnal": _nnal, "python_package": _python_package, "soc": _soc,
             "dtype": _dtype}
@@ -188,6 +203,14 @@ def _quote(e: Event) -> str:
     return "\n".join("> " + s for s in shown)
 
 
+def _same_line_more(e: Event, inc: Incident) -> list[str]:
+    """The lines under the E-code that printed `e`'s line (its own line or a repeat of it):
+    CANN's device fault report ("EZ9999 ... there is an aicore error exception") carries the
+    errorStr that says what the kernel did wrong there."""
+    return next((x.more for x in inc.events if x is not e and x.more and any(
+        ln.no == e.line.no and ln.path == e.line.path for ln in x.lines + x.repeats)), [])
+
+
 def _finding(e: Event, inc: Incident, label: str, seen: dict[str, list[Event]], rank_of: dict[int, Any],
              note: str = "") -> Finding:
     groups = enrich(e)
@@ -202,8 +225,9 @@ def _finding(e: Event, inc: Incident, label: str, seen: dict[str, list[Event]], 
     detail = signatures.fill(e.cause, groups)
     if e.message and label != "root cause":
         detail += f"\nmessage: {e.message}"
-    if e.more:
-        detail += "\n" + "\n".join("  " + m[:200] for m in e.more[:6])
+    more = e.more or _same_line_more(e, inc)
+    if more:
+        detail += "\n" + "\n".join("  " + m[:200] for m in more[:6])
     return Finding(f"log.{e.id}", Status.FAIL, f"{label}: {title} — first at {_where(e, inc)}{extra}{note}",
                    detail=detail + "\n" + _quote(e), fix=signatures.fill(e.fix, groups),
                    path=e.line.path, line=e.line.no,
