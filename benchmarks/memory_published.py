@@ -19,6 +19,7 @@ estimate is from what the user will see, not an error of the estimate's own term
 
     .venv/bin/python benchmarks/memory_published.py
     .venv/bin/python benchmarks/memory_published.py --format json
+    .venv/bin/python benchmarks/memory_published.py --exact    # + the FakeTensorMode run per case
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,15 +102,27 @@ CASES = [
 ]
 
 
-def ours(case: Case):
-    """The analytic estimate of `case` (nccl: no HCCL buffers; accelerator: allocator margin)."""
-    from titan_train import memory_estimate as me
+def config(case: Case):
     from titan_train.config import validate
     from titan_train.torchtitan_config import from_raw
 
     cfg, _ = from_raw(case.torchtitan_toml(), [], case.world, case.label)
     validate(cfg, case.world)
-    return me.estimate(me.layout(cfg, case.world, "nccl"), accelerator=True)
+    return cfg
+
+
+def ours(case: Case):
+    """The analytic estimate of `case` (nccl: no HCCL buffers; accelerator: allocator margin)."""
+    from titan_train import memory_estimate as me
+
+    return me.estimate(me.layout(config(case), case.world, "nccl"), accelerator=True)
+
+
+def exact_tensors(case: Case) -> int:
+    """--exact's worst stage: the trainer's build + step under FakeTensorMode (tensors only)."""
+    from titan_doctor.diagnose.memory_exact import exact_peaks
+
+    return max(p.peak_bytes for p in exact_peaks(config(case), case.world))
 
 
 def loss_difference(est) -> int:
@@ -130,7 +144,7 @@ def loss_difference(est) -> int:
     return kept_logits + (loss_total - kept_logits) * (t - 1) // t
 
 
-def rows() -> list[dict]:
+def rows(exact: bool = False) -> list[dict]:
     from titan_train.memory_estimate import ALLOCATOR_MARGIN
 
     out = []
@@ -145,24 +159,33 @@ def rows() -> list[dict]:
                     "ours_torchtitan_loss_gib": round(without_loss / GiB, 2),
                     "ratio_torchtitan_loss": round(without_loss / GiB / case.published_gib, 3),
                     "phase": worst.phase, "not_modelled": list(case.extras)})
+        if exact:
+            t0 = time.perf_counter()
+            out[-1]["exact_tensors_gib"] = round(exact_tensors(case) / GiB, 2)
+            print(f"  --exact {case.label}: {out[-1]['exact_tensors_gib']} GiB tensors "
+                  f"(analytic {out[-1]['tensors_gib']}) in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--exact", action="store_true", help="also run --exact (FakeTensorMode) per case; "
+                        "tensors only, to set beside 'ours tensors' (minutes)")
     args = parser.parse_args()
-    table = rows()
+    table = rows(args.exact)
     if args.format == "json":
         print(json.dumps(table, indent=2))
         return
     from tabulate import tabulate
 
     print(tabulate([[r["case"], r["world"], f"{r['published_gib']:.1f}", f"{r['ours_gib']:.1f}",
-                     f"{r['tensors_gib']:.1f}", f"{r['ratio']:.2f}", f"{r['ours_torchtitan_loss_gib']:.1f}",
+                     f"{r['tensors_gib']:.1f}" + (f" / {r['exact_tensors_gib']:.1f}" if args.exact else ""),
+                     f"{r['ratio']:.2f}", f"{r['ours_torchtitan_loss_gib']:.1f}",
                      f"{r['ratio_torchtitan_loss']:.2f}", ", ".join(r["not_modelled"]) or "-",
                      r["phase"]] for r in table],
-                   headers=["case", "GPUs", "published GiB", "ours GiB", "ours tensors", "ours/pub",
+                   headers=["case", "GPUs", "published GiB", "ours GiB",
+                            "ours tensors" + (" / --exact" if args.exact else ""), "ours/pub",
                             "ours, tt loss", "tt loss/pub", "published run also used", "our peak phase"]))
     print("\npublished = torchtitan `memory:` (max reserved); ours = analytic peak incl. the allocator margin; "
           "'ours, tt loss' = ours less the loss memory torchtitan's trainer does not hold (logits freed before "
