@@ -25,7 +25,7 @@ BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GiB = 2 ** 30
 
 # How far the analytic estimate may be from the measured peak. benchmarks/memory_accuracy.py
-# measures it: at most 7.8% over its 16 stage rows on CPU (the bound is 20%). On
+# measures it: at most 7.8% over its 20 stage rows on CPU (the bound is 20%). On
 # an NPU, build() runs torch_npu's fused ops (titan_train/kernels.py), which save what their
 # own backward needs rather than what the reference ops below save, so the margin keeps the
 # issue's bound. The preflight refuses only beyond it; the doctor calls the band "tight".
