@@ -33,7 +33,7 @@ B16 = ["training.batch_size=16", "training.seq_len=128"]
 BF16, FULL, SEL = 'training.mixed_precision="bf16"', 'training.activation_checkpoint="full"', \
     'training.activation_checkpoint="selective"'
 
-# (ranks, layout name, overrides): 1 / 2 / 4 ranks; FSDP, FSDP x TP, PP=2, FSDP x PP; AC none /
+# (ranks, layout name, overrides): 1 / 2 / 4 ranks; FSDP, FSDP x TP, PP=2 (GPipe, 1F1B, interleaved), FSDP x PP; AC none /
 # full / selective; fp32 and bf16; several batch x seq sizes
 ROWS = [
     (1, "single rank", S128),
@@ -43,6 +43,10 @@ ROWS = [
     (2, "FSDP, accum 2, GQA", S256 + ["training.grad_accum_steps=2", "model.n_kv_heads=4"]),
     (2, "PP=2 1F1B", S128 + ["distributed.pp_size=2"]),
     (2, "PP=2 GPipe", S128 + ["distributed.pp_size=2", 'distributed.pp_schedule="gpipe"', BF16, FULL]),
+    (2, "PP=2 interleaved", S128 + ["distributed.pp_size=2", 'distributed.pp_schedule="interleaved_1f1b"',
+                                    "distributed.pp_microbatches=4", "model.n_layers=8"]),
+    (2, "PP=2 interleaved", S128 + ["distributed.pp_size=2", 'distributed.pp_schedule="interleaved_1f1b"',
+                                    "distributed.pp_microbatches=4", "model.n_layers=8", BF16, FULL]),
     (4, "FSDP", B16 + [BF16]),
     (4, "FSDP x TP", S256 + ["distributed.tp_size=2"]),
     (4, "FSDP x TP", B16 + ["distributed.tp_size=2", BF16, SEL]),

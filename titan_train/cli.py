@@ -165,11 +165,8 @@ def _load_config(path: Path, overrides: list[str], world_size: int, announce: bo
     """A trainer TOML, or a torchtitan one (converted, with what it ignores printed once)."""
     from titan_train import torchtitan_config
 
-    raw = config_mod.read_toml(path)  # read once: which kind, then that kind's reader
-    if not torchtitan_config.is_torchtitan(raw):
-        return config_mod.from_raw(raw, overrides, path.stem)
-    cfg, conversion = torchtitan_config.from_raw(raw, overrides, world_size, path.stem)
-    if announce:
+    cfg, conversion = torchtitan_config.load_either(path, overrides, world_size)
+    if announce and conversion is not None:
         click.echo(conversion.block(path))
     return cfg
 

@@ -25,7 +25,7 @@ BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GiB = 2 ** 30
 
 # How far the analytic estimate may be from the measured peak. benchmarks/memory_accuracy.py
-# measures it: at most 7.8% over its 16 stage rows on CPU (the issue's bound is 20%). On
+# measures it: at most 7.8% over its 20 stage rows on CPU (the issue's bound is 20%). On
 # an NPU, build() runs torch_npu's fused ops (titan_train/kernels.py), which save what their
 # own backward needs rather than what the reference ops below save, so the margin keeps the
 # issue's bound. The preflight refuses only beyond it; the doctor calls the band "tight".
@@ -305,8 +305,11 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
     roots = root_params(m, first, last)
     shard = sum(sharded_numel(p, lay) for p in roots + [p for blk in blocks for p in blk])
     n_tensors = len(roots) + sum(len(blk) for blk in blocks)
-    b, in_flight = lay.micro_batch, _in_flight(lay, pp_rank, len(chunks))
+    b, n_chunks = lay.micro_batch, len(chunks)
     T = b * lay.seq_len
+    # micro-batches whose activations each local stage (chunk) holds when a chunk's backward
+    # starts: at its first backward, and at its worst later one (gradients accumulated by then)
+    first_held, later_options = _held(lay, pp_rank, n_chunks)
 
     # persistent: fp32 master params (the module is built in fp32), AdamW's exp_avg and
     # exp_avg_sq (2 x fp32 per element, torch.optim.AdamW) plus one fp32 `step` per tensor,
@@ -320,7 +323,7 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
     # the step's token ids (inputs and targets, int64, on every rank): those of in-flight
     # micro-batches are counted where autograd saves them (embedding, loss)
     micro_batches = lay.grad_accum * (lay.pp_microbatches if lay.dims.pp > 1 else 1)
-    ids_saved = in_flight * T * ((8 if first else 0) + (8 if last else 0))
+    ids_saved = T * ((8 * first_held[0][0] if first else 0) + (8 * first_held[0][-1] if last else 0))
     if micro_batches * T * 16 > ids_saved:
         base.append(Term("token ids", micro_batches * T * 16 - ids_saved,
                          f"{micro_batches} micro-batches of inputs + targets, int64"))
@@ -343,19 +346,33 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
         return (root_numel + sum(block_numel[i] for i in set(indices) | kept if i >= 0)) * e
 
     per_block = [block_saved_ac(lay, b, lay.ac) if _checkpointed(lay, i) else block_saved(lay, b) for i in layer_ids]
-    head = head_saved(lay, b, first, last)
     logits = logits_bytes(lay, b) if last else 0
+    # bytes one micro-batch leaves in each chunk: its blocks, the embedding's ids on the first
+    # stage (chunk 0 of pp rank 0), the final norm + output + loss on the last stage
+    position_chunk = [c for c, ids in enumerate(chunks) for _ in ids]
+    chunk_acts = [sum(x for x, c in zip(per_block, position_chunk) if c == chunk)
+                  + (head_saved(lay, b, True, False) if first and chunk == 0 else 0)
+                  + (head_saved(lay, b, False, True) if last and chunk == n_chunks - 1 else 0)
+                  for chunk in range(n_chunks)]
 
-    def forward_backward(in_flight: int, accum_grads: int, when: str) -> list:
-        """The peak candidates of a backward pass with `in_flight` micro-batches' activations
-        alive and `accum_grads` bytes of gradients from earlier micro-batches."""
+    def alive(held: tuple[int, ...]) -> int:
+        return sum(h * a for h, a in zip(held, chunk_acts))
+
+    later_held = {c: max(options, key=lambda h: alive(h) + h[-1] * logits) for c, options in later_options.items()}
+
+    def forward_backward(held_by_chunk: dict, accum_grads: int, when: str) -> list:
+        """The peak candidates of the backward passes with `held_by_chunk[c]` micro-batches'
+        activations alive per chunk when chunk c's backward starts, and `accum_grads` bytes of
+        gradients from earlier micro-batches."""
         out = []
-        if last:
+        if last and n_chunks - 1 in held_by_chunk:
+            held = held_by_chunk[n_chunks - 1]
+            in_flight = held[-1]
             # start of backward: every activation alive, the logits of every in-flight
             # micro-batch (the step's variable; the pipeline's forward cache), and
             # log_softmax's backward with its fp32 grad input and output (T*V*4 each)
             out.append(("backward start (loss gradient)" + when, [
-                Term("activations", in_flight * (sum(per_block) + head), _acts_detail(lay, in_flight, len(layer_ids))),
+                Term("activations", alive(held), _acts_detail(lay, held, len(layer_ids))),
                 Term("logits and loss", in_flight * logits + 2 * T * m.vocab_size * 4,
                      f"logits {_mb(logits)} x {in_flight} + 2 fp32 (b*s*V) gradients of the loss"),
                 Term("params gathered", gathered([], len(blocks)), "FSDP root + blocks kept after forward"),
@@ -375,17 +392,24 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
         worst_block = None
         for k in range(len(blocks)):  # k blocks already done
             cur = len(blocks) - 1 - k
+            chunk = position_chunk[cur]
+            if chunk not in held_by_chunk:
+                continue
+            held = held_by_chunk[chunk]
             recomputed = _checkpointed(lay, layer_ids[cur])
             # a recomputed block's graph reuses the checkpoint's inputs (and selective AC's saved
             # outputs); only a half-precision input is not already inside block_saved
             current = block_saved(lay, b) + (T // t * m.d_model * r if recomputed and r < 4 else 0)
-            acts = ((in_flight - 1) * (sum(per_block) + head) + sum(per_block[:cur]) + current
-                    + (T * 8 if first else 0))
+            # every held micro-batch's activations, but of the one in backward: its chunk's
+            # blocks below this one, this block's graph, the embedding's ids
+            earlier = sum(x for x, c in zip(per_block[:cur], position_chunk) if c == chunk)
+            acts = (alive(held) - chunk_acts[chunk] + earlier + current
+                    + (T * 8 if first and chunk == 0 else 0))
             done = sum(block_shard[cur + 1:] if lay.fsdp else block_numel[cur + 1:]) * 4
             reduce_scatter = min(k, 2) * max(block_numel) * 4 if lay.fsdp else 0
-            detail = _acts_detail(lay, in_flight, cur + 1, block_saved(lay, b) if recomputed else 0)
+            detail = _acts_detail(lay, held, cur + 1, block_saved(lay, b) if recomputed else 0)
             terms = [Term("activations", acts, detail),
-                     Term("logits and loss", in_flight * logits, "logits held until their backward"),
+                     Term("logits and loss", held[-1] * logits, "logits held until their backward"),
                      Term("params gathered", gathered([cur] + ([cur - 1] if not recomputed else []), cur),
                           "FSDP root + current" + ("" if recomputed else " and prefetched") + " block"),
                      Term("gradients", max(accum_grads, done) + pending + reduce_scatter,
@@ -401,9 +425,8 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
     # the first micro-batch's backward, with every in-flight micro-batch's activations; with
     # pipeline micro-batches, later ones also hold the gradients accumulated so far (fewer
     # in flight at the end of GPipe and of a short 1F1B)
-    candidates = forward_backward(in_flight, grads if lay.grad_accum > 1 and not offloaded else 0, "")
+    candidates = forward_backward(first_held, grads if lay.grad_accum > 1 and not offloaded else 0, "")
     if lay.dims.pp > 1 and lay.pp_microbatches > 1 and not offloaded:
-        steady = in_flight if lay.pp_schedule != "gpipe" and lay.pp_microbatches > in_flight else in_flight - 1
         # torch.distributed.pipelining waits for its sends at the end of the step: every
         # micro-batch's output (to the next stage) and input grad (to the previous) stays
         sends = lay.pp_microbatches * b * (lay.seq_len // t) * m.d_model * r * ((not last) + (not first))
@@ -411,8 +434,8 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
         # (PipelineStage.backward_maybe_with_nosync), so FSDP accumulates them unsharded,
         # in its fp32 reduce dtype
         accumulated = (root_numel + sum(block_numel)) * 4 if lay.fsdp else grads
-        if steady > 0:
-            later = forward_backward(steady, accumulated, ", a later micro-batch")
+        if later_held:
+            later = forward_backward(later_held, accumulated, ", a later micro-batch")
             for _, terms in later:
                 terms.append(Term("pipeline sends", sends, "outputs / input grads sent to neighbour stages, "
                                   "held until the step ends"))
@@ -438,27 +461,60 @@ def _checkpointed(lay: Layout, layer: int) -> bool:
     return lay.ac != "none" and layer % lay.ac_every == 0
 
 
-def _in_flight(lay: Layout, pp_rank: int, chunks: int) -> int:
-    """Micro-batches whose activations a stage holds at once: 1 without pp; GPipe runs all
-    forwards first; 1F1B holds (pp - rank) in warm-up (Narayanan et al. 2021, PipeDream-
-    Flush); interleaved holds that for each of its chunks."""
+def _held(lay: Layout, pp_rank: int, chunks: int) -> tuple[dict, dict]:
+    """Micro-batches whose activations each chunk of this rank holds when a chunk's backward
+    starts, as ({chunk: at its first backward}, {chunk: [at each later one]}); a later
+    backward runs with gradients accumulated. 1 without pp; GPipe runs all forwards first
+    (fewer left at later backwards); 1F1B holds (pp - rank) from warm-up on (Narayanan et al.
+    2021, PipeDream-Flush); interleaved 1F1B as torch.distributed.pipelining runs it
+    (interleaved_backwards)."""
     if lay.dims.pp == 1:
-        return 1
+        return {0: (1,)}, {}
     n = lay.pp_microbatches
-    if lay.pp_schedule == "gpipe":
-        return n
-    warm_up = min(n, lay.dims.pp - pp_rank)
-    return warm_up * chunks if lay.pp_schedule == "interleaved_1f1b" else warm_up
+    if lay.pp_schedule == "interleaved_1f1b":
+        first, later = {}, {}
+        for chunk, held in interleaved_backwards(n, chunks, lay.dims.pp, pp_rank):
+            if chunk in first:
+                later.setdefault(chunk, []).append(held)
+            first.setdefault(chunk, held)
+        return first, later
+    in_flight = n if lay.pp_schedule == "gpipe" else min(n, lay.dims.pp - pp_rank)
+    steady = in_flight if lay.pp_schedule != "gpipe" and n > in_flight else in_flight - 1
+    return {0: (in_flight,)}, ({0: [(steady,)]} if steady > 0 else {})
+
+
+def interleaved_backwards(n: int, chunks: int, pp: int, rank: int) -> list[tuple[int, tuple[int, ...]]]:
+    """(chunk, micro-batches held per chunk) just before each backward of `rank` under
+    torch.distributed.pipelining's ScheduleInterleaved1F1B: `warmup` forwards (the last rank
+    runs a full round of micro-batches on every chunk but its last, each rank before it two
+    more), then one forward + one backward per op, then the remaining backwards. Forward op k
+    runs chunk (k // per_round) % chunks; backward op k runs the chunks in reverse
+    (torch/distributed/pipelining/schedules.py: _get_warmup_ops, forward_stage_index,
+    backward_stage_index). The last rank thus holds a whole round on chunk 0 but one
+    micro-batch on its last chunk, not the same number on each."""
+    per_round = n // max(1, n // pp)
+    total = n * chunks
+    warmup = min((chunks - 1) * per_round + 2 * (pp - 1 - rank), total)
+    held, out = [0] * chunks, []
+    for op in range(total + warmup):
+        if op < total:
+            held[(op // per_round) % chunks] += 1
+        if op >= warmup:
+            chunk = chunks - 1 - ((op - warmup) // per_round) % chunks
+            out.append((chunk, tuple(held)))
+            held[chunk] -= 1
+    return out
 
 
 def _mb(n: int) -> str:
     return f"{n / 2 ** 20:,.1f} MiB" if n < GiB else f"{n / GiB:,.2f} GiB"
 
 
-def _acts_detail(lay: Layout, in_flight: int, layers: int, recompute: int = 0) -> str:
+def _acts_detail(lay: Layout, held: tuple[int, ...], layers: int, recompute: int = 0) -> str:
     """What the activation figure covers, in words."""
     what = {"none": "no AC", "full": f"full AC every {lay.ac_every}", "selective": f"selective AC every {lay.ac_every}"}
-    text = f"{layers} blocks x {in_flight} micro-batch(es) of {lay.micro_batch} x {lay.seq_len}, {what[lay.ac]}"
+    count = f"{held[0]} micro-batch(es)" if len(held) == 1 else f"({', '.join(map(str, held))}) micro-batches per chunk"
+    text = f"{layers} blocks x {count} of {lay.micro_batch} x {lay.seq_len}, {what[lay.ac]}"
     return text + (f", + one block recomputed ({_mb(recompute)})" if recompute else "")
 
 

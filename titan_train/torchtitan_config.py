@@ -395,6 +395,15 @@ def load(path: str | Path, overrides: list[str], world_size: int) -> tuple[JobCo
     return from_raw(config_mod.read_toml(path), overrides, world_size, Path(path).stem)
 
 
+def load_either(path: str | Path, overrides: list[str], world_size: int) -> tuple[JobConfig, Conversion | None]:
+    """A trainer TOML (no Conversion) or a torchtitan one, told apart by its sections: the
+    trainer and the doctor's memory plan both take either."""
+    raw = config_mod.read_toml(path)  # read once: which kind, then that kind's reader
+    if not is_torchtitan(raw):
+        return config_mod.from_raw(raw, overrides, Path(path).stem), None
+    return from_raw(raw, overrides, world_size, Path(path).stem)
+
+
 def from_raw(raw: dict[str, Any], overrides: list[str], world_size: int, name: str) -> tuple[JobConfig, Conversion]:
     """`load` for a TOML already read."""
     conversion = convert(raw, world_size)

@@ -104,3 +104,21 @@ def test_cards_come_from_devices_toml():
     assert memory_plan.resolve_card(MemoryRequest("x", 1, device="910A")).memory_bytes == 32 * GiB
     with pytest.raises(PlanError):
         memory_plan.resolve_card(MemoryRequest("x", 1))
+
+
+def test_a_torchtitan_toml_is_planned_as_titan_train_run_would_convert_it(tmp_path):
+    """torchtitan's published figures come with torchtitan TOMLs; the plan reads them as
+    `titan-train run` does (it said "model.name = 'llama3' is not valid")."""
+    from titan_train import memory_estimate as me
+    from titan_train.torchtitan_config import load_either
+
+    path = tmp_path / "llama3_8b.toml"
+    path.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\nseq_len = 8192\n'
+                    '[activation_checkpoint]\nmode = "full"\n')
+    code, rows = run_json("--config", str(path), "--world-size", "8", "--device", "910B2", "--backend", "nccl")
+    data = rows["memory.plan"]["data"]
+    assert data["layout"] == "dp 8 x pp 1 x tp 1"
+    cfg, conversion = load_either(path, [], 8)
+    assert conversion is not None and cfg.model.vocab_size == 128256 and cfg.training.activation_checkpoint == "full"
+    assert data["peak_bytes"] == me.estimate(me.layout(cfg, 8, "nccl")).peak_bytes
+    assert code == (0 if data["peak_bytes"] <= data["memory_bytes"] else 1)

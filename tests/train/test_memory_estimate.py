@@ -193,3 +193,50 @@ def test_pipeline_stages_are_estimated_separately():
     assert est.stages[0].peak_bytes != est.stages[1].peak_bytes
     assert est.worst.peak_bytes == max(s.peak_bytes for s in est.stages)
     assert math.isclose(est.peak_bytes, est.worst.peak_bytes)
+
+
+def _torch_interleaved_backwards(pp: int, n: int, rank: int, chunks: int = 2) -> list:
+    """(chunk, micro-batches held per chunk) before each backward of `rank`, replayed from the
+    action list torch's own ScheduleInterleaved1F1B builds (no process group needed)."""
+    from types import SimpleNamespace
+
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    stages = [SimpleNamespace(group_rank=rank, group_size=pp, stage_index=c * pp + rank, num_stages=pp * chunks,
+                              is_first=False, is_last=False, submod=None) for c in range(chunks)]
+    order = schedules.ScheduleInterleaved1F1B(stages, n_microbatches=n).pipeline_order[rank]
+    held, out = [0] * chunks, []
+    for action in filter(None, order):
+        chunk = action.stage_index // pp
+        if action.computation_type == schedules._ComputationType.FORWARD:
+            held[chunk] += 1
+        else:
+            out.append((chunk, tuple(held)))
+            held[chunk] -= 1
+    return out
+
+
+@pytest.mark.parametrize("pp,n", [(2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (4, 12)])
+def test_interleaved_holdings_follow_torchs_schedule(pp, n):
+    for rank in range(pp):
+        assert me.interleaved_backwards(n, 2, pp, rank) == _torch_interleaved_backwards(pp, n, rank), rank
+
+
+def test_interleaved_last_rank_holds_a_round_on_its_first_chunk_and_one_on_its_last():
+    """pp 8, 8 micro-batches (torchtitan's 405B Interleaved1F1B run): the last rank runs 8
+    forwards of its first stage before its last stage's first forward + backward, so it holds
+    8 + 1 micro-batches, not 2 of each (which double-counted the logits of its last stage)."""
+    cfg = tiny("model.n_layers=16", "distributed.pp_size=8", 'distributed.pp_schedule="interleaved_1f1b"',
+               "distributed.pp_microbatches=8", 'training.activation_checkpoint="full"', "model.vocab_size=4096")
+    lay = me.layout(cfg, 8, "gloo")
+    first, _ = me._held(lay, 7, 2)
+    assert first[1] == (8, 1) and first[0] == (8, 0)
+    rank0_first, _ = me._held(lay, 0, 2)
+    assert rank0_first[1] == (8, 8)
+    est = me.estimate(lay, accelerator=False)
+    last = est.stages[7]
+    acts = next(t for t in last.terms if t.name == "activations")
+    b = lay.micro_batch
+    block = me.block_saved_ac(lay, b, "full")
+    # the loss gradient of the last stage: 8 x chunk 0 (one block) + 1 x chunk 1 (one block + head)
+    assert last.phase.startswith("backward start (loss gradient)")
+    assert acts.bytes == 8 * block + block + me.head_saved(lay, b, False, True)

@@ -20,10 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
 
     from titan_train.cli import resolve_config
-    from titan_train.config import ConfigError, load
+    from titan_train.config import ConfigError
+    from titan_train.torchtitan_config import load_either
 
     try:
-        cfg = load(resolve_config(args.config), args.overrides)
+        cfg, _ = load_either(resolve_config(args.config), args.overrides, args.world_size)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

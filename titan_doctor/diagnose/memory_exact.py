@@ -141,8 +141,8 @@ def fake_tensors():
 
 def _step_tracker(parts):
     """torch's MemTracker with two additions. It may see the model run forward several times
-    in one step (gradient accumulation, pipeline micro-batches): its per-module statistics
-    restart at each root forward; the peak is kept. And it cuts the step into PHASES at the
+    in one step (gradient accumulation, pipeline micro-batches): a root's per-module statistics
+    restart at each of its forwards; the peak is kept. And it cuts the step into PHASES at the
     backward of each block and at the optimizer step, keeping each phase's peak."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
@@ -168,8 +168,11 @@ def _step_tracker(parts):
             self._peak_mem = {dev: snap["Total"] for dev, snap in self._curr_mem_snap.items()}
 
         def _pre_fw_hook(self, module, inputs):
+            # only this root's statistics restart: with interleaved pipeline stages another
+            # root (this rank's other stage) still has backwards to run on its own
             if not self._mod_tracker.is_bw and any(module is r for r in roots):
-                self.reset_mod_stats()
+                for sub in module.modules():
+                    self.memory_tracking.pop(sub, None)
             super()._pre_fw_hook(module, inputs)
 
         def _pre_bw_hook(self, module, args):

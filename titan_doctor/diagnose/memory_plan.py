@@ -90,12 +90,13 @@ def check_memory(req: MemoryRequest) -> list[Finding]:
     """The estimate, its verdict and the ranked remedies (and the exact run, if asked)."""
     from titan_train import memory_remedies as mr
     from titan_train.cli import resolve_config
-    from titan_train.config import ConfigError, load, validate
+    from titan_train.config import ConfigError, validate
     from titan_train.memory_estimate import hccl_buffsize_mb
+    from titan_train.torchtitan_config import load_either
 
     card = resolve_card(req)
-    try:
-        cfg = load(resolve_config(req.config), list(req.overrides))
+    try:  # a trainer TOML or a torchtitan one, as titan-train run takes
+        cfg, _ = load_either(resolve_config(req.config), list(req.overrides), req.world_size)
         validate(cfg, req.world_size)
     except ConfigError as e:
         raise PlanError(str(e)) from None
