@@ -54,6 +54,20 @@ def string_value(node: cst.CSTNode) -> str | None:
     return None
 
 
+def plain_text(node: cst.SimpleString) -> str | None:
+    """The string's value when its source spells it as is (no escapes inside): only then may
+    a rewrite replace the text between the quotes; else a person does it."""
+    value = string_value(node)
+    head = len(node.prefix) + len(node.quote)
+    return value if value is not None and node.value[head:-len(node.quote)] == value else None
+
+
+def with_text(node: cst.SimpleString, text: str) -> cst.SimpleString:
+    """The same literal (prefix and quotes kept) holding `text`."""
+    head = len(node.prefix) + len(node.quote)
+    return node.with_changes(value=node.value[:head] + text + node.value[-len(node.quote):])
+
+
 def operand_name(node: cst.BaseExpression) -> str | None:
     """The name a compared value goes by: `x.device.type` -> "type", `device` -> "device",
     `dist.get_backend()` -> "get_backend()", `cfg["device"]` / `cfg.get("device")` /

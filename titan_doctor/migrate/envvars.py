@@ -17,7 +17,7 @@ import re
 import libcst as cst
 
 from titan_doctor.findings import Status
-from titan_doctor.migrate.cstutil import string_value
+from titan_doctor.migrate.cstutil import plain_text, string_value, with_text
 from titan_doctor.migrate.envvalues import EnvChange, convert_env
 from titan_doctor.migrate.transform import Context
 
@@ -94,25 +94,24 @@ class EnvVars:
     def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString):
         new_value = self._values.pop(id(original), None)
         if new_value is not None:
-            return _with_text(updated, new_value)
+            return with_text(updated, new_value)
         value = string_value(original)
         if not value or not value[0].isupper() or not value.isupper():
             return updated
         written = self._written.get(id(original))
         change = self._change(original, value)
-        head = len(original.prefix) + len(original.quote)
-        escaped = original.value[head:-len(original.quote)] != value   # escapes inside: a person
+        escaped = plain_text(original) is None   # escapes inside: a person
         if not self._apply(change, original, escaped):
             return updated
         if change.new_value is not None:
             self._values[id(written)] = change.new_value
-        return _with_text(updated, change.new_name)
+        return with_text(updated, change.new_name)
 
     def _apply(self, change: EnvChange | None, node: cst.CSTNode, manual: bool = False) -> bool:
         """Report the change at `node`; True when the caller should rewrite."""
         if change is None:
             return False
-        if manual or change.status is Status.MANUAL or change.new_name is None:
+        if manual or not _renamed(change):
             self.ctx.emit(change.rule.code, Status.MANUAL, node, change.message, change.fix)
             return False
         return self.ctx.emit(change.rule.code, Status.FIXED, node, change.message, change.fix,
@@ -129,7 +128,7 @@ class EnvVars:
             return updated
         value = updated.value
         if change.new_value is not None:
-            value = (_with_text(value, change.new_value) if isinstance(value, cst.SimpleString)
+            value = (with_text(value, change.new_value) if isinstance(value, cst.SimpleString)
                      else value.with_changes(value=change.new_value))
         return updated.with_changes(keyword=keyword.with_changes(value=change.new_name), value=value)
 
@@ -153,7 +152,7 @@ class _Uses(cst.CSTVisitor):
         if not value or not value.isupper() or self.env._written.get(id(node)) is _NAME_ONLY:
             return
         change = self.env._change(node, value)
-        if change is not None and (change.status is Status.MANUAL or change.new_name is None):
+        if change is not None and not _renamed(change):
             self.env._stays.add(value)
 
     def visit_Arg(self, node: cst.Arg) -> None:   # dict(os.environ, NCCL_BUFFSIZE=size)
@@ -161,8 +160,13 @@ class _Uses(cst.CSTVisitor):
         if word.isupper():
             literal = _literal(node.value)
             change = convert_env(self.env.rules, word, literal, value_known=literal is not None)
-            if change is not None and (change.status is Status.MANUAL or change.new_name is None):
+            if change is not None and not _renamed(change):
                 self.env._stays.add(word)
+
+
+def _renamed(change: EnvChange) -> bool:
+    """Whether the change rewrites the name (else it is a finding for a person)."""
+    return change.status is not Status.MANUAL and change.new_name is not None
 
 
 def _subscript_key(target: cst.BaseExpression) -> cst.SimpleString | None:
@@ -179,12 +183,6 @@ def _literal(node: object) -> str | None:
     if isinstance(node, cst.Integer):
         return node.value
     if isinstance(node, cst.SimpleString):
-        value = string_value(node)
-        head = len(node.prefix) + len(node.quote)
-        return value if value is not None and node.value[head:-len(node.quote)] == value else None
+        return plain_text(node)
     return None
 
-
-def _with_text(node: cst.SimpleString, text: str) -> cst.SimpleString:
-    head = len(node.prefix) + len(node.quote)
-    return node.with_changes(value=node.value[:head] + text + node.value[-len(node.quote):])

@@ -21,7 +21,7 @@ from __future__ import annotations
 import libcst as cst
 
 from titan_doctor.findings import Status
-from titan_doctor.migrate.cstutil import operand_name, string_value
+from titan_doctor.migrate.cstutil import operand_name, plain_text, string_value, with_text
 from titan_doctor.migrate.rulekinds import LITERALS, Assign, Compare, fill
 from titan_doctor.migrate.transform import Context
 
@@ -263,14 +263,12 @@ class Literals:
         msg = fill(rule.message, old=repr(value), new=repr(new), version=self.rules.npu_version)
         if self._kernel_gate(rule, original, repr(value)):
             return updated
-        head = len(original.prefix) + len(original.quote)
-        raw = original.value[head:-len(original.quote)]
-        if raw != value or getattr(rule, "report_only", False):  # escapes inside: a person
+        if plain_text(original) is None or getattr(rule, "report_only", False):  # escapes inside: a person
             self.ctx.emit(rule.code, Status.MANUAL, original, msg, rule.fix)
             return updated
         if not self.ctx.emit(rule.code, Status.FIXED, original, msg, rule.fix, rewrite=True):
             return updated
-        return updated.with_changes(value=original.value[:head] + new + original.value[-len(original.quote):])
+        return with_text(updated, new)
 
     def _kernel_gate(self, rule, node: cst.CSTNode, shown: str) -> bool:
         """A device comparison that selects a CUDA-only kernel stays (NPU110)."""

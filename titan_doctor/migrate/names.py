@@ -16,8 +16,8 @@ import re
 import libcst as cst
 
 from titan_doctor.findings import Status
-from titan_doctor.migrate.cstutil import (build_dotted, dotted, full_name, import_module_path, respell,
-                                          string_value)
+from titan_doctor.migrate.cstutil import (build_dotted, dotted, full_name, import_module_path, plain_text, respell,
+                                          string_value, with_text)
 from titan_doctor.migrate.capability import read_through
 from titan_doctor.migrate.rulekinds import (GATE_NPU, NPU_MODULE, NPU_PACKAGE, Capability, Rename, Report,
                                             fill)
@@ -70,14 +70,13 @@ class Names:
         if hit is None or not isinstance(hit[0], Rename) or hit[0].status == "manual":
             return updated
         new = self._rebound(value.split("."))
-        head = len(original.prefix) + len(original.quote)
-        if new is None or original.value[head:-len(original.quote)] != value:
+        if new is None or plain_text(original) is None:
             return updated
         rule, new_name = hit[0], ".".join(new)
         msg = fill(rule.message, old=value, new=new_name, version=self.rules.npu_version) + " (mock.patch target)"
         if not self._rewrite(rule, Status.FIXED, original, msg):
             return updated
-        return updated.with_changes(value=original.value[:head] + new_name + original.value[-len(original.quote):])
+        return with_text(updated, new_name)
 
     def visit_Import(self, node) -> None:
         self.ctx.in_import += 1

@@ -446,7 +446,8 @@ def _words(rule) -> list[str]:
 
 def _index_name(rs: "RuleSet", rule) -> None:
     if isinstance(rule, Report) and "*" in rule.match:
-        rs.name_globs.append(rule)
+        *head, last = rule.match.split(".")
+        rs.name_globs.append((head, last, rule))
         return
     rs.names[rule.old if isinstance(rule, Rename) else rule.match] = rule
     if isinstance(rule, Rename) and rule.gate_code:

@@ -41,7 +41,8 @@ class RuleSet:
     """Validated rules, indexed the way the transformer and text rewriters look them up."""
 
     names: dict[str, Rename | Report] = field(default_factory=dict)   # by old/match
-    name_globs: list[Report] = field(default_factory=list)  # report rules on a module glob
+    # report rules with a glob in the last component, as (fixed head parts, glob, rule)
+    name_globs: list[tuple[list[str], str, Report]] = field(default_factory=list)
     capabilities: dict[str, Capability] = field(default_factory=dict)  # by match
     literal_args: list[LiteralArg] = field(default_factory=list)
     compares: list[Compare] = field(default_factory=list)
@@ -88,8 +89,7 @@ class RuleSet:
             rule = self.names.get(".".join(parts[:n]))
             if rule is not None:
                 return rule, n
-        for rule in self.name_globs:   # a glob in the last component: `*_cuda`, `torch._C._cuda_*`
-            *head, last = rule.match.split(".")
+        for head, last, rule in self.name_globs:   # `*_cuda`, `torch._C._cuda_*`
             n = len(head) + 1
             if len(parts) >= n and parts[:len(head)] == head and fnmatch.fnmatchcase(parts[len(head)], last):
                 return rule, n
