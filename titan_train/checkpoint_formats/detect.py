@@ -372,10 +372,7 @@ def _hf(d: Path, *, index: Path | None = None, files: list[Path] | None = None) 
             tensors, _ = safetensors_io.read_header(file)
             for name, t in tensors.items():
                 info.tensors[name], file_of[name] = t, file
-        absent = [n for n in by_index if n not in info.tensors]
-        if absent:
-            raise CheckpointError(f"{index}: {len(absent)} tensor(s) listed in the index are not in their shard "
-                                  f"(first: {absent[0]} in {by_index[absent[0]].name}); the shards do not match the index")
+        _check_index(index, by_index, info.tensors)
     else:
         info.files = list(files or [])
         for file in info.files:
@@ -396,17 +393,33 @@ def _declared_nearby(info: CheckpointInfo, d: Path) -> None:
     config, params = d / "config.json", d / "params.json"
     source, parse = (config, fit.from_hf_config) if config.is_file() else (params, fit.from_meta_params)
     if source.is_file():
-        try:
-            info.declared = parse(json.loads(source.read_text(encoding="utf-8")))
-            info.declared_by = source.name
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError):
-            info.notes.append(f"{source.name} is not valid JSON; model shape inferred from the weights")
+        _read_declared(info, source, parse)
     if info.declared.get("tie_word_embeddings") and "output.weight" not in info.model:
         emb = next((raw for raw, ours in info.keymap.to_ours.items() if ours == "tok_embeddings.weight"), None)
         if emb:
             info.keymap.to_ours[emb + "#tied"] = "output.weight"
             info.tensors[emb + "#tied"] = info.tensors[emb]
             info.notes.append("tie_word_embeddings: lm_head shares embed_tokens (the trainer keeps its own copy)")
+
+
+def _read_declared(info: CheckpointInfo, source: Path, parse) -> bool:
+    """info.declared from config.json / params.json by `parse`; False, with a note, when the
+    file is not valid JSON (the shape is then inferred from the weights)."""
+    try:
+        info.declared = parse(json.loads(source.read_text(encoding="utf-8")))
+        info.declared_by = source.name
+        return True
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError):
+        info.notes.append(f"{source.name} is not valid JSON; model shape inferred from the weights")
+        return False
+
+
+def _check_index(index: Path, by_index: dict[str, Path], tensors: dict) -> None:
+    """Every tensor a sharded save's index lists must be in the shard it names."""
+    absent = [n for n in by_index if n not in tensors]
+    if absent:
+        raise CheckpointError(f"{index}: {len(absent)} tensor(s) listed in the index are not in their shard "
+                              f"(first: {absent[0]} in {by_index[absent[0]].name}); the shards do not match the index")
 
 
 def _torch_index(d: Path, index: Path) -> CheckpointInfo:
@@ -422,10 +435,7 @@ def _torch_index(d: Path, index: Path) -> CheckpointInfo:
         for key, value in flatten(archive.root).items():
             if isinstance(value, TensorRef):
                 info.tensors[key], file_of[key] = TensorInfo(value.shape, value.dtype), file
-    absent = [n for n in by_index if n not in info.tensors]
-    if absent:
-        raise CheckpointError(f"{index}: {len(absent)} tensor(s) listed in the index are not in their shard "
-                              f"(first: {absent[0]} in {by_index[absent[0]].name}); the shards do not match the index")
+    _check_index(index, by_index, info.tensors)
     info.where["files"] = file_of
     info.keymap = naming.map_keys(info.tensors)
     _declared_nearby(info, d)
@@ -445,12 +455,8 @@ def _meta(d: Path, files: list[Path]) -> CheckpointInfo:
     info = CheckpointInfo(d, "meta", d, files=list(files))
     params = d / "params.json"
     if params.is_file():
-        try:
-            info.declared = fit.from_meta_params(json.loads(params.read_text(encoding="utf-8")))
-            info.declared_by = "params.json"
+        if _read_declared(info, params, fit.from_meta_params):
             info.files.append(params)
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-            info.notes.append("params.json is not valid JSON; model shape inferred from the weights")
     else:
         info.notes.append("no params.json next to the weights: model shape inferred from them")
     shards: list[dict[str, TensorRef]] = []
