@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Mapping
 
 from titan_train.finite_guard import EXIT_NON_FINITE
-from titan_train.signals import EXIT_SIGINT, EXIT_SIGTERM, exit_code
+from titan_train.signals import EXIT_SIGINT, EXIT_SIGTERM, HANDLED, Handlers, exit_code
 from titan_train.watchdog import EXIT_HANG, diagnose_command, read_dumps, stuck_ranks
 
 STOPPED_CODES = (EXIT_SIGTERM, EXIT_SIGINT)   # a rank that stopped on a signal after saving
@@ -278,12 +278,10 @@ class StopSignals:
 
     def __init__(self):
         self.signum = 0
-        self._previous = {}
+        self._handlers = Handlers(HANDLED, self._note)
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for s in (signal.SIGTERM, signal.SIGINT):
-                self._previous[s] = signal.signal(s, self._note)
+        self._handlers.__enter__()
         return self
 
     def _note(self, signum, _frame):
@@ -295,9 +293,7 @@ class StopSignals:
             raise Interrupted(self.signum)
 
     def __exit__(self, *exc):
-        for s, h in self._previous.items():
-            signal.signal(s, h)
-        self._previous = {}
+        self._handlers.__exit__(*exc)
 
 
 def _signal_group(proc: subprocess.Popen, signum: int) -> None:

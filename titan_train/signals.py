@@ -30,6 +30,27 @@ def exit_code(signum: int) -> int:
     return 128 + int(signum)
 
 
+class Handlers:
+    """`handler` for `signums` while in the `with` block, the previous handlers restored after.
+    Only the main thread can install handlers; elsewhere the block installs nothing. The
+    launcher's StopSignals and the ranks' GracefulStop both note signals through it."""
+
+    def __init__(self, signums, handler):
+        self.signums, self.handler = tuple(signums), handler
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> "Handlers":
+        if threading.current_thread() is threading.main_thread():
+            for s in self.signums:
+                self._previous[s] = signal.signal(s, self.handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous.clear()
+
+
 class Stopped(Exception):
     """The run stopped cleanly on a signal after saving `step`; the next run resumes there."""
 
@@ -55,7 +76,7 @@ class GracefulStop:
         self.signum = 0            # first signal received on this rank (0 = none)
         self.announce = announce
         self.group = None          # gloo group for the flag (None: the default group is gloo)
-        self._previous: dict[int, object] = {}
+        self._handlers = Handlers(self.signums, self._handle)
 
     def _handle(self, signum, _frame) -> None:
         if self.signum:
@@ -71,15 +92,11 @@ class GracefulStop:
 
         if dist.is_available() and dist.is_initialized() and dist.get_backend() != "gloo":
             self.group = dist.new_group(backend="gloo")
-        if threading.current_thread() is threading.main_thread():
-            for s in self.signums:
-                self._previous[s] = signal.signal(s, self._handle)
+        self._handlers.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-        self._previous.clear()
+        self._handlers.__exit__(*exc)
 
     def agreed(self) -> int:
         """Collective: the signal any rank received (0 if none), the same on every rank."""
