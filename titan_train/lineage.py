@@ -20,7 +20,7 @@ import shutil
 import socket
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 RECORD = "titan-run.json"
@@ -37,6 +37,7 @@ class Entry:
     path: Path
     lineage: str | None       # None: no record (written by an older trainer, or not by us)
     complete: bool            # has DCP's .metadata
+    record: dict | None = field(default=None, compare=False, repr=False)   # its titan-run.json, read once
 
     @property
     def label(self) -> str:
@@ -76,7 +77,7 @@ def survey(folder: str | Path) -> list[Entry]:
         if match and child.is_dir():
             rec = read_record(child)
             out.append(Entry(int(match.group(1)), child, rec.get("lineage") if rec else None,
-                             (child / ".metadata").is_file()))
+                             (child / ".metadata").is_file(), rec))
     return sorted(out, key=lambda e: e.step)
 
 

@@ -116,7 +116,7 @@ def check_shape(cfg) -> None:
 
     mine, _ = lineage.resume_candidates(cfg.checkpoint.folder)
     for entry in mine:
-        rec = lineage.read_record(entry.path)
+        rec = entry.record
         if rec and "config" in rec:
             compare(rec["config"], to_dict(cfg), str(entry.path))
             return

@@ -60,7 +60,7 @@ def plan(folder: str | Path, job, say=print) -> list[Candidate]:
 def _changes(entry: lineage.Entry, job) -> list[str]:
     from titan_train.config import to_dict
 
-    rec = lineage.read_record(entry.path)
+    rec = entry.record
     if job is None or rec is None or "config" not in rec:
         return []
     return resume_compare.compare(rec["config"], to_dict(job), str(entry.path)).lines()
