@@ -27,9 +27,9 @@ def measure(mode: str, every: int, seq_len: int, batch: int, layers: int, steps:
     import torch
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    from titan_train import config
+    from titan_train.config import job as config
     from titan_train.build import build
-    from titan_train.parallel_dims import ParallelDims
+    from titan_train.config.parallel_dims import ParallelDims
     from titan_train.step import train_step
 
     cfg = config.load(REPO / "configs" / "llama_debug.toml",

@@ -43,7 +43,7 @@ def generate_jsonl(path: Path, megabytes: float, seed: int = 0) -> int:
     if shakespeare.is_file():
         lines = shakespeare.read_text().splitlines()
     else:
-        from titan_train.data import builtin_documents
+        from titan_train.data.stream import builtin_documents
 
         lines = [s.strip() + "." for d in builtin_documents(2000) for s in d.split(".") if s.strip()]
     rng = random.Random(seed)
@@ -62,7 +62,7 @@ def encoder_alone(src: Path, tokenizer: str, megabytes: float = 20) -> float:
     """MB per CPU-second of the tokenizer's batch encoder (ids included) on the first
     `megabytes` of `src`, one thread; reading and JSON are done before the clock starts."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # before the encoder's first use in this process
-    from titan_train import corpus, data
+    from titan_train.data import corpus, stream as data
 
     tok, files = data.load_tokenizer(tokenizer), [src]
     texts, nbytes = [], 0

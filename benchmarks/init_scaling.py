@@ -25,8 +25,8 @@ def naive_init(model, seed: int) -> int:
     import torch
     from torch import nn
 
-    from titan_train.model import init_std
-    from titan_train.sharded_init import shard_box, stable_name
+    from titan_train.models.llama import init_std
+    from titan_train.models.sharded_init import shard_box, stable_name
 
     drawn = 0
     with torch.no_grad():
@@ -52,9 +52,9 @@ def one_rank(cfg, world: int, method: str) -> tuple[int, int, float, float]:
     from torch.distributed._tools.mem_tracker import MemTracker
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from titan_train.model import Transformer
-    from titan_train.parallel import apply_fsdp
-    from titan_train.parallel_dims import ParallelDims
+    from titan_train.models.llama import Transformer
+    from titan_train.distributed.parallelize import apply_fsdp
+    from titan_train.config.parallel_dims import ParallelDims
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     try:
@@ -88,7 +88,7 @@ def main() -> None:
     import torch
     from tabulate import tabulate
 
-    from titan_train import config
+    from titan_train.config import job as config
 
     torch.set_num_threads(1)
     cfg = config.load(REPO / "configs" / f"{a.config}.toml", [f"model.n_layers={a.layers}"])

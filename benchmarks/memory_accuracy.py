@@ -64,8 +64,8 @@ def accuracy(rows) -> None:
     from tabulate import tabulate
 
     from titan_doctor.diagnose.memory_exact import exact_peaks, measured_peaks
-    from titan_train import memory_estimate as me
-    from titan_train.config import load, validate
+    from titan_train.memory import estimate as me
+    from titan_train.config.job import load, validate
 
     table, worst_exact, worst_analytic = [], 0.0, 0.0
     for world, name, overrides in rows:
@@ -90,8 +90,8 @@ def accuracy(rows) -> None:
 
 
 def speed() -> None:
-    from titan_train import memory_estimate as me
-    from titan_train.config import load
+    from titan_train.memory import estimate as me
+    from titan_train.config.job import load
 
     print("analytic estimate, after imports (best of 20):")
     for name, world in (("llama_7b", 8), ("llama_13b", 16), ("llama_70b", 64), ("llama_70b_long", 64)):

@@ -4,7 +4,7 @@ benchmarks/memory_accuracy.py checks the estimate against our own trainer on sma
 layouts. Users compare it with the numbers torchtitan publishes for Llama 3.1 8B / 70B /
 405B on H100 / H200, so this script holds those cases as data: each with its source, the
 exact published figure and the layout it was measured on, written as the torchtitan TOML
-that reproduces it (read by titan_train/torchtitan_config.py, as `titan-doctor diagnose
+that reproduces it (read by titan_train/config/torchtitan.py, as `titan-doctor diagnose
 --config` reads it). It prints our estimate next to the published number and their ratio.
 
 What each side counts:
@@ -103,8 +103,8 @@ CASES = [
 
 
 def config(case: Case):
-    from titan_train.config import validate
-    from titan_train.torchtitan_config import from_raw
+    from titan_train.config.job import validate
+    from titan_train.config.torchtitan import from_raw
 
     cfg, _ = from_raw(case.torchtitan_toml(), [], case.world, case.label)
     validate(cfg, case.world)
@@ -113,7 +113,7 @@ def config(case: Case):
 
 def ours(case: Case):
     """The analytic estimate of `case` (nccl: no HCCL buffers; accelerator: allocator margin)."""
-    from titan_train import memory_estimate as me
+    from titan_train.memory import estimate as me
 
     return me.estimate(me.layout(config(case), case.world, "nccl"), accelerator=True)
 
@@ -130,7 +130,7 @@ def loss_difference(est) -> int:
     documented differences in the loss (the estimate models OUR trainer, which has both):
     torchtitan's train step drops the logits before backward (`del pred` in train.py), and
     with tp > 1 its loss parallel keeps logits, log_softmax and their gradients sharded over
-    the vocabulary (output Shard(-1)), where titan_train.parallel replicates them. Counted only
+    the vocabulary (output Shard(-1)), where titan_train.distributed.parallelize replicates them. Counted only
     when our peak is the loss gradient, the phase these terms make the peak; taken off that
     phase alone, so the result is a lower bound where another phase would then be the peak."""
     worst, lay = est.worst, est.layout
@@ -146,7 +146,7 @@ def loss_difference(est) -> int:
 
 
 def rows(exact: bool = False) -> list[dict]:
-    from titan_train.memory_estimate import ALLOCATOR_MARGIN
+    from titan_train.memory.estimate import ALLOCATOR_MARGIN
 
     out = []
     for case in CASES:

@@ -39,12 +39,16 @@ def worker(opts: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from titan_train import config, device, finite_guard, metrics, profiling, signals
+    from titan_train.config import job as config
+
+    from titan_train.runtime import device, finite_guard, profiling, signals
+
+    from titan_train.components import metrics
     from titan_train.build import build
-    from titan_train.parallel_dims import ParallelDims
-    from titan_train.profiling import span
+    from titan_train.config.parallel_dims import ParallelDims
+    from titan_train.runtime.profiling import span
     from titan_train.step import train_step
-    from titan_train.watchdog import Watchdog
+    from titan_train.runtime.watchdog import Watchdog
 
     rank = int(os.environ["RANK"])
     dist.init_process_group("gloo")
@@ -123,7 +127,7 @@ def main() -> None:
     if opts.worker:
         return worker(opts)
 
-    from titan_train import launch
+    from titan_train.runtime import launch
 
     with tempfile.TemporaryDirectory() as tmp:
         result_path = Path(tmp) / "result.json"

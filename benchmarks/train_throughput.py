@@ -29,8 +29,8 @@ def raw_eager(seq_len: int, batch: int, steps: int, warmup: int) -> float:
     import torch
     import torch.nn.functional as F
 
-    from titan_train import config
-    from titan_train.model import Transformer
+    from titan_train.config import job as config
+    from titan_train.models.llama import Transformer
 
     args = config.load(REPO / "configs" / "llama_debug.toml").model
     model = Transformer(args)
@@ -85,9 +85,9 @@ def main() -> None:
     import torch
     from tabulate import tabulate
 
-    from titan_train import config
-    from titan_train.metrics import measure_matmul_flops
-    from titan_train.model_args import flops_per_token
+    from titan_train.config import job as config
+    from titan_train.components.metrics import measure_matmul_flops
+    from titan_train.config.model_args import flops_per_token
 
     fpt = flops_per_token(config.load(REPO / "configs" / "llama_debug.toml").model, a.seq_len)
     peak32, peak16 = measure_matmul_flops("fp32", seconds=1.0), measure_matmul_flops("bf16", seconds=1.0)

@@ -2,7 +2,7 @@
 real torch: the trainer's DCP layout, torch.save dicts, HF safetensors, Meta
 consolidated.NN.pth, DeepSpeed folders, and malicious pickles.
 
-The HF and Meta writers here are independent of titan_train.checkpoint_formats: names are
+The HF and Meta writers here are independent of titan_train.checkpoint.formats: names are
 typed out and the q/k permutation is HF's conversion-script formula, so the tests check the
 code under test against the formats, not against itself.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from titan_train.model import Transformer
-from titan_train.model_args import ModelArgs
+from titan_train.models.llama import Transformer
+from titan_train.config.model_args import ModelArgs
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ModelArgs(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, multiple_of=16, max_seq_len=16)
@@ -145,8 +145,8 @@ def write_trainer_dcp(folder: Path, sd: dict[str, torch.Tensor], *, step: int, l
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    from titan_train.checkpoint import ModelState
-    from titan_train.optim import OptimizerParts
+    from titan_train.checkpoint.manager import ModelState
+    from titan_train.components.optim import OptimizerParts
     from titan_train.step import Progress
 
     model = Transformer(TINY)

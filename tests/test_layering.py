@@ -1,6 +1,6 @@
 """The boundaries ARCHITECTURE.md draws: titan_train imports nothing from titan_doctor;
 titan_knowledge (the rules/ loader both tools share) imports neither tool nor torch; only
-titan_train/device.py talks to torch.npu / torch.cuda, and only device.py and kernels.py
+titan_train/runtime/device.py talks to torch.npu / torch.cuda, and only device.py and kernels.py
 (the fused NPU ops) import torch_npu, inside a function, so that importing any trainer
 module works on a machine without CANN."""
 from __future__ import annotations

@@ -18,13 +18,15 @@ from torch import nn
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.distributed.device_mesh import DeviceMesh
 
-from titan_train import kernels, pipeline
-from titan_train.config import JobConfig, pipeline_microbatches, pipeline_stages
-from titan_train.kernels import Kernels
-from titan_train.model import Transformer
-from titan_train.optim import LossScaler, OptimizerParts, Schedulers, lr_lambda
-from titan_train.parallel import Precision, parallelize, precision_plan
-from titan_train.parallel_dims import ParallelDims
+from titan_train.models import kernels
+
+from titan_train.distributed import pipeline
+from titan_train.config.job import JobConfig, pipeline_microbatches, pipeline_stages
+from titan_train.models.kernels import Kernels
+from titan_train.models.llama import Transformer
+from titan_train.components.optim import LossScaler, OptimizerParts, Schedulers, lr_lambda
+from titan_train.distributed.parallelize import Precision, parallelize, precision_plan
+from titan_train.config.parallel_dims import ParallelDims, stage_layers
 from titan_train.step import eager_forward_backward
 
 
@@ -67,7 +69,7 @@ def build(cfg: JobConfig, dims: ParallelDims, device: torch.device, mesh: Device
     if dims.pp > 1:
         n_stages = pipeline_stages(d)
         ids = pipeline.local_stage_ids(mesh["pp"].get_local_rank(), dims.pp, n_stages)
-        layers = pipeline.stage_layers(cfg.model.n_layers, n_stages)
+        layers = stage_layers(cfg.model.n_layers, n_stages)
         parts = [prepare(pipeline.carve_stage(cfg.model, layers[i], ops, first=i == 0, last=i == n_stages - 1), True)
                  for i in ids]
         step = pipeline.PipelineStep(has_first=0 in ids, has_last=n_stages - 1 in ids, microbatches=pipeline_microbatches(d),

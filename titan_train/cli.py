@@ -12,21 +12,13 @@ from pathlib import Path
 import click
 
 from titan_train import __version__
-from titan_train import config as config_mod
-from titan_train.device import disable_backend_autoload
-from titan_train.finite_guard import EXIT_NON_FINITE, NonFinite
-from titan_train.resources import configs_dir
-from titan_train.signals import EXIT_SIGINT, Stopped
+from titan_train.config import job as config_mod
+from titan_train.runtime.device import disable_backend_autoload
+from titan_train.runtime.finite_guard import EXIT_NON_FINITE, NonFinite
+from titan_train.config.paths import resolve_config
+from titan_train.runtime.signals import EXIT_SIGINT, Stopped
 
 EXIT_USAGE = 2
-
-
-def resolve_config(spec: str) -> Path:
-    """A path, or the name of a shipped config ("llama_debug" -> configs/llama_debug.toml)."""
-    path = Path(spec)
-    if path.exists() or path.suffix == ".toml" or "/" in spec:
-        return path
-    return configs_dir() / f"{spec}.toml"
 
 
 class _UserError(Exception):
@@ -112,7 +104,7 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
     data-layout changes are announced. NaN / inf stops the run (exit 3), saving nothing after.
     """
     disable_backend_autoload()
-    from titan_train import launch
+    from titan_train.runtime import launch
 
     path = resolve_config(config_spec)
     # the launcher notes Ctrl-C / SIGTERM during start-up (never raised mid-import); ranks keep Python's default
@@ -163,7 +155,7 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
 
 def _load_config(path: Path, overrides: list[str], world_size: int, announce: bool):
     """A trainer TOML, or a torchtitan one (converted, with what it ignores printed once)."""
-    from titan_train import torchtitan_config
+    from titan_train.config import torchtitan as torchtitan_config
 
     cfg, conversion = torchtitan_config.load_either(path, overrides, world_size)
     if announce and conversion is not None:
@@ -210,7 +202,7 @@ def prepare_data(sources, tokenizer, out, text_field, workers, shard_tokens, for
     \b
     Exit codes: 0 written, 2 bad input (nothing written), 130 interrupted (nothing written).
     """
-    from titan_train import corpus, prepare
+    from titan_train.data import corpus, prepare
 
     extra = {"shard_tokens": shard_tokens} if shard_tokens else {}
     try:
@@ -248,8 +240,9 @@ def _progress(total: int, label: str):
 
 def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None) -> None:
     """Everything a user can get wrong is checked here, before any rank starts."""
-    from titan_train import data, device
-    from titan_train.checkpoint_formats import initial_load
+    from titan_train.data import stream as data
+    from titan_train.runtime import device
+    from titan_train.checkpoint import initial_load
 
     config_mod.validate(cfg, opts.world_size)
     dev = device.select(cfg.distributed.backend, device.probe())
@@ -258,7 +251,7 @@ def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None)
         raise _UserError(f"--nproc {opts.nproc} exceeds the {dev.count} {dev.type.upper()} device(s) visible here")
     data.check_dataset(cfg.data, cfg.model.vocab_size, cfg.training.seq_len)
     if cfg.metrics.tensorboard:
-        from titan_train import metrics
+        from titan_train.components import metrics
 
         metrics.require_tensorboard()
     initial_load.preflight(cfg)
@@ -267,8 +260,9 @@ def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None)
 
 def _check_memory(cfg, opts, dev, ignore_memory: bool, config_ref=None) -> None:
     """Refuse a job whose analytic memory estimate is clearly over what a rank has."""
-    from titan_train import device, memory_remedies as mr
-    from titan_train.memory_estimate import hccl_buffsize_mb
+    from titan_train.runtime import device
+    from titan_train.memory import remedies as mr
+    from titan_train.memory.estimate import hccl_buffsize_mb
 
     memory, source = device.memory_per_rank(dev, opts.nproc)
     target = mr.Target(opts.world_size, memory, dev.backend, accelerator=dev.type != "cpu",
@@ -287,7 +281,7 @@ def _owning_folder(cfg, opts, fresh: bool, stop_after: int):
     """Node 0's launcher holds the checkpoint folder's lock for its ranks (it also owns the
     run folder's rank logs, which a second run would truncate) and prepares the folder
     (refuse / --fresh) before any rank starts. Other nodes' launchers do nothing."""
-    from titan_train import run_lock
+    from titan_train.checkpoint import run_lock
 
     if opts.node_rank != 0:
         yield
@@ -314,8 +308,11 @@ def _user_message(e: Exception) -> str:
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
-    from titan_train import data, device, launch, lineage, metrics, resume_compare, run_lock
-    from titan_train.checkpoint_formats import CheckpointError
+    from titan_train.data import stream as data
+    from titan_train.runtime import device, launch
+    from titan_train.checkpoint import lineage, resume_compare, run_lock
+    from titan_train.components import metrics
+    from titan_train.checkpoint.formats import CheckpointError
 
     return (config_mod.ConfigError, device.DeviceError, data.DataError, CheckpointError, metrics.MissingExtra,
             launch.LaunchError, run_lock.FolderLocked, lineage.FolderInUse, resume_compare.ShapeChanged, _UserError)
@@ -333,8 +330,8 @@ def plot(runs, out):
     \b
       titan-train plot outputs/llama_debug outputs/llama_debug_tp2 -o compare.png
     """
-    from titan_train import metrics
-    from titan_train import plot as plot_mod
+    from titan_train.components import metrics
+    from titan_train.components import plot as plot_mod
 
     first = Path(runs[0])
     target = Path(out) if out else (first.parent if first.suffix == ".jsonl" else first) / "metrics.png"

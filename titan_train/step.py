@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.distributed.checkpoint.stateful import Stateful
 
-from titan_train.optim import clip_, global_grad_norm, reduce_partial_grads_
-from titan_train.profiling import span
+from titan_train.components.loss import cross_entropy
+from titan_train.components.optim import clip_, global_grad_norm, reduce_partial_grads_
+from titan_train.runtime.profiling import span
 
 
 @dataclass
@@ -48,11 +48,6 @@ class Progress(Stateful):
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         self.step, self.samples = int(sd["step"]), int(sd["samples"])
-
-
-def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean token loss, computed in fp32 whatever the compute dtype."""
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
 
 def eager_forward_backward(model: nn.Module, autocast, accum: int, scaler, inputs: torch.Tensor,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from titan_train.checkpoint_formats import CheckpointError, detect
-from titan_train.checkpoint_formats.safetensors_io import read_header
+from titan_train.checkpoint.formats import CheckpointError, detect
+from titan_train.checkpoint.formats.safetensors_io import read_header
 
 from ..checkpoints import (REPO, TINY, hf_state_dict, malicious_torch_file, weights, write_meta,
                            write_trainer_dcp)
@@ -113,7 +113,7 @@ def test_prefixes_are_removed_for_a_bare_state_dict(tmp_path):
     assert p.returncode == 0
     clean = torch.load(tmp_path / "clean.pt", weights_only=True)
     assert clean.keys() == sd.keys() and all(torch.equal(clean[k], sd[k]) for k in sd)
-    from titan_train.model import Transformer
+    from titan_train.models.llama import Transformer
 
     Transformer(TINY).load_state_dict(clean)   # strict load of the converted file works
 
@@ -167,7 +167,7 @@ def test_progress_lines_on_request(tmp_path):
 def test_failure_halfway_leaves_no_partial_output(tmp_path, monkeypatch):
     """A read error in the middle of writing HF shards: DST never appears, the temporary is gone."""
     from titan_doctor.convert import run
-    from titan_train.checkpoint_formats import sources
+    from titan_train.checkpoint.formats import sources
 
     write_meta(tmp_path / "meta", weights(), shards=1)
     original, calls = sources.Source.read, []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from titan_train.model_args import ModelArgs
+from titan_train.config.model_args import ModelArgs
 
 from ..checkpoints import (imports_torch, malicious_metadata, malicious_torch_file, weights, write_deepspeed,
                            write_hf, write_trainer_dcp)
@@ -218,8 +218,8 @@ def test_weights_the_llama_has_no_place_for_are_never_dropped_silently(tmp_path)
 
     from safetensors.torch import load_file, save_file
 
-    from titan_train.checkpoint_formats import CheckpointError
-    from titan_train.checkpoint_formats.initial_load import open_checked
+    from titan_train.checkpoint.formats import CheckpointError
+    from titan_train.checkpoint.initial_load import open_checked
 
     from ..checkpoints import TINY, REPO
     write_hf(tmp_path / "qwen", weights())

@@ -8,9 +8,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from titan_doctor.diagnose import memory_exact as mx  # noqa: E402
-from titan_train import memory_estimate as me  # noqa: E402
-from titan_train.config import load, validate  # noqa: E402
-from titan_train.resources import configs_dir  # noqa: E402
+from titan_train.memory import estimate as me  # noqa: E402
+from titan_train.config.job import load, validate  # noqa: E402
+from titan_train.config.paths import configs_dir  # noqa: E402
 
 from .conftest import run_json  # noqa: E402
 

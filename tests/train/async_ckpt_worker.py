@@ -1,4 +1,4 @@
-"""One rank of the async-save test (started through titan_train.launch): FSDP2 on gloo,
+"""One rank of the async-save test (started through titan_train.runtime.launch): FSDP2 on gloo,
 save step 2 asynchronously, train on while it is written, then load it back and compare."""
 import json
 import os
@@ -13,8 +13,8 @@ import torch.nn.functional as F  # noqa: E402
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # noqa: E402
 from torch.distributed.fsdp import fully_shard  # noqa: E402
 
-from titan_train import checkpoint  # noqa: E402
-from titan_train.model import ModelArgs, Transformer  # noqa: E402
+from titan_train.checkpoint import manager as checkpoint  # noqa: E402
+from titan_train.models.llama import ModelArgs, Transformer  # noqa: E402
 from titan_train.step import Progress  # noqa: E402
 
 

@@ -27,10 +27,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from titan_train.build import build as build_parts
-from titan_train.config import JobConfig, OptimizerConfig, TrainingConfig
-from titan_train.model import Transformer, TransformerBlock
-from titan_train.model_args import ModelArgs
-from titan_train.parallel_dims import ParallelDims
+from titan_train.config.job import JobConfig, OptimizerConfig, TrainingConfig
+from titan_train.models.llama import Transformer, TransformerBlock
+from titan_train.config.model_args import ModelArgs
+from titan_train.config.parallel_dims import ParallelDims
 
 ARGS = ModelArgs(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, multiple_of=16, max_seq_len=16)
 SEED = 7
@@ -106,8 +106,8 @@ def fsdp1(out: Path) -> None:
 def fsdp2(out: Path) -> None:
     """One step on 2 FSDP ranks, saved by the trainer's Checkpointer (its DCP layout) and
     exported by it (export_final torch and hf)."""
-    from titan_train.checkpoint import Checkpointer, save, train_states
-    from titan_train.config import CheckpointConfig
+    from titan_train.checkpoint.manager import Checkpointer, save, train_states
+    from titan_train.config.job import CheckpointConfig
     from titan_train.step import Progress
 
     parts = build(tp=1)
@@ -138,8 +138,8 @@ def _record(parts, out: Path, name: str) -> None:
 def resume(out: Path, src: Path) -> None:
     """A new run (nothing to resume) that starts from SRC with initial_load_model_only = false,
     through the Checkpointer as the trainer calls it."""
-    from titan_train.checkpoint import Checkpointer, train_states
-    from titan_train.config import CheckpointConfig
+    from titan_train.checkpoint.manager import Checkpointer, train_states
+    from titan_train.config.job import CheckpointConfig
     from titan_train.step import Progress
 
     parts = build(tp=int(os.environ.get("TP", "1")), seed=SEED + 5)  # anything but the checkpoint's values
@@ -157,7 +157,7 @@ def hf_logits(out: Path) -> None:
     by torch's set_model_state_dict, on this layout."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    from titan_train.checkpoint_formats.initial_load import load_initial
+    from titan_train.checkpoint.initial_load import load_initial
 
     tp = int(os.environ.get("TP", "1"))
     tokens = torch.randint(0, ARGS.vocab_size, (2, 8), generator=torch.Generator().manual_seed(3))

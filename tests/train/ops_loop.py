@@ -1,6 +1,6 @@
 """A tiny stand-in training loop, one rank per process, with the run-operation pieces the
 real loop uses (profiler + spans, hang watchdog, graceful stop on signals), for launcher
-tests that need quick runs. Started by the tests through titan_train.launch (real
+tests that need quick runs. Started by the tests through titan_train.runtime.launch (real
 processes on gloo); the trainer itself is tested in test_run_safety.py.
 
 Settings come as JSON in $OPS_CFG: steps, run_dir, step_sleep, profile (dict for
@@ -19,11 +19,11 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from titan_train import device, signals  # noqa: E402
-from titan_train.config import ProfilingConfig, WatchdogConfig  # noqa: E402
-from titan_train.model import ModelArgs, Transformer  # noqa: E402
-from titan_train.profiling import Profiler, span  # noqa: E402
-from titan_train.watchdog import Watchdog  # noqa: E402
+from titan_train.runtime import device, signals  # noqa: E402
+from titan_train.config.job import ProfilingConfig, WatchdogConfig  # noqa: E402
+from titan_train.models.llama import ModelArgs, Transformer  # noqa: E402
+from titan_train.runtime.profiling import Profiler, span  # noqa: E402
+from titan_train.runtime.watchdog import Watchdog  # noqa: E402
 
 
 def main() -> int:

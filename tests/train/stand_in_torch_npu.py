@@ -1,4 +1,4 @@
-"""A stand-in for the four torch_npu ops titan_train/kernels.py calls, in plain PyTorch, for
+"""A stand-in for the four torch_npu ops titan_train/models/kernels.py calls, in plain PyTorch, for
 CPU tests only (the product never fakes an NPU).
 
 Each op follows its entry in torch_npu 2.13.0's `torch_npu/_op_plugin_docs.py` (the text is

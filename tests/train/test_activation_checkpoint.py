@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from titan_train import config
+from titan_train.config import job as config
 from titan_train.build import build
-from titan_train.parallel_dims import ParallelDims
+from titan_train.config.parallel_dims import ParallelDims
 from titan_train.step import train_step
 
 from .conftest import REPO, assert_same_run, parity_run

@@ -9,11 +9,11 @@ import os
 import pytest
 import torch
 
-from titan_train.checkpoint_formats import CheckpointError, UnsafeCheckpoint, dcp_io, detect, fit, naming, pickles
-from titan_train.checkpoint_formats.initial_load import load_initial
-from titan_train.checkpoint_formats.sources import Source
-from titan_train.model import Attention, Transformer, rope_tables
-from titan_train.model_args import ModelArgs, count_params
+from titan_train.checkpoint.formats import CheckpointError, UnsafeCheckpoint, dcp_io, detect, fit, naming, pickles
+from titan_train.checkpoint.initial_load import load_initial
+from titan_train.checkpoint.formats.sources import Source
+from titan_train.models.llama import Attention, Transformer, rope_tables
+from titan_train.config.model_args import ModelArgs, count_params
 
 from ..checkpoints import (TINY, hf_permute, hf_state_dict, imports_torch, malicious_metadata, malicious_torch_file,
                            runs_code_when_loaded, weights, write_deepspeed, write_hf, write_meta, write_trainer_dcp)
@@ -74,8 +74,8 @@ def test_legacy_trainer_layout_and_model_only_dcp(tmp_path):
 def test_legacy_layout_cannot_resume_but_starts_a_run_via_initial_load_path(tmp_path):
     """A step folder from before issue 8 (train.model.*): resuming it is refused with the way
     out, and that way out (initial_load_path, with the optimizer) loads its weights and moments."""
-    from titan_train import checkpoint
-    from titan_train.optim import OptimizerParts
+    from titan_train.checkpoint import manager as checkpoint
+    from titan_train.components.optim import OptimizerParts
 
     sd = weights()
     legacy = write_trainer_dcp(tmp_path, sd, step=3, legacy=True)
@@ -172,7 +172,7 @@ def test_describe_reads_no_tensor_data_and_needs_no_torch(tmp_path):
     write_hf(tmp_path / "hf", weights())
     write_trainer_dcp(tmp_path / "dcp", weights(), step=2)
     torch.save(weights(), tmp_path / "w.pt")
-    assert not imports_torch("from titan_train.checkpoint_formats import detect\n"
+    assert not imports_torch("from titan_train.checkpoint.formats import detect\n"
                              f"for p in ['{tmp_path}/hf', '{tmp_path}/dcp', '{tmp_path}/w.pt']: detect.describe(p)")
 
 
@@ -322,7 +322,7 @@ def test_malicious_torch_file_is_refused_and_runs_nothing(tmp_path):
         detect.describe(path)
     with pytest.raises(UnsafeCheckpoint):
         load_initial([Transformer(TINY)], path, args=TINY)
-    from titan_train.checkpoint_formats.sources import safe_torch_load
+    from titan_train.checkpoint.formats.sources import safe_torch_load
 
     with pytest.raises(UnsafeCheckpoint):
         safe_torch_load(path)
@@ -337,7 +337,7 @@ def test_malicious_dcp_metadata_is_refused_and_runs_nothing(tmp_path):
     assert runs_code_when_loaded(control, marker)
     with pytest.raises(UnsafeCheckpoint, match=r"posix\.system.*Refused"):
         detect.describe(folder)
-    from titan_train.checkpoint_formats import dcp_io
+    from titan_train.checkpoint.formats import dcp_io
 
     with pytest.raises(UnsafeCheckpoint, match="not a DCP metadata class"):
         dcp_io.SafeFileSystemReader(str(folder)).read_metadata()
@@ -353,7 +353,7 @@ def test_malicious_entry_inside_a_dcp_shard_is_refused(tmp_path):
     loads them with weights_only=False; our planner does not."""
     import torch.distributed.checkpoint as dcp
 
-    from titan_train.checkpoint_formats import dcp_io
+    from titan_train.checkpoint.formats import dcp_io
     from ..checkpoints import Payload
 
     marker = tmp_path / "pwned"

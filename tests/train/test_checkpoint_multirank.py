@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from titan_train.checkpoint_formats import detect, naming
-from titan_train.checkpoint_formats.sources import Source
+from titan_train.checkpoint.formats import detect, naming
+from titan_train.checkpoint.formats.sources import Source
 
 from ..checkpoints import REPO, weights, write_hf
 from ..diagnose.conftest import run_json
@@ -144,7 +144,7 @@ def test_hf_weights_into_fsdp_give_the_native_logits(fsdp2):
     logits = torch.load(fsdp2 / "logits_tp1.pt", weights_only=True)
     assert torch.equal(logits["hf"], logits["native"])
     native = torch.load(fsdp2 / "native.pt", weights_only=True)
-    from titan_train.model import Transformer
+    from titan_train.models.llama import Transformer
 
     model = Transformer(ARGS)
     model.load_state_dict(native)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from titan_train import config
+from titan_train.config import job as config
 from titan_train.cli import main
 
 from .conftest import REPO, trainer_env

@@ -7,8 +7,8 @@ import typing
 
 import pytest
 
-from titan_train import config, config_reference
-from titan_train.fields import Range, range_error
+from titan_train.config import job as config, reference as config_reference
+from titan_train.config.fields import Range, range_error
 
 from .conftest import REPO
 
@@ -68,7 +68,7 @@ def test_range_descriptions():
 def test_the_readme_config_reference_is_up_to_date():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert readme == config_reference.render(readme), \
-        "README.md's config reference is stale: run python -m titan_train.config_reference"
+        "README.md's config reference is stale: run python -m titan_train.config.reference"
 
 
 def test_the_reference_lists_every_key_with_its_range_and_check_mode_catches_drift(tmp_path):

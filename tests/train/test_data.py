@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from titan_train import corpus, data
+from titan_train.data import corpus, stream as data
 
 from .conftest import TINYSHAKESPEARE, TOKENIZER_2K, needs_tokenizer_2k
 

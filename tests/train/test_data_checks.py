@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from titan_train import corpus, data
+from titan_train.data import corpus, stream as data
 
 from .conftest import REPO, run_trainer, trainer_env
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from titan_train.device import Device, DeviceError, Probe, select
+from titan_train.runtime.device import Device, DeviceError, Probe, select
 
 LIBHCCL = "torch_npu failed to import: ImportError: libhccl.so: cannot open shared object file"
 
@@ -46,7 +46,7 @@ def test_nccl_without_gpu_and_unknown_backend():
 
 
 def test_options_that_need_an_accelerator():
-    from titan_train.device import check_options
+    from titan_train.runtime.device import check_options
 
     check_options(Device("npu", "hccl", 8), cpu_offload=True, mixed_precision="bf16")
     with pytest.raises(DeviceError, match="cpu_offload = true needs an accelerator"):
@@ -54,7 +54,7 @@ def test_options_that_need_an_accelerator():
 
 
 def test_real_probe_on_this_machine_reports_no_npu():
-    from titan_train.device import probe
+    from titan_train.runtime.device import probe
 
     p = probe()
     assert p.npu_count == 0 and p.npu_error  # no Ascend here; the reason is recorded, not raised

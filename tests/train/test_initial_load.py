@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from titan_train.checkpoint_formats import dcp_io, detect
-from titan_train.checkpoint_formats.sources import Source
+from titan_train.checkpoint.formats import dcp_io, detect
+from titan_train.checkpoint.formats.sources import Source
 
 from .conftest import FAST, losses, ok, run_trainer
 
@@ -107,7 +107,7 @@ def hf_runs(tmp_path_factory):
     """An HF-layout LLaMA (HF names, permuted q/k, written here) as initial_load_path, trained
     2 steps on 1 rank (saving step-2) and on pp = 2 (with another init seed, so only the load
     can make the two agree); both export_final = torch."""
-    from titan_train.model_args import ModelArgs
+    from titan_train.config.model_args import ModelArgs
 
     from ..checkpoints import weights, write_hf
 

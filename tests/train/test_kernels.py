@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from titan_train import kernels
-from titan_train.model import ModelArgs, Transformer, rope_tables
+from titan_train.models import kernels
+from titan_train.models.llama import ModelArgs, Transformer, rope_tables
 
 from ..npu_wheel import DOCS_FILE, SCHEMA_FILE, op_schemas, read_member, torch_npu_wheel
 from . import stand_in_torch_npu
@@ -214,9 +214,9 @@ def test_build_chooses_the_kernels_once_for_every_stage_and_the_fake_tensor_buil
     build) the same happens, and a step traces through the NPU adapters."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from titan_train import config
+    from titan_train.config import job as config
     from titan_train.build import build
-    from titan_train.parallel_dims import ParallelDims
+    from titan_train.config.parallel_dims import ParallelDims
     from titan_train.step import train_step
 
     from .conftest import REPO

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from titan_train import launch
+from titan_train.runtime import launch
 
 from .conftest import FAST, REPO, run_trainer, trainer_cmd, trainer_env
 

@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from titan_train import memory_estimate as me
-from titan_train.config import JobConfig, load, validate
-from titan_train.resources import configs_dir
+from titan_train.memory import estimate as me
+from titan_train.config.job import JobConfig, load, validate
+from titan_train.config.paths import configs_dir
 
 # A model small enough to build and run forward in a second under FakeTensorMode, with a
 # vocabulary that does not divide by 4 (FSDP padding) and a SwiGLU width unlike d.
@@ -29,7 +29,7 @@ def built(cfg: JobConfig, world: int):
     torch = pytest.importorskip("torch")
     from titan_doctor.diagnose import memory_exact as mx
     from titan_train.build import build
-    from titan_train.parallel_dims import ParallelDims
+    from titan_train.config.parallel_dims import ParallelDims
 
     d = cfg.distributed
     dims = ParallelDims.for_world(world, tp=d.tp_size, pp=d.pp_size)
@@ -46,7 +46,7 @@ def saved_bytes(cfg: JobConfig, world: int) -> int:
     import torch
 
     from titan_doctor.diagnose import memory_exact as mx
-    from titan_train.step import cross_entropy
+    from titan_train.components.loss import cross_entropy
 
     with built(cfg, world) as (parts, dims):
         model = parts.model_parts[0]

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from titan_train import memory_estimate as me, memory_remedies as mr
-from titan_train.config import load, validate
-from titan_train.resources import configs_dir
+from titan_train.memory import estimate as me, remedies as mr
+from titan_train.config.job import load, validate
+from titan_train.config.paths import configs_dir
 
 GiB = 2 ** 30
 CARD = int(60.96 * GiB)

@@ -8,8 +8,10 @@ import json
 import pytest
 import torch
 
-from titan_train import device, metrics
-from titan_train.parallel_dims import ParallelDims
+from titan_train.runtime import device
+
+from titan_train.components import metrics
+from titan_train.config.parallel_dims import ParallelDims
 from titan_train.step import StepStats
 
 from .conftest import FAST, ok, run_trainer

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from titan_train import launch
+from titan_train.runtime import launch
 
 from .conftest import trainer_env
 

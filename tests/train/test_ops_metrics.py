@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from titan_train import metrics
+from titan_train.components import metrics
 
 from .conftest import FAST, REPO, ok, run_trainer, trainer_env
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from titan_train.launch import free_port
+from titan_train.runtime.launch import free_port
 
 from .conftest import FAST, REPO, losses, ok, run_trainer, trainer_env
 

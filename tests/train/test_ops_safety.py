@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from titan_train import faults, launch
+from titan_train.runtime import faults, launch
 
 from .conftest import REPO, trainer_env
 
@@ -24,7 +24,7 @@ def _launcher(run_dir: Path, cfg: dict, fault: str = "", nproc: int = 2, opts: s
     env["OPS_CFG"] = json.dumps({"run_dir": str(run_dir), **cfg})
     if fault:
         env[faults.ENV] = fault
-    code = ("import sys; from titan_train import launch; "
+    code = ("import sys; from titan_train.runtime import launch; "
             f"sys.exit(launch.run_and_report([sys.executable, {str(LOOP)!r}], "
             f"launch.LaunchOptions({opts or f'nproc={nproc}'}), {str(run_dir)!r}, timeout_s=240))")
     return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, text=True,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from titan_train.pipeline import local_stage_ids, stage_layers
+from titan_train.config.parallel_dims import stage_layers
+from titan_train.distributed.pipeline import local_stage_ids
 
 from .conftest import FAST, PARITY_STEPS, assert_same_run, losses, ok, parity_run, run_trainer
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from titan_train import corpus, data, prepare, token_folder
+from titan_train.data import corpus, prepare, stream as data, token_folder
 from titan_train.cli import main
 
 from .conftest import REPO, TOKENIZER_2K, needs_tokenizer_2k, trainer_env
@@ -240,7 +240,7 @@ def test_run_checks_the_prepared_shards_before_any_rank_starts(tmp_path, monkeyp
     elif damage == "remove":
         shard.unlink()
     spawned = []
-    monkeypatch.setattr("titan_train.launch.spawn", lambda *a, **k: spawned.append(a) or 0)
+    monkeypatch.setattr("titan_train.runtime.launch.spawn", lambda *a, **k: spawned.append(a) or 0)
     monkeypatch.chdir(tmp_path)
     res = _cli("run", "--config", str(REPO / "configs" / "llama_debug.toml"), "--nproc", "2",
                "--set", "training.seq_len=64", "--set", f'data.dataset="{tmp_path / "p"}"')

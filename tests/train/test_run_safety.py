@@ -5,7 +5,7 @@ sees (exit code, the first lines of stderr, the files in the run folder, what
 `titan-doctor diagnose --log` says) and on the losses: a resumed run reaches the same
 losses as one that was never interrupted.
 
-Faults come from the TITAN_TRAIN_FAULT test hook (titan_train/faults.py).
+Faults come from the TITAN_TRAIN_FAULT test hook (titan_train/runtime/faults.py).
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from titan_train import faults
-from titan_train.signals import EXIT_SIGTERM
-from titan_train.watchdog import EXIT_HANG
+from titan_train.runtime import faults
+from titan_train.runtime.signals import EXIT_SIGTERM
+from titan_train.runtime.watchdog import EXIT_HANG
 
 from .conftest import FAST, REPO, losses, ok, run_trainer, trainer_cmd, trainer_env
 

@@ -104,7 +104,7 @@ def test_a_dead_runs_lock_is_taken_over_and_another_hosts_lock_refuses(tmp_path)
 
 
 def test_lock_in_process_refuses_a_live_owner_and_takes_over_a_reused_pid(tmp_path):
-    from titan_train import run_lock
+    from titan_train.checkpoint import run_lock
 
     said = []
     with run_lock.RunLock(tmp_path, say=said.append):
@@ -173,7 +173,7 @@ def test_retention_deletes_only_the_trained_lineage(tmp_path):
 
 
 def test_prune_in_process_never_touches_other_lineages_unrecorded_or_the_step_just_written(tmp_path):
-    from titan_train import lineage
+    from titan_train.checkpoint import lineage
 
     def make(name, lin=None, complete=True):
         d = tmp_path / name
@@ -244,7 +244,7 @@ def test_resume_into_another_model_shape_is_refused_in_one_line(tmp_path, field,
 
 def test_a_changed_swiglu_width_names_the_config_fields_that_set_it():
     """ffn_dim is derived, not a config field: `set model.ffn_dim = 256` was an impossible fix."""
-    from titan_train.resume_compare import ShapeChanged, compare
+    from titan_train.checkpoint.resume_compare import ShapeChanged, compare
 
     base = {"d_model": 64, "n_heads": 4, "n_layers": 2, "vocab_size": 512, "multiple_of": 256}
     saved = {"model": dict(base)}
@@ -259,7 +259,7 @@ def test_a_changed_swiglu_width_names_the_config_fields_that_set_it():
 
 def test_a_changed_tokenizer_is_not_called_a_data_order_change():
     """Same vocab_size, other tokenizer: the rows keep their shapes but not their meaning."""
-    from titan_train.resume_compare import compare
+    from titan_train.checkpoint.resume_compare import compare
 
     saved = {"data": {"dataset": "a.txt", "tokenizer": "bpe/tokenizer.json"}, "training": {"seq_len": 32}}
     lines = compare(saved, {"data": {"dataset": "a.txt", "tokenizer": "byte"}, "training": {"seq_len": 32}},
@@ -369,7 +369,7 @@ def test_guard_refuses_to_save_weights_that_the_last_update_overflowed():
     step's loss would show it, but the save of this step comes first and must not happen."""
     import torch
 
-    from titan_train.finite_guard import FiniteGuard, NonFinite
+    from titan_train.runtime.finite_guard import FiniteGuard, NonFinite
     from titan_train.step import StepStats
 
     weights = [torch.ones(4), torch.ones(3)]
@@ -387,7 +387,7 @@ def test_guard_refuses_to_save_weights_that_the_last_update_overflowed():
 def test_guard_in_process_fp16_collapse_and_the_first_bad_step():
     import torch
 
-    from titan_train.finite_guard import SKIP_LIMIT, FiniteGuard, NonFinite
+    from titan_train.runtime.finite_guard import SKIP_LIMIT, FiniteGuard, NonFinite
     from titan_train.step import StepStats
 
     cpu = torch.device("cpu")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from titan_train import config
+from titan_train.config import job as config
 from titan_train.build import build
-from titan_train.parallel_dims import ParallelDims
+from titan_train.config.parallel_dims import ParallelDims
 from titan_train.step import train_step
 
 from .conftest import REPO
@@ -43,7 +43,7 @@ def test_grad_norm_is_one_all_reduce_per_mesh_dim(world, tp, want, fake_world):
     weights' pending sums are finished in one flattened all-reduce, then one for the norm."""
     from torch.distributed.tensor.debug import CommDebugMode
 
-    from titan_train.optim import global_grad_norm, reduce_partial_grads_
+    from titan_train.components.optim import global_grad_norm, reduce_partial_grads_
 
     fake_world(world)
     parts = build(_cfg(f"distributed.tp_size={tp}"), ParallelDims.for_world(world, tp=tp), torch.device("cpu"))

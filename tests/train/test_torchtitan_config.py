@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from titan_train import config as config_mod
-from titan_train import torchtitan_config as tt
-from titan_train.config import ConfigError
+from titan_train.config import job as config_mod
+from titan_train.config import torchtitan as tt
+from titan_train.config.job import ConfigError
 
 from .conftest import trainer_env
 

@@ -73,7 +73,7 @@ def _size(text: str) -> int:
 @click.option("--debug", is_flag=True, help="Show a traceback on failure.")
 def convert(src, dst, target, config_file, dtype, model_only, max_shard, force, progress, fmt, debug):
     from titan_doctor.convert.run import convert as run_convert
-    from titan_train.checkpoint_formats import CheckpointError
+    from titan_train.checkpoint.formats import CheckpointError
 
     max_shard_bytes = _size(max_shard)
     if config_file is not None:
@@ -100,8 +100,8 @@ def convert(src, dst, target, config_file, dtype, model_only, max_shard, force, 
 
 def _check_config(spec: str) -> None:
     """A --config that cannot be read is a usage error (exit 2), as in `diagnose --config`."""
-    from titan_train.cli import resolve_config
-    from titan_train.config import ConfigError, load
+    from titan_train.config.paths import resolve_config
+    from titan_train.config.job import ConfigError, load
 
     try:
         load(resolve_config(spec))

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from titan_train.checkpoint_formats import CheckpointError, detect, fit, naming
-from titan_train.checkpoint_formats.detect import CheckpointInfo
-from titan_train.checkpoint_formats.dtypes import SHORT_NAMES, itemsize
+from titan_train.checkpoint.formats import CheckpointError, detect, fit, naming
+from titan_train.checkpoint.formats.detect import CheckpointInfo
+from titan_train.checkpoint.formats.dtypes import SHORT_NAMES, itemsize
 
 TARGETS = ("dcp", "torch", "hf", "meta")
 
@@ -59,11 +59,11 @@ def model_args_for(info: CheckpointInfo, config: str | Path | None, needed: bool
     """ModelArgs from --config's [model] (checked against the checkpoint), else from what the
     checkpoint declares (params.json / config.json) and implies (shapes). None when not
     needed and unknown."""
-    from titan_train.model_args import ModelArgs
+    from titan_train.config.model_args import ModelArgs
 
     if config is not None:
-        from titan_train import config as config_mod
-        from titan_train.cli import resolve_config
+        from titan_train.config import job as config_mod
+        from titan_train.config.paths import resolve_config
 
         try:
             args = config_mod.load(resolve_config(str(config))).model
@@ -128,8 +128,8 @@ def _nbytes(obj) -> int:
 def convert(src: Path, dst: Path, target: str, *, config: str | Path | None = None, dtype: str | None = None,
             model_only: bool = False, max_shard_bytes: int, overwrite: bool = False,
             progress: bool | None = None) -> Result:
-    from titan_train.checkpoint_formats import writers
-    from titan_train.checkpoint_formats.dtypes import torch_dtype
+    from titan_train.checkpoint.formats import writers
+    from titan_train.checkpoint.formats.dtypes import torch_dtype
 
     if target not in TARGETS:
         raise CheckpointError(f"unknown target format {target!r}; use one of {', '.join(TARGETS)}")
@@ -164,8 +164,8 @@ def _refuse_overlap(src: Path, dst: Path, info: CheckpointInfo) -> None:
 
 def _convert_whole(info: CheckpointInfo, tmp: Path, target: str, cast, result: Result) -> None:
     """DCP <-> one torch.save file, format_utils' conversion with the safe readers."""
-    from titan_train.checkpoint_formats import dcp_io, writers
-    from titan_train.checkpoint_formats.sources import safe_torch_load
+    from titan_train.checkpoint.formats import dcp_io, writers
+    from titan_train.checkpoint.formats.sources import safe_torch_load
 
     result.whole = True
     if info.format == "dcp":
@@ -186,8 +186,8 @@ def _convert_whole(info: CheckpointInfo, tmp: Path, target: str, cast, result: R
 
 def _convert_weights(info: CheckpointInfo, tmp: Path, target: str, cast, config: str | Path | None,
                      max_shard_bytes: int, progress: bool | None, result: Result) -> None:
-    from titan_train.checkpoint_formats import dcp_io, writers
-    from titan_train.checkpoint_formats.sources import Source
+    from titan_train.checkpoint.formats import dcp_io, writers
+    from titan_train.checkpoint.formats.sources import Source
 
     if info.unmapped:
         names = list(info.unmapped)

@@ -32,7 +32,7 @@ def main():
     sizes = [int(s) for s in os.environ.get("TD_SIZES", "").split(",") if s]
     iters = int(os.environ.get("TD_ITERS", "5"))
     save(phase="import")
-    from titan_train import device as tdev
+    from titan_train.runtime import device as tdev
 
     tdev.disable_backend_autoload()
     import torch

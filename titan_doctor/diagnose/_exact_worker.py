@@ -19,9 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     warnings.filterwarnings("ignore")
 
-    from titan_train.cli import resolve_config
-    from titan_train.config import ConfigError
-    from titan_train.torchtitan_config import load_either
+    from titan_train.config.paths import resolve_config
+    from titan_train.config.job import ConfigError
+    from titan_train.config.torchtitan import load_either
 
     try:
         cfg, _ = load_either(resolve_config(args.config), args.overrides, args.world_size)

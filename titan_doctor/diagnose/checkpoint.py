@@ -3,7 +3,7 @@ step state, key prefixes, naming scheme) and, with a trainer config, whether it 
 trainer's model: missing / unexpected / mis-shaped keys, each naming the [model] field that
 decides it, each problem with its fix.
 
-Metadata only (titan_train.checkpoint_formats.detect): no tensor data is read and nothing
+Metadata only (titan_train.checkpoint.formats.detect): no tensor data is read and nothing
 from the checkpoint is executed. torch is imported only with a config, to build the
 trainer's own model on the meta device for the comparison.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from titan_doctor.findings import Finding, Status
-from titan_train.checkpoint_formats import CheckpointError, UnsafeCheckpoint, detect, naming
+from titan_train.checkpoint.formats import CheckpointError, UnsafeCheckpoint, detect, naming
 
 _SHARDED_WHY = {
     "torch-sharded": "values are this rank's ShardedTensor pieces; the other ranks' files hold the rest",
@@ -158,7 +158,7 @@ def _unwrap_hint(container: str) -> str:
 
 def fits(info: detect.CheckpointInfo, args, config: str) -> list[Finding]:
     """The checkpoint against the trainer's model of shape `args` ([model] of `config`)."""
-    from titan_train.checkpoint_formats import fit
+    from titan_train.checkpoint.formats import fit
 
     if not info.keymap.to_ours:
         return [Finding("ckpt.config", Status.FAIL, f"no LLaMA weights recognized in {info.root}; nothing to "

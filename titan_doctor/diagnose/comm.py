@@ -13,7 +13,7 @@ from titan_doctor.diagnose import signatures
 from titan_doctor.diagnose.distributed_env import DEFAULT_PORT, check_master, port_free
 from titan_doctor.diagnose.logs import enrich
 from titan_doctor.findings import Finding, Status
-from titan_train.launch import LaunchOptions, Rendezvous, free_port, read_log, start_ranks
+from titan_train.runtime.launch import LaunchOptions, Rendezvous, free_port, read_log, start_ranks
 
 WORKER = Path(__file__).with_name("_comm_worker.py")
 SIZES = (1 << 12, 1 << 18, 1 << 22, 1 << 25)   # 4 KiB .. 32 MiB

@@ -172,8 +172,8 @@ def _memory_plan(config_spec, world_size, device_name, device_memory, overrides,
 def _checkpoint_config(config_spec: str, overrides, debug: bool):
     """--config with --checkpoint: the trainer config to compare against; a bad one is a
     usage error (exit 2), as it is for the memory plan."""
-    from titan_train.cli import resolve_config
-    from titan_train.config import ConfigError, load
+    from titan_train.config.paths import resolve_config
+    from titan_train.config.job import ConfigError, load
 
     try:
         return load(resolve_config(config_spec), list(overrides))

@@ -1,6 +1,6 @@
 """Which accelerators this host offers: npu-smi, /dev/davinci* nodes,
 ASCEND_RT_VISIBLE_DEVICES against the requested --nproc, and what the trainer would
-pick (titan_train.device.select, the project's one selection rule)."""
+pick (titan_train.runtime.device.select, the project's one selection rule)."""
 from __future__ import annotations
 
 import re
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from titan_doctor.findings import Finding, Status
-from titan_train import device as tdevice
+from titan_train.runtime import device as tdevice
 
 # `| 0     910B3               | OK            | 93.6   40   0 / 0 |`
 _ROW = re.compile(r"^\|\s*(\d+)\s+(\S+)\s*\|\s*([A-Za-z]+)\s*\|")

@@ -254,8 +254,8 @@ def exact_peaks(cfg, world_size: int, *, extrapolate: bool = True) -> list[RankP
     """The tracked peak of each pipeline stage's rank (one rank without pp). Deep models, and
     1F1B pipelines with many micro-batches, run small and are extrapolated (`extrapolated`);
     `extrapolate=False` runs the config as it is."""
-    from titan_train.config import pipeline_microbatches, pipeline_stages, validate
-    from titan_train.parallel_dims import ParallelDims
+    from titan_train.config.job import pipeline_microbatches, pipeline_stages, validate
+    from titan_train.config.parallel_dims import ParallelDims
 
     validate(cfg, world_size)
     d = cfg.distributed
@@ -308,7 +308,7 @@ def extrapolated(base: RankPeak, along: list[tuple[RankPeak, int]], runs: str) -
 
 def _many_microbatches(cfg, dims) -> bool:
     """1F1B past its warm-up: every micro-batch past pp + 1 repeats the same pattern."""
-    from titan_train.config import pipeline_microbatches
+    from titan_train.config.job import pipeline_microbatches
 
     d = cfg.distributed
     return dims.pp > 1 and d.pp_schedule == "1f1b" and pipeline_microbatches(d) > dims.pp + 2
@@ -316,7 +316,7 @@ def _many_microbatches(cfg, dims) -> bool:
 
 def _with_microbatches(cfg, dims, n: int):
     """The same micro-batch size, n of them (the global batch cut to match)."""
-    from titan_train.config import pipeline_microbatches
+    from titan_train.config.job import pipeline_microbatches
 
     d, t = cfg.distributed, cfg.training
     micro = t.batch_size // (dims.dp * t.grad_accum_steps * pipeline_microbatches(d))
@@ -342,8 +342,8 @@ def _with_layers(cfg, n_layers: int):
 
 
 def _stage_depths(n_layers: int, n_stages: int, pp: int) -> list[int]:
-    """Layers held by each pipeline rank (its stages summed); titan_train.pipeline's split."""
-    from titan_train.parallel_dims import stage_layers
+    """Layers held by each pipeline rank (its stages summed); titan_train.distributed.pipeline's split."""
+    from titan_train.config.parallel_dims import stage_layers
 
     layers = stage_layers(n_layers, n_stages)
     return [sum(len(layers[s]) for s in range(n_stages) if s % pp == p) for p in range(pp)]
@@ -393,8 +393,8 @@ def measured_peaks(cfg, world_size: int) -> list[RankPeak]:
 
     import torch.multiprocessing as mp
 
-    from titan_train.launch import free_port
-    from titan_train.parallel_dims import ParallelDims
+    from titan_train.runtime.launch import free_port
+    from titan_train.config.parallel_dims import ParallelDims
 
     d = cfg.distributed
     dims = ParallelDims.for_world(world_size, tp=d.tp_size, pp=d.pp_size)
@@ -415,7 +415,7 @@ def _measure_rank(rank: int, world_size: int, cfg, port: int, out: str) -> None:
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    from titan_train.parallel_dims import ParallelDims
+    from titan_train.config.parallel_dims import ParallelDims
 
     d = cfg.distributed
     dims = ParallelDims.for_world(world_size, tp=d.tp_size, pp=d.pp_size)

@@ -1,10 +1,10 @@
 """`titan-doctor diagnose --config X --world-size N --device 910B2`: will this job fit, per
 rank, before any card is touched; if not, what to change.
 
-The estimate is titan_train.memory_estimate (analytic, milliseconds) and optionally
+The estimate is titan_train.memory.estimate (analytic, milliseconds) and optionally
 `--exact`: the trainer's own build + step under FakeTensorMode (memory_exact.py, run in a
 subprocess so the doctor itself never imports torch). The remedies come from
-titan_train.memory_remedies, each re-estimated. Findings only; printing is findings.py's.
+titan_train.memory.remedies, each re-estimated. Findings only; printing is findings.py's.
 """
 from __future__ import annotations
 
@@ -88,11 +88,11 @@ def resolve_card(req: MemoryRequest) -> Card:
 
 def check_memory(req: MemoryRequest) -> list[Finding]:
     """The estimate, its verdict and the ranked remedies (and the exact run, if asked)."""
-    from titan_train import memory_remedies as mr
-    from titan_train.cli import resolve_config
-    from titan_train.config import ConfigError, validate
-    from titan_train.memory_estimate import hccl_buffsize_mb
-    from titan_train.torchtitan_config import load_either
+    from titan_train.memory import remedies as mr
+    from titan_train.config.paths import resolve_config
+    from titan_train.config.job import ConfigError, validate
+    from titan_train.memory.estimate import hccl_buffsize_mb
+    from titan_train.config.torchtitan import load_either
 
     card = resolve_card(req)
     try:  # a trainer TOML or a torchtitan one, as titan-train run takes
@@ -123,7 +123,7 @@ def _gib(n: int) -> str:
 
 
 def plan_finding(cfg, card: Card, target, est, config_spec: str) -> Finding:
-    from titan_train import memory_estimate as me, memory_remedies as mr
+    from titan_train.memory import estimate as me, remedies as mr
 
     lay, worst = est.layout, est.worst
     v = mr.verdict(est, card.memory_bytes)
@@ -174,7 +174,7 @@ def breakdown_text(est, card: Card, stage) -> str:
 
 
 def _comm_detail(est) -> str:
-    from titan_train import memory_estimate as me
+    from titan_train.memory import estimate as me
 
     lay = est.layout
     if lay.dims.world_size == 1:
@@ -186,7 +186,7 @@ def _comm_detail(est) -> str:
 
 def reference_lines(est, card: Card) -> list[str]:
     """The figures people check first: the weights alone, and the training state."""
-    from titan_train import memory_estimate as me
+    from titan_train.memory import estimate as me
 
     lay = est.layout
     cards = lay.dims.tp * lay.dims.pp
@@ -207,7 +207,7 @@ def reference_lines(est, card: Card) -> list[str]:
 def remedies_finding(cfg, req: MemoryRequest, target, est) -> Finding:
     from tabulate import tabulate
 
-    from titan_train import memory_remedies as mr
+    from titan_train.memory import remedies as mr
 
     found = mr.remedies(cfg, target, est)
     if not found:
@@ -227,7 +227,7 @@ def remedies_finding(cfg, req: MemoryRequest, target, est) -> Finding:
 def exact_finding(req: MemoryRequest, cfg, target, est) -> Finding:
     """The trainer's own step under FakeTensorMode; allocator margin and communication
     buffers added as in the analytic estimate, which cannot be traced."""
-    from titan_train import memory_estimate as me, memory_remedies as mr
+    from titan_train.memory import estimate as me, remedies as mr
 
     peaks = run_exact(req)
     worst = max(peaks, key=lambda p: p["peak_bytes"])

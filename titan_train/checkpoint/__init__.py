@@ -1,0 +1,1 @@
+"""Checkpoints: the DCP manager (save, resume, retention, async), integrity, lineage, resume plan and compare, the run lock, initial load, and formats/ (foreign formats read safely, export). May import models, data, components, config, runtime."""

@@ -1,0 +1,109 @@
+"""`[checkpoint] export_final`: the trained model as one consolidated torch.save state dict
+(the FULL_STATE_DICT workflow: `model.load_state_dict(torch.load(path))`) or as HF
+safetensors, written by rank 0 into `<checkpoint.folder>/export-step-N/`.
+
+Parameters are gathered one at a time, in the whole model's order, so rank 0 holds at most
+one full copy (torch) or one shard file (hf) of the weights. With pipeline parallel a
+parameter lives on one pipeline rank only: the ranks of that stage gather it among
+themselves (FSDP / TP shards) and the lowest of them sends it to rank 0.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+
+from titan_train.checkpoint.formats import writers
+from titan_train.checkpoint.formats.dtypes import SHORT_NAMES, torch_dtype
+
+FORMATS = ("none", "torch", "hf")
+
+
+def _whole_model(args) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of every parameter of the whole model, in its order (meta: no memory)."""
+    from titan_train.models.llama import Transformer
+
+    with torch.device("meta"):
+        model = Transformer(args)
+    return [(name, tuple(p.shape)) for name, p in model.named_parameters()]
+
+
+def _holders(own: set[str], names: list[str]) -> dict[str, int]:
+    """name -> the lowest global rank holding it (collective: every rank says what it holds)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return {name: 0 for name in names}
+    held: list[list[str] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(held, sorted(own))
+    holders: dict[str, int] = {}
+    for rank, ranks_names in enumerate(held):
+        for name in ranks_names or ():
+            holders.setdefault(name, rank)
+    missing = [n for n in names if n not in holders]
+    if missing:
+        raise RuntimeError(f"export: no rank holds {missing[:3]} (the pipeline stages do not cover the model)")
+    return holders
+
+
+def _comm_device() -> torch.device:
+    """Where point-to-point transfers live: host memory for gloo, else the current accelerator."""
+    if dist.get_backend() == "gloo":
+        return torch.device("cpu")
+    return torch.accelerator.current_accelerator()
+
+
+def gather_full(model_parts, args, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, whole tensor on the host) per parameter of the whole model, yielded on rank 0
+    only. Collective: every rank must exhaust it (on the others it yields nothing)."""
+    from torch.distributed.tensor import DTensor
+
+    own = {name: p for part in model_parts for name, p in part.named_parameters()}
+    names = _whole_model(args)
+    holders = _holders(set(own), [n for n, _ in names])
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    for name, shape in names:
+        owner = holders[name]
+        if name in own:
+            param = own[name]
+            full = (param.full_tensor() if isinstance(param, DTensor) else param.detach()).to(dtype)
+            if rank == 0:
+                yield name, full.cpu()
+            elif rank == owner:
+                dist.send(full.to(_comm_device()).contiguous(), dst=0)
+        elif rank == 0:
+            buf = torch.empty(shape, dtype=dtype, device=_comm_device())
+            dist.recv(buf, src=owner)
+            yield name, buf.cpu()
+
+
+# The file each format's export always holds; writers.atomic_output makes it all-or-nothing.
+_MAIN_FILE = {"torch": "model.pt", "hf": "config.json"}
+
+
+def existing_export(folder: str | Path, step: int, fmt: str) -> Path | None:
+    """<folder>/export-step-N when it already holds a `fmt` export (a rerun of a finished job)."""
+    target = Path(folder) / f"export-step-{step}"
+    return target if fmt in _MAIN_FILE and (target / _MAIN_FILE[fmt]).is_file() else None
+
+
+def export_final(model_parts, folder: str | Path, fmt: str, *, args, step: int, dtype: str = "fp32") -> Path | None:
+    """Collective. Returns the export folder (None for fmt "none")."""
+    if fmt == "none":
+        return None
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    target = Path(folder) / f"export-step-{step}"
+    items = gather_full(list(model_parts), args, torch_dtype(SHORT_NAMES[dtype]))
+    if rank == 0:
+        with writers.atomic_output(target, overwrite=True) as tmp:
+            if fmt == "torch":
+                tmp.mkdir()
+                writers.write_torch(dict(items), tmp / "model.pt")
+            else:
+                writers.write_hf(items, tmp, args, dtype=SHORT_NAMES[dtype])
+    else:
+        for _ in items:
+            pass
+    if dist.is_initialized():
+        dist.barrier()
+    return target

@@ -1,0 +1,1 @@
+"""What a job asks for: the job config dataclasses and their fields, model args, the parallel layout, the torchtitan TOML reader, the generated reference, config paths. Torch-free at import; may import runtime."""

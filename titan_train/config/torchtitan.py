@@ -1,0 +1,410 @@
+"""Read a torchtitan v0.2.x training TOML (the llama3 model) into the trainer's JobConfig.
+
+A torchtitan user brings `train_configs/llama3_8b.toml` as it is. Each key that has a
+meaning here is converted (torchtitan's defaults fill the keys the file leaves out, as
+torchtitan itself does); every key that does not is named in one block printed at start,
+with the reason, so nothing is dropped silently. Layout changes we cannot honour (context
+parallel, a shard degree that does not fit the world size, another model) are errors.
+
+Activation checkpointing, pipeline schedules and compile map onto the trainer's
+training.activation_checkpoint / ac_every / compile and distributed.pp_schedule /
+pp_microbatches. A key whose trainer counterpart does not exist (initial load) is listed
+as ignored, never dropped.
+
+Facts about torchtitan come from pytorch/torchtitan v0.2.2: torchtitan/config/job_config.py
+(section fields and defaults), torchtitan/train.py (global batch and gradient accumulation),
+torchtitan/tools/profiling.py (profiler schedule), torchtitan/distributed/activation_checkpoint.py
+(layer-wise selective AC wraps every k-th block whole; op-level recomputes every second mm),
+torchtitan/distributed/pipeline_parallel.py (n_microbatches = local_batch_size /
+pipeline_parallel_microbatch_size; two stages per rank for multi-stage schedules), torch's
+pipelining get_schedule_class (schedule names), and rules/torchtitan_llama3.toml (flavors).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from titan_knowledge import load as load_knowledge
+from titan_train.config import job as config_mod
+from titan_train.config.job import ConfigError, JobConfig
+
+# Sections only torchtitan has; a file with any of them is read as a torchtitan config.
+MARKERS = {"job", "parallelism", "lr_scheduler", "activation_checkpoint", "compile", "quantize", "validation"}
+
+# torchtitan's defaults for the keys we convert (job_config.py, v0.2.2).
+DEFAULTS = {
+    "job": {"dump_folder": "./outputs"},
+    "profiling": {"enable_profiling": False, "save_traces_folder": "profile_traces", "profile_freq": 10,
+                  "profiler_active": 1, "profiler_warmup": 3, "enable_memory_snapshot": False},
+    "metrics": {"log_freq": 10, "enable_tensorboard": False, "save_tb_folder": "tb"},
+    "model": {"name": "llama3", "flavor": "debugmodel", "hf_assets_path": "./tests/assets/tokenizer"},
+    "optimizer": {"name": "AdamW", "lr": 8e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1},
+    "lr_scheduler": {"warmup_steps": 200, "decay_type": "linear", "min_lr_factor": 0.0},
+    "training": {"dataset": "c4_test", "local_batch_size": 8, "global_batch_size": -1, "seq_len": 2048,
+                 "max_norm": 1.0, "steps": 10000, "enable_cpu_offload": False,
+                 "mixed_precision_param": "bfloat16"},
+    "parallelism": {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": -1,
+                    "tensor_parallel_degree": 1, "pipeline_parallel_degree": 1,
+                    "pipeline_parallel_schedule": "1F1B", "pipeline_parallel_microbatch_size": 1,
+                    "context_parallel_degree": 1},
+    "checkpoint": {"enable": False, "folder": "checkpoint", "interval": 500, "async_mode": "disabled",
+                   "keep_latest_k": 10, "initial_load_model_only": True},
+    "activation_checkpoint": {"mode": "selective", "selective_ac_option": "2"},
+    "compile": {"enable": False},
+}
+_OFF = (False, "", [], None, "none", "disabled")   # values that switch a feature off
+# Keys that change nothing about training, whatever their value.
+NO_EFFECT = {
+    ("job", "description"), ("job", "print_config"), ("job", "config_file"), ("job", "custom_config_module"),
+    ("metrics", "disable_color_printing"), ("model", "print_after_conversion"),
+}
+
+
+@dataclass
+class Conversion:
+    """The trainer-shaped sections, and what the reader did not carry over."""
+
+    raw: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)
+    approximated: list[str] = field(default_factory=list)
+
+    def block(self, path: str | Path) -> str:
+        lines = [f"[titan-train] {path}: torchtitan config, converted"]
+        if self.approximated:
+            lines.append("  differs from torchtitan:")
+            lines += [f"    {line}" for line in self.approximated]
+        if self.ignored:
+            lines.append(f"  ignored ({len(self.ignored)}):")
+            lines += [f"    {line}" for line in self.ignored]
+        return "\n".join(lines)
+
+
+def is_torchtitan(raw: dict[str, Any]) -> bool:
+    model = raw.get("model")
+    return bool(MARKERS & raw.keys()) or (isinstance(model, dict) and "flavor" in model)
+
+
+def _flatten(raw: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+class _Reader:
+    def __init__(self, raw: dict[str, Any]):
+        self.raw, self.used = raw, set()
+        self.out = Conversion()
+
+    def get(self, section: str, key: str) -> Any:
+        self.used.add(f"{section}.{key}")
+        table = self.raw.get(section, {})
+        return table.get(key, DEFAULTS.get(section, {}).get(key)) if isinstance(table, dict) else None
+
+    def set(self, section: str, key: str, value: Any, origin: str) -> None:
+        """Write a trainer key; one this trainer does not have yet is reported (unless it
+        would only switch something off), not dropped."""
+        if (section, key) in config_mod._TYPES:
+            self.out.raw.setdefault(section, {})[key] = value
+        elif value not in _OFF:
+            self.out.ignored.append(f"{origin} -> {section}.{key} = {value!r}: not in this trainer yet")
+
+    def switched_on(self, name: str, value: Any) -> bool:
+        """A key whose value does something: not off, and not inside a table with enable = false."""
+        table = name.rpartition(".")[0]
+        return value not in _OFF and _flatten(self.raw).get(f"{table}.enable") is not False
+
+    def ignore(self, name: str, why: str) -> None:
+        self.used.add(name)
+        table, _, key = name.partition(".")
+        value = self.raw.get(table, {}).get(key)
+        if key in self.raw.get(table, {}) and self.switched_on(name, value):
+            self.out.ignored.append(f"{name} = {value!r}: {why}")
+
+    def leftovers(self) -> None:
+        """Every other key that is switched on. Keys that are off (false, empty) or inside a
+        table whose `enable` is false change nothing by being ignored."""
+        for name, value in _flatten(self.raw).items():
+            section, _, key = name.partition(".")
+            if name not in self.used and (section, key) not in NO_EFFECT and self.switched_on(name, value):
+                self.out.ignored.append(f"{name} = {value!r}: no equivalent in this trainer")
+
+
+def convert(raw: dict[str, Any], world_size: int) -> Conversion:
+    """torchtitan sections -> trainer sections for a job of `world_size` ranks."""
+    r = _Reader(raw)
+    _model(r)
+    _optimizer(r)
+    dp = _parallelism(r, world_size)
+    _training(r, dp)
+    _outputs(r)
+    _activation_checkpoint(r)
+    r.leftovers()
+    return r.out
+
+
+def _model(r: _Reader) -> None:
+    name, flavor = r.get("model", "name"), r.get("model", "flavor")
+    if name != "llama3":
+        raise ConfigError(f"model.name = {name!r}: only torchtitan's llama3 model converts to this trainer")
+    knowledge = load_knowledge("torchtitan_llama3")
+    flavors = {f["name"]: f for f in knowledge["flavor"]}
+    if flavor not in flavors:
+        raise ConfigError(f"model.flavor = {flavor!r} is not a torchtitan llama3 flavor; use one of: "
+                          f"{', '.join(flavors)}")
+    shape = {k: v for k, v in knowledge["model_defaults"].items() if k != "source"}
+    shape.update({k: v for k, v in flavors[flavor].items() if k not in ("name", "source", "attention")})
+    for key, value in shape.items():
+        r.set("model", key, value, f"model.flavor = {flavor!r}")
+    if "attention" in flavors[flavor]:
+        r.out.approximated.append(f"model.flavor = {flavor!r}: {flavors[flavor]['attention']} runs as causal SDPA")
+    r.out.approximated.append("llama3 RoPE frequency scaling (scaling_factor 8) is not applied: plain RoPE "
+                              f"with rope_theta {shape['rope_theta']:g}")
+    assets = r.get("model", "hf_assets_path")
+    tokenizer = Path(assets) / "tokenizer.json" if assets else None
+    if tokenizer is not None and tokenizer.is_file():
+        r.set("data", "tokenizer", str(tokenizer), "model.hf_assets_path")
+    else:
+        r.out.ignored.append(f"model.hf_assets_path = {assets!r}: no tokenizer.json there; using the byte tokenizer")
+    r.used.add("model.tokenizer_path")
+    if r.raw.get("model", {}).get("converters"):
+        r.ignore("model.converters", "float8 / mx converters are not supported; training runs in the given dtype")
+    r.used.add("model.converters")
+
+
+def _optimizer(r: _Reader) -> None:
+    name = r.get("optimizer", "name")
+    if name != "AdamW":
+        raise ConfigError(f"optimizer.name = {name!r}: only AdamW converts to this trainer")
+    r.set("optimizer", "lr", float(r.get("optimizer", "lr")), "optimizer.lr")
+    r.set("optimizer", "betas", [float(r.get("optimizer", "beta1")), float(r.get("optimizer", "beta2"))],
+          "optimizer.beta1/beta2")
+    r.set("optimizer", "eps", float(r.get("optimizer", "eps")), "optimizer.eps")
+    r.set("optimizer", "weight_decay", float(r.get("optimizer", "weight_decay")), "optimizer.weight_decay")
+    r.ignore("optimizer.implementation", "the trainer's AdamW uses the foreach implementation")
+    r.ignore("optimizer.early_step_in_backward", "not supported")
+
+    warmup = int(r.get("lr_scheduler", "warmup_steps"))
+    r.set("training", "warmup_steps", warmup, "lr_scheduler.warmup_steps")
+    decay = r.get("lr_scheduler", "decay_type")
+    if decay not in ("linear", "cosine"):
+        r.out.approximated.append(f"lr_scheduler.decay_type = {decay!r}: not supported, decays linearly")
+        decay = "linear"
+    r.set("training", "lr_schedule", decay, "lr_scheduler.decay_type")
+    r.set("training", "min_lr_ratio", float(r.get("lr_scheduler", "min_lr_factor")), "lr_scheduler.min_lr_factor")
+    r.out.approximated.append("warmup ramps as (step+1)/(warmup_steps+1), torchtitan as (step+1)/warmup_steps")
+    r.ignore("lr_scheduler.decay_ratio", "no stable phase (WSD): the decay spans every step after warmup")
+    r.ignore("lr_scheduler.total_steps", "the schedule spans training.steps")
+
+
+def _parallelism(r: _Reader, world: int) -> int:
+    """Sets the layout; returns the data-parallel degree."""
+    replicate = int(r.get("parallelism", "data_parallel_replicate_degree"))
+    shard = int(r.get("parallelism", "data_parallel_shard_degree"))
+    tp = int(r.get("parallelism", "tensor_parallel_degree"))
+    pp = int(r.get("parallelism", "pipeline_parallel_degree"))
+    cp = int(r.get("parallelism", "context_parallel_degree"))
+    if cp != 1:
+        raise ConfigError(f"parallelism.context_parallel_degree = {cp}: context parallel is not supported; set it to 1")
+    if world % (tp * pp):
+        raise ConfigError(f"parallelism: tensor ({tp}) x pipeline ({pp}) degrees must divide the world size {world}")
+    dp = world // (tp * pp)
+    if shard != -1 and replicate * shard != dp:
+        raise ConfigError(f"parallelism: data_parallel_replicate_degree ({replicate}) x data_parallel_shard_degree "
+                          f"({shard}) must be {dp} for {world} ranks with tp {tp} x pp {pp}; or set the shard degree to -1")
+    if replicate > 1:
+        r.out.approximated.append(f"data_parallel_replicate_degree = {replicate} (HSDP): runs as FSDP over all "
+                                  f"{dp} data-parallel ranks (same math, more all-gather traffic)")
+    r.set("distributed", "tp_size", tp, "parallelism.tensor_parallel_degree")
+    r.set("distributed", "pp_size", pp, "parallelism.pipeline_parallel_degree")
+    if pp > 1:
+        r.set("distributed", "pp_schedule", _pp_schedule(r), "parallelism.pipeline_parallel_schedule")
+        local = int(r.get("training", "local_batch_size"))
+        micro = int(r.get("parallelism", "pipeline_parallel_microbatch_size"))
+        if micro < 1 or local % micro:
+            raise ConfigError(f"parallelism.pipeline_parallel_microbatch_size = {micro} must divide training.local_batch_size "
+                              f"= {local}")
+        r.set("distributed", "pp_microbatches", local // micro, "parallelism.pipeline_parallel_microbatch_size")
+    r.used.update({"parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_microbatch_size"})
+    for key in ("fsdp_reshard_after_forward", "enable_async_tensor_parallel", "disable_loss_parallel",
+                "expert_parallel_degree", "expert_tensor_parallel_degree", "pipeline_parallel_layers_per_stage",
+                "module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
+                "pipeline_parallel_last_stage_less_layers", "context_parallel_load_balancer",
+                "context_parallel_rotate_method"):
+        r.used.add(f"parallelism.{key}")
+        default = {"fsdp_reshard_after_forward": "default"}.get(key)
+        value = r.raw.get("parallelism", {}).get(key)
+        neutral = value is None or value is False or value == default or (type(value) is int and value in (1, -1))
+        if not neutral:  # (True == 1 in Python: a switched-on flag must not pass as a degree of 1)
+            r.out.ignored.append(f"parallelism.{key} = {value!r}: not supported")
+    return dp
+
+
+def _training(r: _Reader, dp: int) -> None:
+    local = int(r.get("training", "local_batch_size"))
+    global_batch = int(r.get("training", "global_batch_size"))
+    if global_batch < 0:
+        global_batch = local * dp
+    if global_batch % (local * dp):
+        raise ConfigError(f"training.global_batch_size = {global_batch} must be a multiple of local_batch_size "
+                          f"({local}) x data-parallel degree ({dp})")
+    r.set("training", "batch_size", global_batch, "training.local_batch_size x dp")
+    r.set("training", "grad_accum_steps", global_batch // (local * dp), "training.global_batch_size")
+    seq_len = int(r.get("training", "seq_len"))
+    r.set("training", "seq_len", seq_len, "training.seq_len")
+    r.set("model", "max_seq_len", seq_len, "training.seq_len")
+    r.set("training", "steps", int(r.get("training", "steps")), "training.steps")
+    r.set("training", "max_norm", float(r.get("training", "max_norm")), "training.max_norm")
+    r.set("distributed", "cpu_offload", bool(r.get("training", "enable_cpu_offload")), "training.enable_cpu_offload")
+    param = r.get("training", "mixed_precision_param")
+    r.set("training", "mixed_precision", "bf16" if param == "bfloat16" else "fp32", "training.mixed_precision_param")
+    r.ignore("training.mixed_precision_reduce", "reductions are always fp32 here")
+    r.ignore("training.dtype", "full low-precision training is not supported; mixed_precision_param applies")
+    dataset, path = r.get("training", "dataset"), r.raw.get("training", {}).get("dataset_path")
+    r.used.add("training.dataset_path")
+    if path:
+        r.set("data", "dataset", str(path), "training.dataset_path")
+    else:
+        r.out.ignored.append(f"training.dataset = {dataset!r}: HF datasets are not downloaded here; using the "
+                             "built-in corpus (set training.dataset_path to a .txt / .jsonl file)")
+    seed = r.raw.get("debug", {}).get("seed")
+    r.used.add("debug.seed")
+    if seed is not None:
+        r.set("training", "seed", int(seed), "debug.seed")
+
+
+def _outputs(r: _Reader) -> None:
+    """torchtitan writes everything under job.dump_folder: so does the converted run."""
+    dump = Path(r.get("job", "dump_folder"))
+    r.set("metrics", "output", str(dump / "metrics.jsonl"), "job.dump_folder")
+    r.set("metrics", "log_every", int(r.get("metrics", "log_freq")), "metrics.log_freq")
+    r.set("metrics", "tensorboard", bool(r.get("metrics", "enable_tensorboard")), "metrics.enable_tensorboard")
+    r.set("metrics", "tb_folder", str(dump / r.get("metrics", "save_tb_folder")), "metrics.save_tb_folder")
+    r.ignore("metrics.enable_wandb", "Weights & Biases is not supported; metrics go to metrics.jsonl / TensorBoard")
+    r.ignore("metrics.save_for_all_ranks", "rank 0 logs the global metrics")
+
+    freq, warmup, active = (int(r.get("profiling", k)) for k in ("profile_freq", "profiler_warmup", "profiler_active"))
+    if freq < warmup + active:
+        raise ConfigError(f"profiling.profile_freq = {freq} must be >= profiler_warmup + profiler_active "
+                          f"({warmup} + {active})")
+    r.set("profiling", "enabled", bool(r.get("profiling", "enable_profiling")), "profiling.enable_profiling")
+    for key, value in (("wait", freq - warmup - active), ("warmup", warmup), ("active", active), ("repeat", 0)):
+        r.set("profiling", key, value, "profiling.profile_freq/profiler_warmup/profiler_active")
+    r.set("profiling", "folder", str(dump / r.get("profiling", "save_traces_folder")), "profiling.save_traces_folder")
+    r.set("profiling", "memory_snapshot", bool(r.get("profiling", "enable_memory_snapshot")),
+          "profiling.enable_memory_snapshot")
+    r.used.add("profiling.save_memory_snapshot_folder")
+    if r.get("profiling", "enable_memory_snapshot"):
+        r.ignore("profiling.save_memory_snapshot_folder", "the snapshot goes next to the rank's traces")
+
+    enabled = bool(r.get("checkpoint", "enable"))
+    r.set("checkpoint", "save_interval", int(r.get("checkpoint", "interval")) if enabled else 0, "checkpoint.interval")
+    r.set("checkpoint", "resume", enabled, "checkpoint.enable")
+    r.set("checkpoint", "folder", str(dump / r.get("checkpoint", "folder")), "checkpoint.folder")
+    r.set("checkpoint", "keep_last_n", int(r.get("checkpoint", "keep_latest_k")), "checkpoint.keep_latest_k")
+    mode = r.get("checkpoint", "async_mode")
+    r.set("checkpoint", "async_save", mode != "disabled", "checkpoint.async_mode")
+    if mode == "async_with_pinned_mem":
+        r.out.approximated.append("checkpoint.async_mode = 'async_with_pinned_mem': runs as 'async'")
+    initial = r.raw.get("checkpoint", {}).get("initial_load_path")
+    r.used.update({"checkpoint.initial_load_path", "checkpoint.initial_load_model_only"})
+    if initial:
+        r.set("checkpoint", "initial_load_path", str(initial), "checkpoint.initial_load_path")
+        r.set("checkpoint", "initial_load_model_only", bool(r.get("checkpoint", "initial_load_model_only")),
+              "checkpoint.initial_load_model_only")
+    _final_export(r, enabled)
+
+    r.set("training", "compile", bool(r.get("compile", "enable")), "compile.enable")
+    r.ignore("compile.components", "compile applies per transformer block")
+
+
+_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _final_export(r: _Reader, enabled: bool) -> None:
+    """torchtitan's model-only last save (`last_save_model_only`, in `export_dtype`, or
+    `last_save_in_hf`) is a separate file for other tools: here that is export_final, written
+    next to a last checkpoint that stays full and resumable. Only keys the file sets count."""
+    table = r.raw.get("checkpoint", {})
+    r.used.update({"checkpoint.last_save_model_only", "checkpoint.last_save_in_hf", "checkpoint.export_dtype"})
+    fmt = "hf" if table.get("last_save_in_hf") else "torch" if table.get("last_save_model_only") else None
+    if not (enabled and fmt):
+        return
+    r.set("checkpoint", "export_final", fmt, "checkpoint.last_save_model_only/last_save_in_hf")
+    dtype = str(table.get("export_dtype", "float32"))
+    if dtype not in _DTYPES:
+        raise ConfigError(f"checkpoint.export_dtype = {dtype!r}: torchtitan takes one of {', '.join(_DTYPES)}")
+    r.set("checkpoint", "export_dtype", _DTYPES[dtype], "checkpoint.export_dtype")
+    r.out.approximated.append(
+        f"checkpoint.last_save_model_only: the last step stays a full checkpoint; the model alone goes to "
+        f"<folder>/export-step-N as {'HF safetensors' if fmt == 'hf' else 'one torch.save file'} ({_DTYPES[dtype]})")
+
+
+# torchtitan's pipeline_parallel_schedule names (torch's get_schedule_class, case-insensitive)
+# -> ours. The multi-stage ones run two stages per rank, as torchtitan does by default; ours
+# is the interleaved 1F1B among them (same gradients, another order of micro-batches).
+_PP_SCHEDULES = {"gpipe": "gpipe", "1f1b": "1f1b", "interleaved1f1b": "interleaved_1f1b"}
+_PP_MULTI_STAGE = ("loopedbfs", "interleavedzerobubble", "zbvzerobubble", "dualpipev")
+
+
+def _pp_schedule(r: _Reader) -> str:
+    name = str(r.get("parallelism", "pipeline_parallel_schedule"))
+    if name.lower() in _PP_SCHEDULES:
+        return _PP_SCHEDULES[name.lower()]
+    if name.lower() in _PP_MULTI_STAGE:
+        r.out.approximated.append(f"parallelism.pipeline_parallel_schedule = {name!r}: runs as 'interleaved_1f1b' "
+                                  "(two stages per rank, same gradients)")
+        return "interleaved_1f1b"
+    raise ConfigError(f"parallelism.pipeline_parallel_schedule = {name!r}: use one of GPipe, 1F1B, Interleaved1F1B "
+                      f"(or LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV, run as Interleaved1F1B)")
+
+
+def _activation_checkpoint(r: _Reader) -> None:
+    """torchtitan's modes onto ours. Its layer-wise selective AC ('selective' with an integer
+    k) wraps every k-th block whole: that is our full AC with ac_every = k. Its op-level
+    selective AC ('op') is our selective AC."""
+    mode = r.get("activation_checkpoint", "mode")
+    option = str(r.get("activation_checkpoint", "selective_ac_option"))
+    every = 1
+    if mode == "memory_budget":
+        r.out.approximated.append("activation_checkpoint.mode = 'memory_budget' (compiler-driven): runs as 'full'")
+        mode = "full"
+    elif mode == "selective" and option.isdigit() and int(option) > 0:
+        mode, every = "full", int(option)
+        if every > 1:
+            r.out.approximated.append(f"activation_checkpoint.selective_ac_option = '{option}': blocks 0, {every}, "
+                                      f"{2 * every}, ... are checkpointed whole (torchtitan: blocks {every - 1}, "
+                                      f"{2 * every - 1}, ...), as many blocks")
+    elif mode == "selective" and option == "op":
+        r.out.approximated.append("activation_checkpoint.selective_ac_option = 'op': keeps every matmul output "
+                                  "(torchtitan recomputes every second one)")
+    elif mode == "selective":
+        raise ConfigError(f"activation_checkpoint.selective_ac_option = {option!r}: use 'op' or a positive integer")
+    r.set("training", "activation_checkpoint", mode, "activation_checkpoint.mode")
+    r.set("training", "ac_every", every, "activation_checkpoint.selective_ac_option")
+    r.ignore("activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns",
+             "op-level selective AC keeps every matmul output here")
+
+
+def load(path: str | Path, overrides: list[str], world_size: int) -> tuple[JobConfig, Conversion]:
+    """A torchtitan TOML plus trainer-style `--set` overrides (applied after conversion)."""
+    return from_raw(config_mod.read_toml(path), overrides, world_size, Path(path).stem)
+
+
+def load_either(path: str | Path, overrides: list[str], world_size: int) -> tuple[JobConfig, Conversion | None]:
+    """A trainer TOML (no Conversion) or a torchtitan one, told apart by its sections: the
+    trainer and the doctor's memory plan both take either."""
+    raw = config_mod.read_toml(path)  # read once: which kind, then that kind's reader
+    if not is_torchtitan(raw):
+        return config_mod.from_raw(raw, overrides, Path(path).stem), None
+    return from_raw(raw, overrides, world_size, Path(path).stem)
+
+
+def from_raw(raw: dict[str, Any], overrides: list[str], world_size: int, name: str) -> tuple[JobConfig, Conversion]:
+    """`load` for a TOML already read."""
+    conversion = convert(raw, world_size)
+    return config_mod.from_raw(conversion.raw, overrides, name), conversion
