@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from titan_doctor.findings import EXIT_FINDINGS, EXIT_OK
+from titan_train.config.precision import PRECISIONS
 
 HELP = """Convert a checkpoint between DCP, torch.save, HuggingFace safetensors and Meta formats.
 
@@ -64,7 +65,7 @@ def _size(text: str) -> int:
 @click.option("--config", "config_file", metavar="CONFIG",
               help="Trainer TOML (or a shipped config name): its [model] gives the shape (head counts for HF/Meta "
                    "output); the source is checked against it.")
-@click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), help="Cast floating-point tensors on the way.")
+@click.option("--dtype", type=click.Choice(list(PRECISIONS)), help="Cast floating-point tensors on the way.")
 @click.option("--model-only", is_flag=True, help="Only the model's weights (trainer names), even for DCP <-> torch.")
 @click.option("--max-shard-size", "max_shard", default="5GB", show_default=True, help="HF output: bytes per shard.")
 @click.option("--force", is_flag=True, help="Replace DST if it exists.")

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from titan_knowledge import lookup_device
+from titan_train.config.precision import torch_dtype
 
 
 def measure_matmul_flops(dtype_name: str, seconds: float = 0.3, n: int = 1024) -> float:
     """FLOP/s of square matmuls in this process (its threads), the CPU's practical peak."""
     import torch
 
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    dtype = torch_dtype(dtype_name)
     a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
     torch.mm(a, b)  # warm up (oneDNN picks its kernel)
     reps, start = 0, time.perf_counter()

@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from titan_knowledge import coerce
 from titan_train.runtime.device import BACKEND_CHOICES  # torch-free at import
 from titan_train.config.fields import range_error, setting
 from titan_train.config.model_args import ModelArgs  # the [model] section (torch-free)
 from titan_train.config.parallel_dims import LayoutError, ParallelDims
+from titan_train.config.precision import PRECISIONS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -66,7 +68,7 @@ class CheckpointConfig:
                                                   "the trainer's layout)")
     export_final: str = setting("none", "at the last step write the model to <folder>/export-step-N/",
                                 choices=("none", "torch", "hf"))
-    export_dtype: str = setting("fp32", "dtype of export_final", choices=("fp32", "bf16", "fp16"))
+    export_dtype: str = setting("fp32", "dtype of export_final", choices=tuple(PRECISIONS))
 
 
 @dataclass
@@ -81,7 +83,7 @@ class TrainingConfig:
     lr_schedule: str = setting("cosine", "decay after warmup", choices=("cosine", "linear", "constant"))
     min_lr_ratio: float = setting(0.1, "floor of the decay, as a fraction of lr", ge=0, le=1)
     mixed_precision: str = setting("fp32", "compute dtype of params; reductions stay fp32",
-                                   choices=("fp32", "bf16", "fp16"))
+                                   choices=tuple(PRECISIONS))
     seed: int = setting(0, "weight init (any integer)")
     activation_checkpoint: str = setting("none", "full: recompute whole blocks; selective: keep matmul/attention "
                                                  "outputs", choices=("none", "full", "selective"))
@@ -160,45 +162,30 @@ CHOICES = {key: f.metadata["choices"] for key, f in FIELDS.items() if f.metadata
 KEY_ALIASES = {(s, f.metadata["toml_key"]): f.name for (s, _), f in FIELDS.items() if f.metadata.get("toml_key")}
 
 
+def _field_hints() -> dict[tuple[str, str], Any]:
+    hints = typing.get_type_hints(JobConfig)
+    return {(section, name): hint for section in SECTIONS
+            for name, hint in typing.get_type_hints(hints[section]).items()}
+
+
+HINTS = _field_hints()   # (section, key) -> the field's type
+
+
 def _coerce(section: str, key: str, value: Any) -> Any:
-    """Check a TOML value against the field's type; ints are accepted where floats are."""
-    where = f"{section}.{key}"
-    kinds = _TYPES[(section, key)]  # TOML has no null, so None never arrives here
-    if float in kinds and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if list in kinds:
-        if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
-            raise ConfigError(f"{where} = {value!r}: expected a list of numbers, e.g. [0.9, 0.95]")
-        return [float(v) for v in value]
-    for kind in kinds:
-        if kind is not type(None) and type(value) is kind:
-            return value
-    names = " or ".join(k.__name__ for k in kinds if k is not type(None))
+    """Check a TOML value against the field's type (titan_knowledge.coerce: the one
+    converter); ints are accepted where floats are."""
+    where, hint = f"{section}.{key}", HINTS[(section, key)]
+    converted, ok = coerce(value, hint)  # TOML has no null, so None never arrives here
+    if ok:
+        return converted
+    if typing.get_origin(hint) is list:
+        raise ConfigError(f"{where} = {value!r}: expected a list of numbers, e.g. [0.9, 0.95]")
+    names = " or ".join(k.__name__ for k in (typing.get_args(hint) or (hint,)) if k is not type(None))
     raise ConfigError(f"{where} = {value!r}: expected {names}, got {type(value).__name__}")
 
 
-def _field_types() -> dict[tuple[str, str], tuple[type, ...]]:
-    out = {}
-    hints = typing.get_type_hints(JobConfig)
-    for section in SECTIONS:
-        cls = hints[section]
-        for name, hint in typing.get_type_hints(cls).items():
-            args = typing.get_args(hint)
-            origin = typing.get_origin(hint)
-            if origin is list:
-                out[(section, name)] = (list,)
-            elif args:  # X | None
-                out[(section, name)] = args
-            else:
-                out[(section, name)] = (hint,)
-    return out
-
-
-_TYPES = _field_types()
-
-
 def _section_keys(section: str) -> list[str]:
-    return [k for (s, k) in _TYPES if s == section]
+    return [k for (s, k) in HINTS if s == section]
 
 
 def from_dict(raw: dict[str, Any], name: str = "job") -> JobConfig:
@@ -211,7 +198,7 @@ def from_dict(raw: dict[str, Any], name: str = "job") -> JobConfig:
         target = getattr(cfg, section)
         for key, value in values.items():
             key = KEY_ALIASES.get((section, key), key)
-            if (section, key) not in _TYPES:
+            if (section, key) not in HINTS:
                 raise ConfigError(f"unknown key {section}.{key}; valid keys in [{section}]: "
                                   f"{', '.join(_section_keys(section))}")
             value = _coerce(section, key, value)

@@ -28,6 +28,7 @@ from typing import Any
 from titan_knowledge import load as load_knowledge
 from titan_train.config import job as config_mod
 from titan_train.config.job import ConfigError, JobConfig
+from titan_train.config.precision import SHORT_NAMES
 
 # Sections only torchtitan has; a file with any of them is read as a torchtitan config.
 MARKERS = {"job", "parallelism", "lr_scheduler", "activation_checkpoint", "compile", "quantize", "validation"}
@@ -108,7 +109,7 @@ class _Reader:
     def set(self, section: str, key: str, value: Any, origin: str) -> None:
         """Write a trainer key; one this trainer does not have yet is reported (unless it
         would only switch something off), not dropped."""
-        if (section, key) in config_mod._TYPES:
+        if (section, key) in config_mod.HINTS:
             self.out.raw.setdefault(section, {})[key] = value
         elif value not in _OFF:
             self.out.ignored.append(f"{origin} -> {section}.{key} = {value!r}: not in this trainer yet")
@@ -322,7 +323,7 @@ def _outputs(r: _Reader) -> None:
     r.ignore("compile.components", "compile applies per transformer block")
 
 
-_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+_DTYPES = SHORT_NAMES   # torchtitan spells torch dtype names
 
 
 def _final_export(r: _Reader, enabled: bool) -> None:

@@ -15,8 +15,8 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from titan_train.distributed.activation_checkpoint import apply_ac
 from titan_train.config.parallel_dims import ParallelDims
+from titan_train.config.precision import torch_dtype
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> None:
@@ -85,7 +85,7 @@ class Precision:
 
     @property
     def param_dtype(self) -> torch.dtype:
-        return DTYPES[self.name]
+        return torch_dtype(self.name)
 
     def autocast(self, device_type: str):
         if self.fsdp or self.name == "fp32":

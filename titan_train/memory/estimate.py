@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from titan_train.config.job import JobConfig, pipeline_microbatches, pipeline_stages
 from titan_train.config.model_args import ModelArgs
 from titan_train.config.parallel_dims import ParallelDims, stage_layers
+from titan_train.config.precision import BYTES
 
-BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GiB = 2 ** 30
 
 # How far the analytic estimate may be from the measured peak. benchmarks/memory_accuracy.py
@@ -537,6 +537,3 @@ def comm_buffers(lay: Layout) -> int:
         return 0
     return communicators(lay) * 2 * lay.hccl_buffsize_mb * 2 ** 20
 
-
-def with_overrides(lay: Layout, **changes) -> Layout:
-    return replace(lay, **changes)

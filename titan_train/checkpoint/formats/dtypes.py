@@ -1,6 +1,8 @@
 """dtype names as the formats spell them, without importing torch."""
 from __future__ import annotations
 
+from titan_train.config.precision import DTYPE_NAMES, PRECISIONS
+
 # torch.save storage classes (torch/storage.py `_pickle_storage_type`)
 STORAGE_DTYPES = {
     "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
@@ -18,13 +20,13 @@ SAFETENSORS_DTYPES = {
 }
 
 ITEMSIZE = {
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+    **dict(PRECISIONS.values()), "float64": 8, "int64": 8, "int32": 4, "int16": 2,
     "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16,
     "float8_e4m3fn": 1, "float8_e5m2": 1,
 }
 
-# what `--dtype` / `export_dtype` accept
-SHORT_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+# what `--dtype` / `export_dtype` accept: the trainer's precision names
+SHORT_NAMES = DTYPE_NAMES
 
 
 def torch_dtype(name: str):

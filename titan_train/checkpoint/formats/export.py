@@ -18,8 +18,6 @@ import torch.distributed as dist
 from titan_train.checkpoint.formats import writers
 from titan_train.checkpoint.formats.dtypes import SHORT_NAMES, torch_dtype
 
-FORMATS = ("none", "torch", "hf")
-
 
 def _whole_model(args) -> list[tuple[str, tuple[int, ...]]]:
     """(name, shape) of every parameter of the whole model, in its order (meta: no memory)."""
