@@ -153,7 +153,7 @@ def check_entry(entry: dict[str, Any], schema: type, where: str) -> tuple[dict[s
     for name in fields:
         if name not in entry:
             continue
-        value, problem = _coerce(entry[name], hints[name])
+        value, problem = _entry_value(entry[name], hints[name])
         if problem:
             errors.append(f"{where}: '{name}' {problem}")
         else:
@@ -171,24 +171,57 @@ def typed_entry(entry: dict[str, Any], schema: type, where: str) -> tuple[Any, l
     return schema(**values), []
 
 
-def _coerce(value: Any, hint: Any) -> tuple[Any, str]:
-    """(value converted to `hint`, "" ) or (None, what is wrong)."""
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
+def coerce(value: Any, hint: Any) -> tuple[Any, bool]:
+    """One TOML value as the type `hint` names: (converted, True), or (value, False) when it
+    is not of that type. The one TOML-to-dataclass converter: rules/ entries here and the
+    trainer's job config (titan_train/config/job.py) both read through it, each phrasing a
+    mismatch for its own readers. Lists become tuples where the hint says tuple; an int is
+    accepted (as a float) where a float is; true/false are never numbers."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
-            return None, ""
+            return None, True
         inner = [a for a in args if a is not type(None)]
-        return _coerce(value, inner[0]) if len(inner) == 1 else (value, "")
+        return coerce(value, inner[0]) if len(inner) == 1 else (value, True)
     if hint is bool:
-        return (value, "") if isinstance(value, bool) else (None, f"must be true or false, not {value!r}")
-    if hint is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        return (value, "") if ok else (None, f"must be an integer, not {value!r}")
+        return value, isinstance(value, bool)
+    if hint in (int, float):
+        number = isinstance(value, int) and not isinstance(value, bool) or (hint is float and isinstance(value, float))
+        return (hint(value) if number else value), number
     if hint is str:
-        if not isinstance(value, str) or not value:
-            return None, f"must be a non-empty string, not {value!r}"
-        return value, ""
+        return value, isinstance(value, str)
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            return value, False
+        items = [coerce(v, args[0] if args else Any) for v in value]
+        if not all(ok for _, ok in items):
+            return value, False
+        converted = [v for v, _ in items]
+        return (tuple(converted) if origin is tuple else converted), True
+    if origin is dict:
+        if not isinstance(value, dict):
+            return value, False
+        items = {k: coerce(v, args[1] if args else Any) for k, v in value.items()}
+        return ({k: v for k, (v, _) in items.items()}, True) if all(ok for _, ok in items.values()) else (value, False)
+    return value, True
+
+
+# What a rules/ value must be, in the words of an error (rules never mean an empty string).
+_EXPECTED = {bool: "true or false", int: "an integer", str: "a non-empty string",
+             tuple: "a list of strings", dict: "a table of strings"}
+
+
+def _entry_value(value: Any, hint: Any) -> tuple[Any, str]:
+    """(value converted to `hint`, "") or (None, what is wrong), for one rules/ entry key."""
+    converted, ok = coerce(value, hint)
+    if ok and (converted == "" or isinstance(converted, tuple) and "" in converted):
+        ok = False
+    if ok:
+        return converted, ""
+    inner = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in (
+        typing.Union, types.UnionType) else [hint]
+    base = typing.get_origin(inner[0]) or inner[0]
+    return None, f"must be {_EXPECTED.get(base, base.__name__)}, not {value!r}"
     if origin is tuple:
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             return None, f"must be a list of strings, not {value!r}"
