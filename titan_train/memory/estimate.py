@@ -296,57 +296,61 @@ def estimate(lay: Layout, *, accelerator: bool = True) -> Estimate:
     return Estimate(lay, stages, weights_bytes=params * BYTES[lay.precision], params=params)
 
 
-def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, last: bool,
-           accelerator: bool) -> StageEstimate:
-    m, t = lay.model, lay.dims.tp
-    e, r = _dtypes(lay)
-    layer_ids = [i for c in chunks for i in c]
-    blocks = [block_params(m, i) for i in layer_ids]
-    roots = root_params(m, first, last)
-    shard = sum(sharded_numel(p, lay) for p in roots + [p for blk in blocks for p in blk])
-    n_tensors = len(roots) + sum(len(blk) for blk in blocks)
-    b, n_chunks = lay.micro_batch, len(chunks)
-    T = b * lay.seq_len
-    # micro-batches whose activations each local stage (chunk) holds when a chunk's backward
-    # starts: at its first backward, and at its worst later one (gradients accumulated by then)
-    first_held, later_options = _held(lay, pp_rank, n_chunks)
+@dataclass
+class _Stage:
+    """One pp rank's share of the model as the phases of its step see it: computed once by
+    _describe_stage, read by each phase's function below."""
 
-    # persistent: fp32 master params (the module is built in fp32), AdamW's exp_avg and
-    # exp_avg_sq (2 x fp32 per element, torch.optim.AdamW) plus one fp32 `step` per tensor,
-    # the RoPE table buffer (2 x max_seq_len x head_dim/2, fp32, not sharded)
-    params, optim = 4 * shard, 8 * shard + 4 * n_tensors
-    offloaded = lay.cpu_offload
-    base = [Term("params (sharded, fp32)", 0 if offloaded else params,
-                 f"{shard:,} elements x 4 B" + (" (on host: cpu_offload)" if offloaded else "")),
-            Term("optimizer state", 0 if offloaded else optim, "AdamW exp_avg + exp_avg_sq: 2 x 4 B per element"),
-            Term("buffers", m.max_seq_len * m.head_dim * 4, "RoPE table, fp32")]
-    # the step's token ids (inputs and targets, int64, on every rank): those of in-flight
-    # micro-batches are counted where autograd saves them (embedding, loss)
-    micro_batches = lay.grad_accum * (lay.pp_microbatches if lay.dims.pp > 1 else 1)
-    ids_saved = T * ((8 * first_held[0][0] if first else 0) + (8 * first_held[0][-1] if last else 0))
-    if micro_batches * T * 16 > ids_saved:
-        base.append(Term("token ids", micro_batches * T * 16 - ids_saved,
-                         f"{micro_batches} micro-batches of inputs + targets, int64"))
-    grads = 4 * shard  # fp32: FSDP's reduce_dtype, or the fp32 params' own grads
+    lay: Layout
+    pp_rank: int
+    first: bool                   # holds the embedding (pp rank 0)
+    last: bool                    # holds the final norm, output projection and loss
+    layer_ids: list[int]          # the blocks of every local chunk, in order
+    position_chunk: list[int]     # the chunk of each of those blocks
+    n_chunks: int
+    roots: list[Param]
+    shard: int                    # elements of this rank's parameter shard
+    n_tensors: int
+    tokens: int                   # T = micro_batch x seq_len
+    root_numel: int               # the root's params, tp-local
+    block_numel: list[int]        # each block's params, tp-local
+    block_shard: list[int]        # each block's params, sharded
+    kept_gathered: list[int]      # blocks FSDP keeps unsharded after forward
+    per_block: list[int]          # bytes one micro-batch leaves in each block
+    chunk_acts: list[int]         # bytes one micro-batch leaves in each chunk
+    logits: int                   # bytes of one micro-batch's logits (last stage)
+    first_held: dict              # {chunk: micro-batches alive at its first backward}
+    later_options: dict           # {chunk: [micro-batches alive at each later backward]}
 
-    root_numel = sum(numel(tp_local(p, t)) for p in roots)
-    block_numel = [sum(numel(tp_local(p, t)) for p in blk) for blk in blocks]
-    block_shard = [sum(sharded_numel(p, lay) for p in blk) for blk in blocks]
-    # FSDP with pp keeps every block of the stage gathered (reshard_after_forward=False,
-    # titan_train.distributed.parallelize.apply_fsdp pipelined=True); without pp, the last block only
-    held = list(range(len(blocks))) if lay.dims.pp > 1 else [len(blocks) - 1]
+    @property
+    def grads(self) -> int:
+        return 4 * self.shard  # fp32: FSDP's reduce_dtype, or the fp32 params' own grads
 
-    def gathered(indices, upto: int) -> int:
+    def alive(self, held: tuple[int, ...]) -> int:
+        """Activation bytes of `held[c]` micro-batches alive in each chunk c."""
+        return sum(h * a for h, a in zip(held, self.chunk_acts))
+
+    def gathered(self, indices, upto: int) -> int:
         """Unsharded params FSDP2 holds: the root's (never resharded after forward), these
         blocks', and the kept blocks backward has not reached yet (post_backward reshards),
         in param_dtype (FSDPParam.unsharded_param)."""
-        if not lay.fsdp:
+        if not self.lay.fsdp:
             return 0
-        kept = {i for i in held if i <= upto}
-        return (root_numel + sum(block_numel[i] for i in set(indices) | kept if i >= 0)) * e
+        kept = {i for i in self.kept_gathered if i <= upto}
+        e, _ = _dtypes(self.lay)
+        return (self.root_numel + sum(self.block_numel[i] for i in set(indices) | kept if i >= 0)) * e
 
+
+def _describe_stage(lay: Layout, pp_rank: int, chunks: list[list[int]], first: bool, last: bool) -> _Stage:
+    m, t = lay.model, lay.dims.tp
+    layer_ids = [i for c in chunks for i in c]
+    blocks = [block_params(m, i) for i in layer_ids]
+    roots = root_params(m, first, last)
+    b, n_chunks = lay.micro_batch, len(chunks)
+    # micro-batches whose activations each local stage (chunk) holds when a chunk's backward
+    # starts: at its first backward, and at its worst later one (gradients accumulated by then)
+    first_held, later_options = _held(lay, pp_rank, n_chunks)
     per_block = [block_saved_ac(lay, b, lay.ac) if _checkpointed(lay, i) else block_saved(lay, b) for i in layer_ids]
-    logits = logits_bytes(lay, b) if last else 0
     # bytes one micro-batch leaves in each chunk: its blocks, the embedding's ids on the first
     # stage (chunk 0 of pp rank 0), the final norm + output + loss on the last stage
     position_chunk = [c for c, ids in enumerate(chunks) for _ in ids]
@@ -354,106 +358,168 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
                   + (head_saved(lay, b, True, False) if first and chunk == 0 else 0)
                   + (head_saved(lay, b, False, True) if last and chunk == n_chunks - 1 else 0)
                   for chunk in range(n_chunks)]
+    return _Stage(
+        lay=lay, pp_rank=pp_rank, first=first, last=last, layer_ids=layer_ids, position_chunk=position_chunk,
+        n_chunks=n_chunks, roots=roots,
+        shard=sum(sharded_numel(p, lay) for p in roots + [p for blk in blocks for p in blk]),
+        n_tensors=len(roots) + sum(len(blk) for blk in blocks), tokens=b * lay.seq_len,
+        root_numel=sum(numel(tp_local(p, t)) for p in roots),
+        block_numel=[sum(numel(tp_local(p, t)) for p in blk) for blk in blocks],
+        block_shard=[sum(sharded_numel(p, lay) for p in blk) for blk in blocks],
+        # FSDP with pp keeps every block of the stage gathered (reshard_after_forward=False,
+        # titan_train.distributed.parallelize.apply_fsdp pipelined=True); without pp, the last block only
+        kept_gathered=list(range(len(blocks))) if lay.dims.pp > 1 else [len(blocks) - 1],
+        per_block=per_block, chunk_acts=chunk_acts, logits=logits_bytes(lay, b) if last else 0,
+        first_held=first_held, later_options=later_options)
 
-    def alive(held: tuple[int, ...]) -> int:
-        return sum(h * a for h, a in zip(held, chunk_acts))
 
-    later_held = {c: max(options, key=lambda h: alive(h) + h[-1] * logits) for c, options in later_options.items()}
+def _persistent_terms(s: _Stage) -> list[Term]:
+    """What the stage holds through the whole step: fp32 master params (the module is built
+    in fp32), AdamW's exp_avg and exp_avg_sq (2 x fp32 per element, torch.optim.AdamW) plus
+    one fp32 `step` per tensor, the RoPE table buffer (2 x max_seq_len x head_dim/2, fp32, not
+    sharded), and the step's token ids (inputs and targets, int64, on every rank) beyond those
+    of in-flight micro-batches, which are counted where autograd saves them (embedding, loss)."""
+    lay, m, T = s.lay, s.lay.model, s.tokens
+    params, optim = 4 * s.shard, 8 * s.shard + 4 * s.n_tensors
+    offloaded = lay.cpu_offload
+    base = [Term("params (sharded, fp32)", 0 if offloaded else params,
+                 f"{s.shard:,} elements x 4 B" + (" (on host: cpu_offload)" if offloaded else "")),
+            Term("optimizer state", 0 if offloaded else optim, "AdamW exp_avg + exp_avg_sq: 2 x 4 B per element"),
+            Term("buffers", m.max_seq_len * m.head_dim * 4, "RoPE table, fp32")]
+    micro_batches = lay.grad_accum * (lay.pp_microbatches if lay.dims.pp > 1 else 1)
+    ids_saved = T * ((8 * s.first_held[0][0] if s.first else 0) + (8 * s.first_held[0][-1] if s.last else 0))
+    if micro_batches * T * 16 > ids_saved:
+        base.append(Term("token ids", micro_batches * T * 16 - ids_saved,
+                         f"{micro_batches} micro-batches of inputs + targets, int64"))
+    return base
 
-    def forward_backward(held_by_chunk: dict, accum_grads: int, when: str) -> list:
-        """The peak candidates of the backward passes with `held_by_chunk[c]` micro-batches'
-        activations alive per chunk when chunk c's backward starts, and `accum_grads` bytes of
-        gradients from earlier micro-batches."""
-        out = []
-        if last and n_chunks - 1 in held_by_chunk:
-            held = held_by_chunk[n_chunks - 1]
-            in_flight = held[-1]
-            # start of backward: every activation alive, the logits of every in-flight
-            # micro-batch (the step's variable; the pipeline's forward cache), and
-            # log_softmax's backward with its fp32 grad input and output (T*V*4 each)
-            out.append(("backward start (loss gradient)" + when, [
-                Term("activations", alive(held), _acts_detail(lay, held, len(layer_ids))),
-                Term("logits and loss", in_flight * logits + 2 * T * m.vocab_size * 4,
-                     f"logits {_mb(logits)} x {in_flight} + 2 fp32 (b*s*V) gradients of the loss"),
-                Term("params gathered", gathered([], len(blocks)), "FSDP root + blocks kept after forward"),
-                Term("gradients", accum_grads, "accumulated over micro-batches"),
-            ]))
-        # inside each block's backward, latest layer first. SwiGLU's backward holds the grad of
-        # w2's input and the two grads of the product (3*T*f/t*e) once w2's saved input
-        # (T*f/t*e) is freed, next to the grad of the block output (T/t*d*r; gathered over tp,
-        # T*d*e). The root's grads wait for FSDP's root post-backward (unsharded, param_dtype),
-        # w2's for the block's reduce-scatter, whose fp32 input (reduce_dtype) FSDP keeps for
-        # the last two blocks. Done blocks' grads are sharded fp32. FSDP prefetches the next
-        # block unless the current one is being recomputed (AC).
-        temps = 2 * T * (m.ffn_dim // t) * e + T // t * m.d_model * r + (T * m.d_model * e if t > 1 else 0)
-        grad_bytes = e if lay.fsdp else 4
-        pending = (sum(numel(tp_local(p, t)) for p in roots if p.name != "tok_embeddings.weight")
-                   + m.d_model * (m.ffn_dim // t)) * grad_bytes
-        worst_block = None
-        for k in range(len(blocks)):  # k blocks already done
-            cur = len(blocks) - 1 - k
-            chunk = position_chunk[cur]
-            if chunk not in held_by_chunk:
-                continue
-            held = held_by_chunk[chunk]
-            recomputed = _checkpointed(lay, layer_ids[cur])
-            # a recomputed block's graph reuses the checkpoint's inputs (and selective AC's saved
-            # outputs); only a half-precision input is not already inside block_saved
-            current = block_saved(lay, b) + (T // t * m.d_model * r if recomputed and r < 4 else 0)
-            # every held micro-batch's activations, but of the one in backward: its chunk's
-            # blocks below this one, this block's graph, the embedding's ids
-            earlier = sum(x for x, c in zip(per_block[:cur], position_chunk) if c == chunk)
-            acts = (alive(held) - chunk_acts[chunk] + earlier + current
-                    + (T * 8 if first and chunk == 0 else 0))
-            done = sum(block_shard[cur + 1:] if lay.fsdp else block_numel[cur + 1:]) * 4
-            reduce_scatter = min(k, 2) * max(block_numel) * 4 if lay.fsdp else 0
-            detail = _acts_detail(lay, held, cur + 1, block_saved(lay, b) if recomputed else 0)
-            terms = [Term("activations", acts, detail),
-                     Term("logits and loss", held[-1] * logits, "logits held until their backward"),
-                     Term("params gathered", gathered([cur] + ([cur - 1] if not recomputed else []), cur),
-                          "FSDP root + current" + ("" if recomputed else " and prefetched") + " block"),
-                     Term("gradients", max(accum_grads, done) + pending + reduce_scatter,
-                          f"{k} later blocks' done; root's and w2's pending"
-                          + (", reduce-scatter inputs" if k else "")),
-                     Term("backward temporaries", temps, "grads of the SwiGLU and residual activations")]
-            if worst_block is None or sum(x.bytes for x in terms) > sum(x.bytes for x in worst_block[1]):
-                worst_block = (f"backward of layer {layer_ids[cur]}" + when, terms)
-        if worst_block:
-            out.append(worst_block)
-        return out
 
-    # the first micro-batch's backward, with every in-flight micro-batch's activations; with
-    # pipeline micro-batches, later ones also hold the gradients accumulated so far (fewer
-    # in flight at the end of GPipe and of a short 1F1B)
-    candidates = forward_backward(first_held, grads if lay.grad_accum > 1 and not offloaded else 0, "")
+def _loss_backward(s: _Stage, held: tuple[int, ...], accum_grads: int, when: str):
+    """The start of backward on the last stage: every activation alive, the logits of every
+    in-flight micro-batch (the step's variable; the pipeline's forward cache), and
+    log_softmax's backward with its fp32 grad input and output (T*V*4 each)."""
+    in_flight = held[-1]
+    return ("backward start (loss gradient)" + when, [
+        Term("activations", s.alive(held), _acts_detail(s.lay, held, len(s.layer_ids))),
+        Term("logits and loss", in_flight * s.logits + 2 * s.tokens * s.lay.model.vocab_size * 4,
+             f"logits {_mb(s.logits)} x {in_flight} + 2 fp32 (b*s*V) gradients of the loss"),
+        Term("params gathered", s.gathered([], len(s.block_numel)), "FSDP root + blocks kept after forward"),
+        Term("gradients", accum_grads, "accumulated over micro-batches"),
+    ])
+
+
+def _worst_block_backward(s: _Stage, held_by_chunk: dict, accum_grads: int, when: str):
+    """The costliest moment inside a block's backward, latest layer first. SwiGLU's backward
+    holds the grad of w2's input and the two grads of the product (3*T*f/t*e) once w2's saved
+    input (T*f/t*e) is freed, next to the grad of the block output (T/t*d*r; gathered over tp,
+    T*d*e). The root's grads wait for FSDP's root post-backward (unsharded, param_dtype), w2's
+    for the block's reduce-scatter, whose fp32 input (reduce_dtype) FSDP keeps for the last
+    two blocks. Done blocks' grads are sharded fp32. FSDP prefetches the next block unless the
+    current one is being recomputed (AC)."""
+    lay, m, t, T = s.lay, s.lay.model, s.lay.dims.tp, s.tokens
+    e, r = _dtypes(lay)
+    b = lay.micro_batch
+    temps = 2 * T * (m.ffn_dim // t) * e + T // t * m.d_model * r + (T * m.d_model * e if t > 1 else 0)
+    grad_bytes = e if lay.fsdp else 4
+    pending = (sum(numel(tp_local(p, t)) for p in s.roots if p.name != "tok_embeddings.weight")
+               + m.d_model * (m.ffn_dim // t)) * grad_bytes
+    worst = None
+    n_blocks = len(s.block_numel)
+    for k in range(n_blocks):  # k blocks already done
+        cur = n_blocks - 1 - k
+        chunk = s.position_chunk[cur]
+        if chunk not in held_by_chunk:
+            continue
+        held = held_by_chunk[chunk]
+        recomputed = _checkpointed(lay, s.layer_ids[cur])
+        # a recomputed block's graph reuses the checkpoint's inputs (and selective AC's saved
+        # outputs); only a half-precision input is not already inside block_saved
+        current = block_saved(lay, b) + (T // t * m.d_model * r if recomputed and r < 4 else 0)
+        # every held micro-batch's activations, but of the one in backward: its chunk's
+        # blocks below this one, this block's graph, the embedding's ids
+        earlier = sum(x for x, c in zip(s.per_block[:cur], s.position_chunk) if c == chunk)
+        acts = (s.alive(held) - s.chunk_acts[chunk] + earlier + current
+                + (T * 8 if s.first and chunk == 0 else 0))
+        done = sum(s.block_shard[cur + 1:] if lay.fsdp else s.block_numel[cur + 1:]) * 4
+        reduce_scatter = min(k, 2) * max(s.block_numel) * 4 if lay.fsdp else 0
+        detail = _acts_detail(lay, held, cur + 1, block_saved(lay, b) if recomputed else 0)
+        terms = [Term("activations", acts, detail),
+                 Term("logits and loss", held[-1] * s.logits, "logits held until their backward"),
+                 Term("params gathered", s.gathered([cur] + ([cur - 1] if not recomputed else []), cur),
+                      "FSDP root + current" + ("" if recomputed else " and prefetched") + " block"),
+                 Term("gradients", max(accum_grads, done) + pending + reduce_scatter,
+                      f"{k} later blocks' done; root's and w2's pending"
+                      + (", reduce-scatter inputs" if k else "")),
+                 Term("backward temporaries", temps, "grads of the SwiGLU and residual activations")]
+        if worst is None or sum(x.bytes for x in terms) > sum(x.bytes for x in worst[1]):
+            worst = (f"backward of layer {s.layer_ids[cur]}" + when, terms)
+    return worst
+
+
+def _forward_backward(s: _Stage, held_by_chunk: dict, accum_grads: int, when: str) -> list:
+    """The peak candidates of the backward passes with `held_by_chunk[c]` micro-batches'
+    activations alive per chunk when chunk c's backward starts, and `accum_grads` bytes of
+    gradients from earlier micro-batches."""
+    out = []
+    if s.last and s.n_chunks - 1 in held_by_chunk:
+        out.append(_loss_backward(s, held_by_chunk[s.n_chunks - 1], accum_grads, when))
+    worst = _worst_block_backward(s, held_by_chunk, accum_grads, when)
+    return out + ([worst] if worst else [])
+
+
+def _later_micro_batches(s: _Stage) -> list:
+    """With pipeline micro-batches, later backwards also hold the gradients accumulated so
+    far (fewer in flight at the end of GPipe and of a short 1F1B) and the sends: torch's
+    pipelining waits for them at the end of the step, so every micro-batch's output (to the
+    next stage) and input grad (to the previous) stays."""
+    lay, m, t = s.lay, s.lay.model, s.lay.dims.tp
+    _, r = _dtypes(lay)
+    sends = (lay.pp_microbatches * lay.micro_batch * (lay.seq_len // t) * m.d_model * r
+             * ((not s.last) + (not s.first)))
+    # the pipeline turns FSDP's gradient sync off but for the last micro-batch
+    # (PipelineStage.backward_maybe_with_nosync), so FSDP accumulates them unsharded, in its
+    # fp32 reduce dtype
+    accumulated = (s.root_numel + sum(s.block_numel)) * 4 if lay.fsdp else s.grads
+    later_held = {c: max(options, key=lambda h: s.alive(h) + h[-1] * s.logits)
+                  for c, options in s.later_options.items()}
+    if not later_held:
+        return []
+    later = _forward_backward(s, later_held, accumulated, ", a later micro-batch")
+    for _, terms in later:
+        terms.append(Term("pipeline sends", sends, "outputs / input grads sent to neighbour stages, "
+                          "held until the step ends"))
+    return later
+
+
+def _optimizer_step(s: _Stage):
+    """Grads complete; foreach AdamW allocates one fp32 temporary per element
+    (torch._foreach_sqrt of exp_avg_sq, torch/optim/adamw.py _multi_tensor_adamw)."""
+    return ("optimizer step", [
+        Term("gradients", s.grads, "fp32, sharded"),
+        Term("optimizer temporaries", 4 * s.shard, "foreach AdamW: one fp32 copy of the shard"),
+    ])
+
+
+def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, last: bool,
+           accelerator: bool) -> StageEstimate:
+    """The peak of one pp rank's step: the costliest of its phases, on top of what it holds
+    throughout."""
+    s = _describe_stage(lay, pp_rank, chunks, first, last)
+    offloaded = lay.cpu_offload
+    # the first micro-batch's backward, with every in-flight micro-batch's activations
+    candidates = _forward_backward(s, s.first_held, s.grads if lay.grad_accum > 1 and not offloaded else 0, "")
     if lay.dims.pp > 1 and lay.pp_microbatches > 1 and not offloaded:
-        # torch.distributed.pipelining waits for its sends at the end of the step: every
-        # micro-batch's output (to the next stage) and input grad (to the previous) stays
-        sends = lay.pp_microbatches * b * (lay.seq_len // t) * m.d_model * r * ((not last) + (not first))
-        # the pipeline turns FSDP's gradient sync off but for the last micro-batch
-        # (PipelineStage.backward_maybe_with_nosync), so FSDP accumulates them unsharded,
-        # in its fp32 reduce dtype
-        accumulated = (root_numel + sum(block_numel)) * 4 if lay.fsdp else grads
-        if later_held:
-            later = forward_backward(later_held, accumulated, ", a later micro-batch")
-            for _, terms in later:
-                terms.append(Term("pipeline sends", sends, "outputs / input grads sent to neighbour stages, "
-                                  "held until the step ends"))
-            candidates += later
-    # optimizer step: grads complete; foreach AdamW allocates one fp32 temporary per element
-    # (torch._foreach_sqrt of exp_avg_sq, torch/optim/adamw.py _multi_tensor_adamw)
+        candidates += _later_micro_batches(s)
     if not offloaded:
-        candidates.append(("optimizer step", [
-            Term("gradients", grads, "fp32, sharded"),
-            Term("optimizer temporaries", 4 * shard, "foreach AdamW: one fp32 copy of the shard"),
-        ]))
+        candidates.append(_optimizer_step(s))
     phase, terms = max(candidates, key=lambda c: sum(x.bytes for x in c[1]))
-    terms = base + [x for x in terms if x.bytes]
+    terms = _persistent_terms(s) + [x for x in terms if x.bytes]
     tensor_bytes = sum(x.bytes for x in terms)
     margin = int(ALLOCATOR_MARGIN * tensor_bytes) if accelerator else 0
-    return StageEstimate(stage=pp_rank, layers=len(layer_ids), phase=phase, terms=terms, tensor_bytes=tensor_bytes,
+    params, optim = 4 * s.shard, 8 * s.shard + 4 * s.n_tensors
+    return StageEstimate(stage=pp_rank, layers=len(s.layer_ids), phase=phase, terms=terms, tensor_bytes=tensor_bytes,
                          comm_bytes=comm_buffers(lay), margin_bytes=margin,
-                         host_bytes=params + optim + grads if offloaded else 0)
+                         host_bytes=params + optim + s.grads if offloaded else 0)
 
 
 def _checkpointed(lay: Layout, layer: int) -> bool:
