@@ -221,13 +221,4 @@ def _entry_value(value: Any, hint: Any) -> tuple[Any, str]:
     inner = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in (
         typing.Union, types.UnionType) else [hint]
     base = typing.get_origin(inner[0]) or inner[0]
-    return None, f"must be {_EXPECTED.get(base, base.__name__)}, not {value!r}"
-    if origin is tuple:
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            return None, f"must be a list of strings, not {value!r}"
-        return tuple(value), ""
-    if origin is dict:
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-            return None, f"must be a table of strings, not {value!r}"
-        return dict(value), ""
-    return value, ""
+    return None, f"must be {_EXPECTED.get(base, getattr(base, '__name__', base))}, not {value!r}"
