@@ -87,6 +87,7 @@ SCHEMAS: dict[tuple[str, str], type] = {
     ("versions", "compat"): record("Compat", "cann", "torch", "torch_npu"),
     ("versions", "python"): record("PythonCompat", "torch", "python"),
     ("devices", "device"): record("Device", "name", "match", "memory_gib", "peak_tflops"),
+    ("torchtitan_job_config", "section"): record("TorchtitanSection", "name", "keys"),
 }
 
 

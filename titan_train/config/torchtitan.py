@@ -21,6 +21,7 @@ pipelining get_schedule_class (schedule names), and rules/torchtitan_llama3.toml
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,7 @@ def _flatten(raw: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 class _Reader:
     def __init__(self, raw: dict[str, Any]):
         self.raw, self.used = raw, set()
+        self.extension: tuple[str, ...] = ()   # keys a custom config module adds (listed once, by convert)
         self.out = Conversion()
 
     def get(self, section: str, key: str) -> Any:
@@ -131,13 +133,65 @@ class _Reader:
         table whose `enable` is false change nothing by being ignored."""
         for name, value in _flatten(self.raw).items():
             section, _, key = name.partition(".")
-            if name not in self.used and (section, key) not in NO_EFFECT and self.switched_on(name, value):
+            added = any(name == e or name.startswith(e + ".") for e in self.extension)
+            if name not in self.used and not added and (section, key) not in NO_EFFECT and self.switched_on(name, value):
                 self.out.ignored.append(f"{name} = {value!r}: no equivalent in this trainer")
+
+
+def _known_keys() -> dict[str, set[str]]:
+    """torchtitan's JobConfig: {"training": {"steps", ...}, "quantize.linear.float8": {...}}."""
+    return {row["name"]: set(row["keys"]) for row in load_knowledge("torchtitan_job_config")["section"]}
+
+
+def _nearest(name: str, options, spell) -> str:
+    close = difflib.get_close_matches(name, sorted(options), n=1, cutoff=0.6)
+    return f"; did you mean {spell(close[0])}?" if close else ""
+
+
+def _elsewhere(key: str, sections: dict[str, set[str]]) -> str:
+    """A field of that name (or close to it) in another section: warmup_steps is in
+    [lr_scheduler] in torchtitan, not in [training]."""
+    owners = {k: t for t, keys in sorted(sections.items()) for k in sorted(keys)}
+    return _nearest(key, owners, lambda c: f"{owners[c]}.{c}")
+
+
+def _unknown_keys(raw: dict[str, Any], sections: dict[str, set[str]], prefix: str = "") -> list[tuple[str, str]]:
+    """(name, one line naming the nearest valid key) per key torchtitan's JobConfig lacks."""
+    out = []
+    for key, value in raw.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and name in sections:
+            out += _unknown_keys(value, sections, f"{name}.")
+        elif not prefix:
+            tops = [s for s in sections if "." not in s]
+            out.append((name, f"[{key}] is not a torchtitan section{_nearest(key, tops, lambda c: f'[{c}]')}"))
+        elif key not in sections[prefix[:-1]]:
+            table = prefix[:-1]
+            hint = _nearest(key, sections[table], lambda c: f"{table}.{c}") or _elsewhere(key, sections)
+            out.append((name, f"{name} is not a field of torchtitan's [{table}]{hint}"))
+    return out
+
+
+def check_keys(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """torchtitan refuses a field its JobConfig lacks, so a misspelled key would otherwise
+    train silently with the default: refuse it too, in one line naming the nearest valid key.
+    A config that loads a custom config module may add sections and fields of its own; their
+    keys are returned (to be listed as ignored) instead of refused."""
+    unknown = _unknown_keys(raw, _known_keys())
+    custom = [f"{t}.{k}" for t, k in (("job", "custom_config_module"), ("experimental", "custom_args_module"))
+              if isinstance(raw.get(t), dict) and raw[t].get(k)]
+    if unknown and not custom:
+        more = f" ({len(unknown) - 1} more unknown)" if len(unknown) > 1 else ""
+        raise ConfigError(f"torchtitan config (v0.2.2 fields): {unknown[0][1]}{more}")
+    return [(name, f"{line}: added by {custom[0]}? not read by this trainer") for name, line in unknown]
 
 
 def convert(raw: dict[str, Any], world_size: int) -> Conversion:
     """torchtitan sections -> trainer sections for a job of `world_size` ranks."""
+    extension = check_keys(raw)
     r = _Reader(raw)
+    r.out.ignored += [line for _, line in extension]
+    r.extension = tuple(name for name, _ in extension)
     _model(r)
     _optimizer(r)
     dp = _parallelism(r, world_size)
