@@ -101,6 +101,28 @@ class SliceReader:
         return handle.get_slice(name)[index]
 
 
+def with_umask(path: Path) -> None:
+    """safetensors' writer creates files 0600 whatever the umask; every other file the tools
+    write is created 0666 less the umask, so an exported shard must be too (a colleague's
+    job that reads the export would otherwise fail with 'permission denied')."""
+    os.chmod(path, 0o666 & ~_umask())
+
+
+def _umask() -> int:
+    """The process umask, read without setting it (os.umask would change it for a moment,
+    for every thread, an async checkpoint writer's included)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_sharded(tensors: Iterable[tuple[str, object]], folder: Path, *, max_shard_bytes: int,
                   metadata: dict[str, str] | None = None, on_tensor: Callable[[str, int], None] | None = None) -> list[Path]:
     """Write `tensors` (name, torch tensor) in order into shards of at most `max_shard_bytes`
@@ -119,6 +141,7 @@ def write_sharded(tensors: Iterable[tuple[str, object]], folder: Path, *, max_sh
         if shard:
             path = folder / f"part-{len(written) + 1:05d}.safetensors"
             save_file(shard, str(path), metadata=metadata)
+            with_umask(path)
             written.append((path, list(shard)))
             shard, shard_bytes = {}, 0
             seen.clear()
