@@ -137,16 +137,35 @@ def convert(src: Path, dst: Path, target: str, *, config: str | Path | None = No
     _refuse_overlap(Path(src), Path(dst), info)
     if Path(dst).exists() and not overwrite:
         raise CheckpointError(f"{dst} already exists", fix="choose another destination, or pass --force")
+    if Path(dst).exists():
+        _refuse_foreign_destination(Path(dst), target)
     cast = torch_dtype(SHORT_NAMES[dtype]) if dtype else None
     result = Result(Path(src), Path(dst), info.format, target)
     whole = (target in ("dcp", "torch") and not model_only and info.format in ("dcp", "torch")
              and not (info.format == target == "torch"))
-    with writers.atomic_output(dst, overwrite=overwrite) as tmp:
+    with writers.atomic_output(dst, overwrite=overwrite, fmt=target, is_file_output=target == "torch") as tmp:
         if whole:
             _convert_whole(info, tmp, target, cast, result)
         else:
             _convert_weights(info, tmp, target, cast, config, max_shard_bytes, progress, result)
     return result
+
+
+def _refuse_foreign_destination(dst: Path, target: str) -> None:
+    """--force replaces an earlier output of the same format, never anything else: a folder
+    only when it holds nothing a `target` checkpoint does not, a file only when it is a
+    torch.save checkpoint."""
+    from titan_train.checkpoint.formats import writers
+
+    writers.refuse_foreign(dst, target, is_file_output=target == "torch")
+    if target == "torch" and dst.exists():
+        try:
+            kind = detect.describe(dst).format
+        except CheckpointError:
+            kind = None
+        if kind != "torch":
+            raise CheckpointError(f"{dst} is not a torch.save checkpoint; refusing to replace it",
+                                  fix="choose another destination, or remove it yourself")
 
 
 def _refuse_overlap(src: Path, dst: Path, info: CheckpointInfo) -> None:

@@ -15,7 +15,7 @@ from typing import Iterator
 import torch
 import torch.distributed as dist
 
-from titan_train.checkpoint.formats import writers
+from titan_train.checkpoint.formats import CheckpointError, writers
 from titan_train.checkpoint.formats.dtypes import SHORT_NAMES, torch_dtype
 
 
@@ -79,10 +79,46 @@ def gather_full(model_parts, args, dtype: torch.dtype) -> Iterator[tuple[str, to
 _MAIN_FILE = {"torch": "model.pt", "hf": "config.json"}
 
 
+def _holds(path: Path, fmt: str) -> bool:
+    return (path / _MAIN_FILE[fmt]).is_file() and not writers.foreign_files(path, fmt)
+
+
+def export_dir(folder: str | Path, step: int, fmt: str) -> Path:
+    """Where step N's `fmt` export goes: export-step-N, unless that already holds something
+    else (the other format's export from an earlier run, which is kept): then beside it,
+    export-step-N-<fmt>."""
+    plain = Path(folder) / f"export-step-{step}"
+    if not plain.exists() or _holds(plain, fmt):
+        return plain
+    return plain.with_name(f"{plain.name}-{fmt}")
+
+
 def existing_export(folder: str | Path, step: int, fmt: str) -> Path | None:
-    """<folder>/export-step-N when it already holds a `fmt` export (a rerun of a finished job)."""
-    target = Path(folder) / f"export-step-{step}"
-    return target if fmt in _MAIN_FILE and (target / _MAIN_FILE[fmt]).is_file() else None
+    """Step N's `fmt` export when one is already there (a rerun of a finished job)."""
+    if fmt not in _MAIN_FILE:
+        return None
+    target = export_dir(folder, step, fmt)
+    return target if _holds(target, fmt) else None
+
+
+def _decide_target(folder: str | Path, step: int, fmt: str, rank: int) -> Path:
+    """Rank 0 picks the folder (and refuses one that holds files an export does not write);
+    every rank learns the outcome, so a refusal raises everywhere instead of leaving the
+    other ranks waiting in the gather."""
+    decision: list = [None]
+    if rank == 0:
+        target = export_dir(folder, step, fmt)
+        try:
+            if target.exists():
+                writers.refuse_foreign(target, fmt, is_file_output=False)
+            decision = [("ok", str(target))]
+        except CheckpointError as e:
+            decision = [("refused", str(e), e.fix)]
+    if dist.is_initialized():
+        dist.broadcast_object_list(decision, src=0)
+    if decision[0][0] == "refused":
+        raise CheckpointError(decision[0][1], fix=decision[0][2])
+    return Path(decision[0][1])
 
 
 def export_final(model_parts, folder: str | Path, fmt: str, *, args, step: int, dtype: str = "fp32") -> Path | None:
@@ -90,10 +126,10 @@ def export_final(model_parts, folder: str | Path, fmt: str, *, args, step: int, 
     if fmt == "none":
         return None
     rank = dist.get_rank() if dist.is_initialized() else 0
-    target = Path(folder) / f"export-step-{step}"
+    target = _decide_target(folder, step, fmt, rank)
     items = gather_full(list(model_parts), args, torch_dtype(SHORT_NAMES[dtype]))
     if rank == 0:
-        with writers.atomic_output(target, overwrite=True) as tmp:
+        with writers.atomic_output(target, overwrite=True, fmt=fmt) as tmp:
             if fmt == "torch":
                 tmp.mkdir()
                 writers.write_torch(dict(items), tmp / "model.pt")

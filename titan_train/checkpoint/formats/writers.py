@@ -4,6 +4,7 @@ each output format: torch.save, DCP, HF safetensors shards + config.json, Meta
 consolidated.00.pth + params.json."""
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
@@ -23,13 +24,52 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+# What an output of each format is made of. Replacing a destination (convert --force, an
+# export rerun) is allowed only when it holds nothing else: a person's notes, a tokenizer or
+# another tool's files in it are never deleted.
+OUTPUT_FILES = {
+    "dcp": (".metadata", "*.distcp"),
+    "hf": ("config.json", "model.safetensors", "model-*-of-*.safetensors", "model.safetensors.index.json"),
+    "meta": ("params.json", "consolidated.*.pth"),
+    "torch": ("model.pt",),          # an export's folder; convert --to torch writes one file
+}
+
+
+def foreign_files(folder: Path, fmt: str) -> list[str]:
+    """Files under `folder` that a `fmt` output does not write (none: it may be replaced)."""
+    patterns = OUTPUT_FILES[fmt]
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                  if not p.is_dir() and not (p.parent == folder and any(fnmatch.fnmatch(p.name, g) for g in patterns)))
+
+
+def refuse_foreign(dst: Path, fmt: str, *, is_file_output: bool) -> None:
+    """Raise unless `dst` is an output of format `fmt`, which may be replaced."""
+    if is_file_output:
+        if dst.is_dir() and not dst.is_symlink():
+            raise CheckpointError(f"{dst} is a folder; the {fmt} output is one file, so it would replace the "
+                                  "folder and everything in it", fix="choose another destination")
+        return
+    if not dst.is_dir() or dst.is_symlink():
+        raise CheckpointError(f"{dst} is a file, not a {fmt} checkpoint folder; refusing to replace it",
+                              fix="choose another destination, or remove it yourself")
+    foreign = foreign_files(dst, fmt)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise CheckpointError(f"{dst} holds files a {fmt} checkpoint does not ({shown}); refusing to replace it",
+                              fix="choose another destination, or move those files out first")
+
+
 @contextmanager
-def atomic_output(dst: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
+def atomic_output(dst: str | Path, *, overwrite: bool = False, fmt: str | None = None,
+                  is_file_output: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to `dst`; rename it to `dst` when the block succeeds,
-    delete it when it fails."""
+    delete it when it fails. With `overwrite`, an existing `dst` is replaced only when it is
+    an output of format `fmt` (refuse_foreign)."""
     dst = Path(dst)
     if dst.exists() and not overwrite:
         raise CheckpointError(f"{dst} already exists", fix="Choose another destination, or pass --force to replace it")
+    if dst.exists() and fmt is not None:
+        refuse_foreign(dst, fmt, is_file_output=is_file_output)
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.parent / f".{dst.name}.partial-{os.getpid()}"
     _remove(tmp)
