@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from titan_doctor.findings import Finding
-from titan_doctor.migrate.pyfile import migrate_python
-from titan_doctor.migrate.rules import RuleSet, load_rules
-from titan_doctor.migrate.textfiles import migrate_text
+from titan_doctor.migrate.python.pyfile import migrate_python
+from titan_doctor.migrate.rules.load import RuleSet, load_rules
+from titan_doctor.migrate.text.lines import migrate_text
 
 FIXTURES = Path(__file__).parent / "fixtures"
 _RULES: RuleSet | None = None

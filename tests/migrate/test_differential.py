@@ -17,11 +17,11 @@ from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProv
 
 from libcst._metadata_dependent import LazyValue
 
-from titan_doctor.migrate import gates
+from titan_doctor.migrate.python import gates
 from titan_doctor.migrate.cstutil import dotted
-from titan_doctor.migrate.skipping import statement_map
+from titan_doctor.migrate.python.skipping import statement_map
 from titan_doctor.migrate.suppress import suppressions
-from titan_doctor.migrate.transform import build
+from titan_doctor.migrate.python.transform import build
 
 from .helpers import FIXTURES, rules
 

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from titan_doctor.migrate import discovery
-from titan_doctor.migrate.gitignore import IgnoreReader
+from titan_doctor.migrate.engine import discovery
+from titan_doctor.migrate.engine.gitignore import IgnoreReader
 
 from .gitrepo import GIT_ENV, git, make
 from .helpers import rules

@@ -12,7 +12,7 @@ import libcst as cst
 import pytest
 
 from titan_doctor.findings import Status
-from titan_doctor.migrate import engine
+from titan_doctor.migrate.engine import runner as engine
 
 from .helpers import rules
 
@@ -203,7 +203,7 @@ def test_the_same_words_are_read_in_scripts_and_notebook_shell_lines(tmp_path):
 
 
 def test_each_rewriter_prefilter_holds_only_its_rules_words():
-    from titan_doctor.migrate.rulekinds import KINDS, PYTHON_CODE, SCRIPT_LINES
+    from titan_doctor.migrate.rules.kind import KINDS, PYTHON_CODE, SCRIPT_LINES
     rs = rules()
     py, lines = rs.prefilters[PYTHON_CODE], rs.prefilters[SCRIPT_LINES]
     script_only = {w for r in (rule for _, rule in rs.text) for w in KINDS[r.kind].markers(r)}
@@ -223,7 +223,7 @@ def test_kernel_gate_explanation_is_the_same_in_every_process(tmp_path):
                    "def _route_z(x):\n    _a(x)\n\n\ndef _route_y(x):\n    _b(x)\n\n\n"
                    "def fused(x):\n    _route_z(x)\n    _route_y(x)\n\n\n"
                    "def f(x):\n    if x.is_cuda:\n        return fused(x)\n    return x\n")
-    code = ("import sys; from titan_doctor.migrate import engine; from tests.migrate.helpers import rules; "
+    code = ("import sys; from titan_doctor.migrate.engine import runner as engine; from tests.migrate.helpers import rules; "
             "from pathlib import Path; r = engine.process_file(Path(sys.argv[1]), rules(), 'two_routes.py'); "
             "print([f.message for f in r.findings if 'CUDA-only kernel' in f.message])")
     repo = Path(__file__).resolve().parents[2]

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from titan_doctor.findings import Status
-from titan_doctor.migrate.envvalues import convert_env
-from titan_doctor.migrate.textfiles import migrate_text
+from titan_doctor.migrate.rules.kinds.env_values import convert_env
+from titan_doctor.migrate.text.lines import migrate_text
 
 from .helpers import rules
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from titan_doctor.findings import Status
-from titan_doctor.migrate.rules import builtin_files
+from titan_doctor.migrate.rules.load import builtin_files
 from titan_knowledge import load_toml
 
 from .helpers import FIXTURES, expected_paths, fixture_inputs, migrate_fixture, render

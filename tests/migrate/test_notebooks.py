@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from titan_doctor.findings import Status
-from titan_doctor.migrate import engine
-from titan_doctor.migrate.ipython import mask as _mask
-from titan_doctor.migrate.nbjson import read_cells
+from titan_doctor.migrate.engine import runner as engine
+from titan_doctor.migrate.notebook.ipython import mask as _mask
+from titan_doctor.migrate.notebook.nbjson import read_cells
 
 from .helpers import rules
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from titan_doctor.migrate import rules as rules_mod
-from titan_doctor.migrate.rulekinds import KINDS, LITERALS, parse_rule
-from titan_doctor.migrate.rules import load_rules
+import titan_doctor.migrate as rules_mod
+from titan_doctor.migrate.rules.kind import KINDS, LITERALS, parse_rule
+from titan_doctor.migrate.rules.load import load_rules
 from titan_knowledge import KnowledgeError
 
 MIGRATE = Path(rules_mod.__file__).parent
@@ -127,7 +127,7 @@ def test_text_rule_groups_and_message_fields_are_checked_at_load(tmp_path):
 def test_a_user_text_rule_uses_pre_opt_old_and_new_as_documented(tmp_path):
     """What the Text kind's docstring promises: `pre` kept before `new`, the finding at
     `opt` showing it as {old}, {new} the replacement."""
-    from titan_doctor.migrate.textfiles import migrate_text
+    from titan_doctor.migrate.text.lines import migrate_text
     rules = tmp_path / "mine.toml"
     rules.write_text('[[rule]]\ncode = "ACME901"\nkind = "text"\nsource = "s"\nmarker = "accel"\n'
                      "pattern = '(?P<pre>--accel[= ])gpu'\nnew = \"npu\"\n"

@@ -9,7 +9,8 @@ import stat
 
 import pytest
 
-from titan_doctor.migrate import command, writes
+from titan_doctor.migrate import command
+from titan_doctor.migrate.engine import writes
 
 from .gitrepo import commit_all as commit
 from .gitrepo import git, make

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from titan_doctor.migrate import engine, pyfile
+from titan_doctor.migrate.engine import runner as engine
+from titan_doctor.migrate.python import pyfile
 
 from .helpers import fixture_inputs, rules
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 
-from titan_doctor.migrate import engine
+from titan_doctor.migrate.engine import runner as engine
 from titan_doctor.migrate.suppress import is_suppressed, suppressions
 
 from .helpers import rules, run

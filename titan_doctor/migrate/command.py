@@ -120,8 +120,10 @@ def migrate(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, f
 
 def _run(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, fmt, exclude,
          select, ignore, rule_files, list_rules) -> int:
-    from titan_doctor.migrate import discovery, engine, writes
-    from titan_doctor.migrate.rules import load_rules
+    from titan_doctor.migrate.engine import discovery
+    from titan_doctor.migrate.engine import runner as engine
+    from titan_doctor.migrate.engine import writes
+    from titan_doctor.migrate.rules.load import load_rules
 
     for p in [*paths, *rule_files]:
         if not p.exists() and not p.is_symlink():
@@ -168,14 +170,14 @@ def _run(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, fmt,
 
 
 def _names(paths) -> str:
-    from titan_doctor.migrate.discovery import shown_name
+    from titan_doctor.migrate.engine.discovery import shown_name
     return ", ".join(shown_name(p) for p in paths[:5]) + (" ..." if len(paths) > 5 else "")
 
 
 def _guard_in_place(changed, allow_dirty: bool, allow_ignored: bool) -> None:
     """Refuse (before writing anything) what has no committed copy to go back to, and
     anything that changed or became a link since it was read."""
-    from titan_doctor.migrate import gitstate
+    from titan_doctor.migrate.engine import gitstate
 
     paths = [r.path for r in changed]
     if not allow_dirty:
@@ -203,7 +205,7 @@ def _with_progress(engine, files, rules, jobs, fmt):
 
 
 def _diff(result) -> str:
-    from titan_doctor.migrate.discovery import shown_name
+    from titan_doctor.migrate.engine.discovery import shown_name
     name = shown_name(result.path)
     try:
         a = result.original.decode("utf-8").splitlines(keepends=True)
@@ -220,7 +222,7 @@ def _file_counts(engine, results, found) -> dict[str, int]:
 
 
 def _skipped(found) -> dict[str, dict]:
-    from titan_doctor.migrate.discovery import REASONS
+    from titan_doctor.migrate.engine.discovery import REASONS
     return {reason: {"count": len(paths), "why": REASONS[reason], "paths": sorted(paths)}
             for reason, paths in sorted(found.skipped.items())}
 
@@ -230,7 +232,7 @@ def _report(fmt, findings: list[Finding], results, found, engine, diffs, writes,
     counts = _file_counts(engine, results, found)
     suppressed = sum(r.suppressed for r in results)
     if fmt == "json":
-        from titan_doctor.migrate.discovery import shown_name
+        from titan_doctor.migrate.engine.discovery import shown_name
         click.echo(to_json(findings, files=counts, skipped=_skipped(found), suppressed=suppressed,
                            changed=[shown_name(r.path) for r in results if r.state == engine.CHANGED],
                            diff="".join(diffs) if diffs else None))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from titan_doctor.migrate.rulekinds import NPU_MODULE, NPU_PACKAGE
+from titan_doctor.migrate.rules.kind import NPU_MODULE, NPU_PACKAGE
 
 
 def full_name(node: cst.CSTNode) -> str:

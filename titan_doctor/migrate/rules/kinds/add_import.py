@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from titan_doctor.migrate.cstutil import full_name
-from titan_doctor.migrate.rulekinds import NPU_MODULE, NPU_PACKAGE
+from titan_doctor.migrate.rules.kind import NPU_MODULE, NPU_PACKAGE
 
 _NPU = ".".join(NPU_MODULE)
 

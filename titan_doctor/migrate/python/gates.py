@@ -29,9 +29,9 @@ import ast
 import fnmatch
 import re
 
-from titan_doctor.migrate.astnames import flat_imports, qualified
-from titan_doctor.migrate.rulekinds import LITERALS
-from titan_doctor.migrate.rules import RuleSet
+from titan_doctor.migrate.walk.astnames import flat_imports, qualified
+from titan_doctor.migrate.rules.kind import LITERALS
+from titan_doctor.migrate.rules.load import RuleSet
 
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _FLAG_VALUES = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Call, ast.Attribute)

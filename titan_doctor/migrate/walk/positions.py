@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from titan_doctor.migrate.cstutil import dotted, full_name
-from titan_doctor.migrate.skipping import Span, StatementMap
+from titan_doctor.migrate.python.skipping import Span, StatementMap
 
 STATEMENTS = (cst.BaseSmallStatement, cst.BaseCompoundStatement)
 

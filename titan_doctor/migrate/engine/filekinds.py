@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
-from titan_doctor.migrate.rulekinds import PYTHON_CODE, SCRIPT_LINES
-from titan_doctor.migrate.rules import RuleSet
-from titan_doctor.migrate.textfiles import TEXT_NAMES, TEXT_SUFFIXES, is_text_file
+from titan_doctor.migrate.rules.kind import PYTHON_CODE, SCRIPT_LINES
+from titan_doctor.migrate.rules.load import RuleSet
+from titan_doctor.migrate.text.lines import TEXT_NAMES, TEXT_SUFFIXES, is_text_file
 
 PYTHON = "python"        # the libcst transformer
 NOTEBOOK = "notebook"    # Jupyter: code cells through the same transformer

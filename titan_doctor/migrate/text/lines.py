@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from titan_doctor.findings import Finding, Status
-from titan_doctor.migrate.envvalues import convert_env
-from titan_doctor.migrate.rulekinds import fill
-from titan_doctor.migrate.rules import RuleSet
+from titan_doctor.migrate.rules.kinds.env_values import convert_env
+from titan_doctor.migrate.rules.kind import fill
+from titan_doctor.migrate.rules.load import RuleSet
 from titan_doctor.migrate.suppress import codes_on, silences
 
 TEXT_SUFFIXES = {".sh", ".bash", ".zsh", ".env", ".yaml", ".yml", ".toml", ".cfg", ".ini",

@@ -12,8 +12,8 @@ from __future__ import annotations
 import libcst as cst
 
 from titan_doctor.findings import Status
-from titan_doctor.migrate.rulekinds import fill
-from titan_doctor.migrate.transform import Context
+from titan_doctor.migrate.rules.kind import fill
+from titan_doctor.migrate.python.transform import Context
 
 _SHOWN = 80
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from titan_doctor.migrate.rulekinds import PYTHON_CODE
-from titan_doctor.migrate.rules import RuleSet
+from titan_doctor.migrate.rules.kind import PYTHON_CODE
+from titan_doctor.migrate.rules.load import RuleSet
 
 _NEVER_SKIP = (cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal)
 _SCOPES = (cst.FunctionDef, cst.ClassDef)

@@ -18,10 +18,10 @@ import libcst as cst
 from titan_doctor.findings import Status
 from titan_doctor.migrate.cstutil import (build_dotted, dotted, full_name, import_module_path, plain_text, respell,
                                           string_value, with_text)
-from titan_doctor.migrate.capability import read_through
-from titan_doctor.migrate.rulekinds import (GATE_NPU, NPU_MODULE, NPU_PACKAGE, Capability, Rename, Report,
+from titan_doctor.migrate.rules.kinds.capability import read_through
+from titan_doctor.migrate.rules.kind import (GATE_NPU, NPU_MODULE, NPU_PACKAGE, Capability, Rename, Report,
                                             fill)
-from titan_doctor.migrate.transform import Context
+from titan_doctor.migrate.python.transform import Context
 
 _BUILTINS = frozenset(dir(builtins))
 _STRING = re.compile(r"""(?:'([^'\n]*)'|"([^"\n]*)")""")

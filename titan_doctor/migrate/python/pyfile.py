@@ -8,12 +8,13 @@ import warnings
 import libcst as cst
 
 from titan_doctor.findings import Finding, Status
-from titan_doctor.migrate import flows, gates
-from titan_doctor.migrate.imports import add_torch_npu_import
-from titan_doctor.migrate.rules import RuleSet
-from titan_doctor.migrate.skipping import statement_map
+from titan_doctor.migrate.python import flows
+from titan_doctor.migrate.python import gates
+from titan_doctor.migrate.rules.kinds.add_import import add_torch_npu_import
+from titan_doctor.migrate.rules.load import RuleSet
+from titan_doctor.migrate.python.skipping import statement_map
 from titan_doctor.migrate.suppress import suppressions
-from titan_doctor.migrate.transform import build
+from titan_doctor.migrate.python.transform import build
 
 class _EveryLine(dict):
     """kernel_lines when the file could not be scanned: every device check is suspect."""

@@ -28,13 +28,13 @@ from typing import Callable
 import libcst as cst
 
 from titan_doctor.findings import Finding, Status
-from titan_doctor.migrate.ipython import (PYTHON_CELL_MAGICS, SHELL_CELL_MAGICS, Magic, mask,
+from titan_doctor.migrate.notebook.ipython import (PYTHON_CELL_MAGICS, SHELL_CELL_MAGICS, Magic, mask,
                                           unmask)
-from titan_doctor.migrate.nbjson import (Cell, NotebookError, OutputInvalid, escapes_non_ascii,
+from titan_doctor.migrate.notebook.nbjson import (Cell, NotebookError, OutputInvalid, escapes_non_ascii,
                                          patch, read_cells, split_lines, verify)
-from titan_doctor.migrate.rules import RuleSet
+from titan_doctor.migrate.rules.load import RuleSet
 from titan_doctor.migrate.suppress import codes_on, silences
-from titan_doctor.migrate.textfiles import rewrite_line
+from titan_doctor.migrate.text.lines import rewrite_line
 
 NOT_MIGRATED = "NPU005"
 

@@ -18,8 +18,8 @@ import libcst as cst
 
 from titan_doctor.findings import Status
 from titan_doctor.migrate.cstutil import plain_text, string_value, with_text
-from titan_doctor.migrate.envvalues import EnvChange, convert_env
-from titan_doctor.migrate.transform import Context
+from titan_doctor.migrate.rules.kinds.env_values import EnvChange, convert_env
+from titan_doctor.migrate.python.transform import Context
 
 _WRITE_CALLS = ("setdefault", "putenv", "__setitem__")
 _NAME_ONLY_CALLS = ("pop", "unsetenv")

@@ -22,8 +22,8 @@ import libcst as cst
 
 from titan_doctor.findings import Status
 from titan_doctor.migrate.cstutil import operand_name, plain_text, string_value, with_text
-from titan_doctor.migrate.rulekinds import LITERALS, Assign, Compare, fill
-from titan_doctor.migrate.transform import Context
+from titan_doctor.migrate.rules.kind import LITERALS, Assign, Compare, fill
+from titan_doctor.migrate.python.transform import Context
 
 COMPARE_OPS = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)
 _FIELD_FACTORIES = ("field", "Field")

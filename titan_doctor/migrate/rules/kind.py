@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from titan_knowledge import typed_entry
 
 if TYPE_CHECKING:
-    from titan_doctor.migrate.rules import RuleSet
+    from titan_doctor.migrate.rules.load import RuleSet
 
 CODE_RE = re.compile(r"^[A-Z]{2,}\d{3}$")
 

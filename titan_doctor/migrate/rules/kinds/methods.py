@@ -6,8 +6,8 @@ import libcst as cst
 
 from titan_doctor.findings import Status
 from titan_doctor.migrate.cstutil import dotted
-from titan_doctor.migrate.rulekinds import fill
-from titan_doctor.migrate.transform import Context
+from titan_doctor.migrate.rules.kind import fill
+from titan_doctor.migrate.python.transform import Context
 
 
 class Methods:

@@ -23,7 +23,7 @@ import libcst as cst
 from titan_doctor.migrate.cstutil import full_name
 
 if TYPE_CHECKING:
-    from titan_doctor.migrate.transform import Context
+    from titan_doctor.migrate.python.transform import Context
 
 # An import binding: (qualified name it stands for, bound under an alias?).
 Binding = tuple[str, bool]

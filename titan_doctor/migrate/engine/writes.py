@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from titan_doctor.migrate.discovery import Discovery
+from titan_doctor.migrate.engine.discovery import Discovery
 
 
 class WriteRefused(OSError):

@@ -27,11 +27,11 @@ import libcst as cst
 
 from titan_doctor.findings import Finding, Status
 from titan_doctor.migrate.cstutil import dotted
-from titan_doctor.migrate.positions import STATEMENTS, Positions
-from titan_doctor.migrate.rulekinds import fill
-from titan_doctor.migrate.rules import RuleSet
-from titan_doctor.migrate.scopes import Scopes, ScopeTracker
-from titan_doctor.migrate.skipping import StatementMap
+from titan_doctor.migrate.walk.positions import STATEMENTS, Positions
+from titan_doctor.migrate.rules.kind import fill
+from titan_doctor.migrate.rules.load import RuleSet
+from titan_doctor.migrate.walk.scopes import Scopes, ScopeTracker
+from titan_doctor.migrate.python.skipping import StatementMap
 from titan_doctor.migrate.suppress import is_suppressed
 
 
@@ -234,12 +234,12 @@ def build(rules: RuleSet, path: str, source: str, statements: StatementMap | Non
           kernel_lines: dict[int, tuple[str, str]] | None = None, trace: bool = False,
           device_names: frozenset[str] = frozenset()) -> Migrator:
     """A Migrator with every piece, ready for `module.visit(...)`."""
-    from titan_doctor.migrate import capability
-    from titan_doctor.migrate.conditions import Conditions
-    from titan_doctor.migrate.envvars import EnvVars
-    from titan_doctor.migrate.literals import Literals
-    from titan_doctor.migrate.methods import Methods
-    from titan_doctor.migrate.names import Names
+    from titan_doctor.migrate.rules.kinds import capability
+    from titan_doctor.migrate.rules.kinds.conditions import Conditions
+    from titan_doctor.migrate.rules.kinds.env_piece import EnvVars
+    from titan_doctor.migrate.rules.kinds.literals_piece import Literals
+    from titan_doctor.migrate.rules.kinds.methods import Methods
+    from titan_doctor.migrate.rules.kinds.names_piece import Names
 
     ctx = Context(rules, path, source, statements, suppressed_lines, kernel_lines, trace, device_names)
     pieces = [ScopeTracker(ctx), Conditions(ctx), EnvVars(ctx), Literals(ctx), Methods(ctx),

@@ -21,11 +21,11 @@ from typing import Callable
 import libcst as cst
 
 from titan_doctor.findings import Finding, Status
-from titan_doctor.migrate import kinds
-from titan_doctor.migrate.notebooks import NotebookError, OutputInvalid, migrate_notebook
-from titan_doctor.migrate.pyfile import migrate_python, parse_error
-from titan_doctor.migrate.rules import RuleSet, may_match
-from titan_doctor.migrate.textfiles import is_text_file, migrate_text, reparse_error
+from titan_doctor.migrate.engine import filekinds as kinds
+from titan_doctor.migrate.notebook.rewrite import NotebookError, OutputInvalid, migrate_notebook
+from titan_doctor.migrate.python.pyfile import migrate_python, parse_error
+from titan_doctor.migrate.rules.load import RuleSet, may_match
+from titan_doctor.migrate.text.lines import is_text_file, migrate_text, reparse_error
 
 PARSE_FAILED = "NPU001"
 OUTPUT_INVALID = "NPU002"

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
-from titan_doctor.migrate import gitstate, kinds
-from titan_doctor.migrate.gitignore import IgnoreReader
-from titan_doctor.migrate.rules import RuleSet
+from titan_doctor.migrate.engine import gitstate
+from titan_doctor.migrate.engine import filekinds as kinds
+from titan_doctor.migrate.engine.gitignore import IgnoreReader
+from titan_doctor.migrate.rules.load import RuleSet
 
 MAX_BYTES = 64 * 2**20
 VCS_DIRS = {".git", ".hg", ".svn"}

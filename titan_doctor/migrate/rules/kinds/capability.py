@@ -16,7 +16,7 @@ import re
 
 import libcst as cst
 
-from titan_doctor.migrate.transform import Context
+from titan_doctor.migrate.python.transform import Context
 
 
 def readers(source: str, attrs: frozenset[str]) -> dict[str, tuple[str, ...]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterable
 
 from titan_knowledge import KnowledgeError, load_toml, rules_dir
-from titan_doctor.migrate.rulekinds import (KINDS, LITERALS, NPU_MODULE, PYTHON_CODE, REWRITERS,
+from titan_doctor.migrate.rules.kind import (KINDS, LITERALS, NPU_MODULE, PYTHON_CODE, REWRITERS,
                                             AddImport, Assign, Capability, Compare, Env,
                                             KernelGate, LiteralArg, Method, MixedCondition, Rename,
                                             Report, Rule, Text, File, Ambiguous, _word, parse_rule)

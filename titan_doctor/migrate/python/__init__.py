@@ -1,0 +1,1 @@
+"""(being layered: see titan_doctor/migrate/__init__.py)"""
