@@ -23,7 +23,8 @@ stage.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,7 @@ class Checkpointer:
         Rank 0 picks it and checks its config (resume_plan.py); every rank then loads it,
         or the next candidate when DCP fails to read it."""
         if dist.get_rank() == 0:
-            remove_partial(self.cfg.folder)
+            recover_partial(self.cfg.folder, self.say)
         chosen: list = [None]
         if dist.get_rank() == 0 and self.cfg.resume:
             try:
@@ -280,7 +281,9 @@ class PendingSave:
     tmp: Path
     final: Path
     future: Any        # concurrent.futures.Future from dcp.async_save
-    mark: Any = None   # writes the run's record into tmp before the rename
+    mark: Any = None   # writes the run's record into tmp (before the write starts)
+    renamed: threading.Event = field(default_factory=threading.Event)   # rank 0: tmp -> final done
+    error: list = field(default_factory=list)   # rank 0: what the rename raised, re-raised in finish
 
     def done(self) -> bool:
         return self.future.done()
@@ -295,17 +298,48 @@ def async_group():
 
 def start_async_save(folder: str | Path, step: int, states: dict[str, Stateful], group, mark=None) -> PendingSave:
     """Collective. Stages the state to host memory (training may change it right after this
-    returns) and writes step-N.tmp in a background thread."""
+    returns) and writes step-N.tmp in a background thread. The run's record goes into tmp
+    first, and rank 0 renames tmp to step-N the moment the write is complete: DCP's
+    coordinator (rank 0) finishes only after every rank's data is written and it wrote the
+    index, so its future being done means the checkpoint is whole. A crash after that
+    resumes from step N, not from the save before it."""
     tmp, final = _begin(folder, step)
+    if dist.get_rank() == 0 and mark is not None:
+        tmp.mkdir(parents=True, exist_ok=True)
+        mark(tmp)
     future = dcp.async_save(states, checkpoint_id=str(tmp), storage_writer=_Writer(tmp, step), process_group=group)
-    return PendingSave(step, tmp, final, future, mark)
+    pending = PendingSave(step, tmp, final, future, mark)
+    if dist.get_rank() == 0:
+        future.add_done_callback(lambda f: _rename_when_written(f, pending))
+    else:
+        pending.renamed.set()
+    return pending
+
+
+def _rename_when_written(future, pending: PendingSave) -> None:
+    """Runs in DCP's background thread when rank 0's write ends. A failed write stays
+    step-N.tmp (finish_async_save raises its error)."""
+    try:
+        if future.exception() is None:
+            faults.maybe_inject(pending.step, 0, site="written")
+            shutil.rmtree(pending.final, ignore_errors=True)
+            pending.tmp.rename(pending.final)
+            faults.maybe_inject(pending.step, 0, site="renamed")
+    except BaseException as e:   # noqa: B036  (re-raised on the main thread by finish_async_save)
+        pending.error.append(e)
+    finally:
+        pending.renamed.set()
 
 
 def finish_async_save(pending: PendingSave) -> Path:
-    """Collective. Waits for this rank's write, then renames step-N.tmp -> step-N once every
-    rank's write is done. Call before the next save, and before exit."""
+    """Collective. Waits for every rank's write and rank 0's rename. Call before the next
+    save, and before exit."""
     pending.future.result()
-    return _commit(pending.tmp, pending.final, pending.mark)
+    pending.renamed.wait()
+    if pending.error:
+        raise pending.error[0]
+    dist.barrier()
+    return pending.final
 
 
 def load(path: str | Path, states: dict[str, Stateful]) -> None:
@@ -341,12 +375,27 @@ def _check_same_model(path, saved_meta: dict, model: ModelState) -> None:
                               "it, or start with `titan-train run --fresh` or another checkpoint.folder")
 
 
-def remove_partial(folder: str | Path) -> None:
-    """Leftover `step-N.tmp` folders from a crashed save are never resumed from; clear them."""
+def recover_partial(folder: str | Path, say=print) -> None:
+    """Rank 0, before resuming: a `step-N.tmp` left by a crash is never resumed from as it
+    is. One that is whole (DCP's index and the run's record are in it: an async save whose
+    rename the crash interrupted) becomes step-N; any other is set aside as
+    step-N.incomplete, with a line saying so, instead of being deleted unseen."""
     folder = Path(folder)
-    if folder.is_dir():
-        for child in folder.glob("step-*.tmp"):
-            shutil.rmtree(child, ignore_errors=True)
+    if not folder.is_dir():
+        return
+    for tmp in sorted(folder.glob("step-*.tmp")):
+        final = tmp.with_name(tmp.name[: -len(".tmp")])
+        whole = (tmp / ".metadata").is_file() and (tmp / lineage.RECORD).is_file()
+        if whole and not final.exists():
+            tmp.rename(final)
+            say(f"[titan-train] {tmp.name} was completely written (a save whose rename a crash interrupted): "
+                f"kept as {final.name}")
+            continue
+        aside = tmp.with_name(final.name + ".incomplete")
+        shutil.rmtree(aside, ignore_errors=True)
+        tmp.rename(aside)
+        say(f"[titan-train] {tmp.name} is an incomplete save (a crash during the write): moved to {aside.name}, "
+            "never resumed from; delete it to free the space")
 
 
 def _first_line(e: Exception) -> str:

@@ -10,9 +10,13 @@
            own files and before the save is complete: resume must skip that checkpoint
     slow_save      sleep SECONDS in this rank's checkpoint save of STEP (STEP 0: every save):
            tokens/s must not count the time
+    kill_before_rename   SIGKILL rank 0 once its async save of STEP is completely written,
+           before step-N.tmp is renamed: the next run must keep that checkpoint
+    kill_after_rename    SIGKILL rank 0 right after its async save of STEP was renamed to
+           step-N, while training goes on: the next run must resume from it
 
-Called at the start of every watched step (`Watchdog.watch`) and in the checkpoint writer
-(checkpoint.py), so the loop carries no hook of its own. Unset (always, outside tests) it
+Called at the start of every watched step (`Watchdog.watch`), in the checkpoint writer and
+where an async save completes (checkpoint/manager.py), so the loop carries no hook of its own. Unset (always, outside tests) it
 costs one dict lookup.
 """
 from __future__ import annotations
@@ -22,8 +26,10 @@ import signal
 import time
 
 ENV = "TITAN_TRAIN_FAULT"
-KINDS = ("hang", "kill", "raise", "term", "kill_in_save", "slow_save")
-SAVE_KINDS = ("kill_in_save", "slow_save")     # injected by the checkpoint writer, not at the step's start
+KINDS = ("hang", "kill", "raise", "term", "kill_in_save", "slow_save", "kill_before_rename", "kill_after_rename")
+# where a kind is injected; the others at the start of a step
+SITES = {"kill_in_save": "save", "slow_save": "save", "kill_before_rename": "written",
+         "kill_after_rename": "renamed"}
 
 
 def parse(spec: str) -> tuple[str, int, int, float]:
@@ -41,17 +47,18 @@ def parse(spec: str) -> tuple[str, int, int, float]:
 
 
 def maybe_inject(step: int, rank: int, site: str = "step") -> None:
-    """`site`: "step" (the start of a training step) or "save" (inside a checkpoint write)."""
+    """`site`: "step" (the start of a training step), "save" (inside a checkpoint write),
+    "written" / "renamed" (an async save complete, before / after its rename)."""
     spec = os.environ.get(ENV)
     if not spec:
         return
     kind, at_rank, at_step, seconds = parse(spec)
     every_save = kind == "slow_save" and at_step == 0
-    if rank != at_rank or (step != at_step and not every_save) or (kind in SAVE_KINDS) != (site == "save"):
+    if rank != at_rank or (step != at_step and not every_save) or SITES.get(kind, "step") != site:
         return
     if kind in ("hang", "slow_save"):
         time.sleep(seconds)
-    elif kind in ("kill", "kill_in_save"):
+    elif kind in ("kill", "kill_in_save", "kill_before_rename", "kill_after_rename"):
         os.kill(os.getpid(), signal.SIGKILL)
     elif kind == "raise":
         raise RuntimeError(f"injected fault ({ENV}) on rank {rank} at step {step}")
