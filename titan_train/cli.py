@@ -50,7 +50,8 @@ def main():
     \b
     Exit codes: 0 done, 1 a rank failed while training, 2 bad config or setup (including a
     job whose memory estimate is clearly over what a rank has: --ignore-memory, a checkpoint
-    folder owned by another run, a checkpoint of another model shape), 3 the loss or
+    folder owned by another run, a checkpoint of another model shape, ranks or nodes started
+    with different configs or data), 3 the loss or
     gradient norm went NaN / inf (nothing saved after that step),
     124 a step hung (stack dumps in <run folder>/hang), 143 / 130 stopped by
     SIGTERM / SIGINT after saving a checkpoint (run the same command to resume).

@@ -21,6 +21,7 @@ from titan_train.data import stream as data
 from titan_train.runtime import device, finite_guard, profiling, signals, watchdog
 
 from titan_train.components import metrics
+from titan_train.distributed import same_job
 
 from titan_train.checkpoint import run_lock
 from titan_train.build import build
@@ -81,6 +82,7 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
     t = cfg.training
     torch_dev = device.torch_device(dev, local_rank)
     tokens = data.open_dataset(cfg.data, cfg.model.vocab_size, t.seq_len, log=say)  # too short: refused here
+    same_job.check(cfg, dims, tokens.identity)  # every rank: same config, layout, data and tokenizer content
     layout = data.BatchLayout(t.batch_size, t.grad_accum_steps, dims.dp)
 
     parts = build(cfg, dims, torch_dev)

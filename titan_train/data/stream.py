@@ -164,10 +164,11 @@ class TokenStream:
     """The corpus as one sequence of ids over one or more arrays (memory-mapped shards, or
     one array in RAM); reads that cross a shard boundary are stitched."""
 
-    def __init__(self, parts: list[np.ndarray], description: str = ""):
+    def __init__(self, parts: list[np.ndarray], description: str = "", identity: dict | None = None):
         self.parts = [p for p in parts if len(p)]
         self.starts = np.cumsum([0] + [len(p) for p in self.parts])
         self.description = description
+        self.identity = identity or {}   # what the data is, by content: compared across ranks (same_job)
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -250,13 +251,17 @@ def _open(cfg, vocab_size: int, log: Callable[[str], None]) -> TokenStream:
     tok = checked_tokenizer(tokenizer, dataset, vocab_size)
     path = Path(dataset)
     if _is_prepared(dataset):
-        return _mapped(path)
+        stream = _mapped(path)
+        stream.identity = {"tokenizer": tok.sha256, "index": hashlib.sha256((path / token_folder.INDEX).read_bytes()
+                                                                             ).hexdigest()}
+        return stream
     if dataset != "builtin":
         log(f"[titan-train] data: tokenizing {path} ({path.stat().st_size / 1e6:,.1f} MB) in memory, in every "
             f"rank; for a large corpus run `titan-train prepare-data {path} --tokenizer {tokenizer} --out DIR` "
             "once and set data.dataset = DIR")
     tokens = load_tokens(dataset, tok, cfg.text_field)
-    return TokenStream([tokens], f"{tok.name}, {len(tokens):,} tokens tokenized in memory")
+    identity = {"tokenizer": tok.sha256, "tokens": hashlib.sha256(np.ascontiguousarray(tokens).data).hexdigest()}
+    return TokenStream([tokens], f"{tok.name}, {len(tokens):,} tokens tokenized in memory", identity)
 
 
 # ---------------------------------------------------------------- batching

@@ -37,6 +37,8 @@ from titan_train.runtime.signals import EXIT_SIGINT, EXIT_SIGTERM, HANDLED, Hand
 from titan_train.runtime.watchdog import EXIT_HANG, diagnose_command, read_dumps, stuck_ranks
 
 STOPPED_CODES = (EXIT_SIGTERM, EXIT_SIGINT)   # a rank that stopped on a signal after saving
+EXIT_REFUSED = 2   # a rank refused the job (bad config or setup): the CLI's own code for that
+PASSED_ON = (EXIT_REFUSED, EXIT_HANG, EXIT_NON_FINITE)   # what the first failure's code says, the job says
 # What a rank prints when a PEER died under it: secondary, never the cause.
 _PEER_LOST = re.compile(r"Connection (reset|closed) by peer|Broken pipe|failed to recv|Socket Timeout|"
                         r"ECONNRESET|Connection refused|NCCL communicator was aborted|HCCL.*(abort|timeout)", re.I)
@@ -144,9 +146,10 @@ class LaunchResult:
 
     @property
     def exit_code(self) -> int:
-        """0 all done; 143/130 stopped on a signal; 124 hang; 3 NaN / inf stop (finite_guard); 1 any other failure."""
+        """0 all done; 143/130 stopped on a signal; 124 hang; 3 NaN / inf stop (finite_guard); 2 a rank
+        refused the job (ranks that disagree); 1 any other failure."""
         if self.first_failure is not None:
-            return self.first_failure.returncode if self.first_failure.returncode in (EXIT_HANG, EXIT_NON_FINITE) else 1
+            return self.first_failure.returncode if self.first_failure.returncode in PASSED_ON else 1
         codes = {r.returncode for r in self.ranks}
         if self.timed_out or None in codes:
             return 1
