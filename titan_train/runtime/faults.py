@@ -6,6 +6,8 @@
     kill   SIGKILL this rank inside the step: the launcher must name it
     raise  raise RuntimeError inside the step: the failure summary must show its last line
     term   send SIGTERM to this rank only: every rank must still stop at the same step
+    stop   send SIGSTOP to this rank inside the step: it can write no stack dump, and the
+           hang summary must still name it
     kill_in_save   SIGKILL this rank in the checkpoint save of STEP, right after it wrote its
            own files and before the save is complete: resume must skip that checkpoint
     slow_save      sleep SECONDS in this rank's checkpoint save of STEP (STEP 0: every save):
@@ -26,7 +28,7 @@ import signal
 import time
 
 ENV = "TITAN_TRAIN_FAULT"
-KINDS = ("hang", "kill", "raise", "term", "kill_in_save", "slow_save", "kill_before_rename", "kill_after_rename")
+KINDS = ("hang", "kill", "raise", "term", "stop", "kill_in_save", "slow_save", "kill_before_rename", "kill_after_rename")
 # where a kind is injected; the others at the start of a step
 SITES = {"kill_in_save": "save", "slow_save": "save", "kill_before_rename": "written",
          "kill_after_rename": "renamed"}
@@ -64,3 +66,5 @@ def maybe_inject(step: int, rank: int, site: str = "step") -> None:
         raise RuntimeError(f"injected fault ({ENV}) on rank {rank} at step {step}")
     elif kind == "term":
         os.kill(os.getpid(), signal.SIGTERM)
+    elif kind == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)

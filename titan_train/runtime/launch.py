@@ -475,11 +475,11 @@ def summary(result: LaunchResult, run_dir: str | Path, prog: str = "titan-train"
     lines = []
     if first is not None and first.returncode == EXIT_HANG:
         dumps = read_dumps(run_dir)
-        stuck = stuck_ranks(dumps)
+        stuck, why = stuck_ranks(dumps, [r.rank for r in result.ranks])
         lines.append(f"{prog}: hang: a step ran past the watchdog limit (exit {EXIT_HANG}); "
                      f"{len(dumps)} rank(s) dumped their stacks")
         if stuck:
-            lines.append(f"  stuck: rank {', '.join(map(str, stuck))} (not waiting in a collective; the others wait for it)")
+            lines.append(f"  stuck: rank {', '.join(map(str, stuck))} ({why})")
         lines.append(f"  error: {last_error_line(read_log(first.log), first.returncode)}")
         lines.append(f"  stack dumps: {Path(run_dir) / 'hang'}/rank<N>.txt")
     elif first is not None:

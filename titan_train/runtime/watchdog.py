@@ -50,15 +50,22 @@ def read_dumps(run_dir: str | Path) -> list[dict]:
     return out
 
 
-def stuck_ranks(dumps: list[dict]) -> list[int]:
-    """Ranks that are not waiting for peers (or, failing that, issued fewer collectives)."""
+def stuck_ranks(dumps: list[dict], ranks=()) -> tuple[list[int], str]:
+    """(the ranks the others wait for, why), by the strongest evidence first: a rank of
+    `ranks` that wrote no dump at all (stopped, or stuck where Python's handler cannot run:
+    the others, waiting for it, all dumped); else ranks not waiting for peers; else those
+    that issued fewer collectives."""
+    dumped = {d["rank"] for d in dumps}
+    silent = [r for r in ranks if r not in dumped]
+    if silent and dumps:
+        return silent, "wrote no stack dump: stopped, or stuck outside Python; the others wait for it"
     idle = [d["rank"] for d in dumps if not d["waiting"]]
     if idle:
-        return idle
+        return idle, "not waiting in a collective; the others wait for it"
     counts = [d["issued"] for d in dumps if d["issued"] is not None]
     if counts and min(counts) != max(counts):
-        return [d["rank"] for d in dumps if d["issued"] == min(counts)]
-    return []
+        return [d["rank"] for d in dumps if d["issued"] == min(counts)], "issued fewer collectives than the others"
+    return [], ""
 
 
 def collective_frames(frame) -> tuple[str, str] | None:
