@@ -90,7 +90,7 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
     progress = Progress()
     guard = finite_guard.FiniteGuard(torch_dev, every=cfg.metrics.log_every, last_step=t.steps, params=parts.parameters)
     checkpointer = Checkpointer(cfg.checkpoint, train_states(parts, progress), say=say, model_args=cfg.model, job=cfg,
-                                before_save=guard.before_save)
+                                before_save=guard.before_save, data_identity=tokens.identity)
     checkpointer.resume()  # the run's own newest checkpoint, else [checkpoint] initial_load_path
 
     peak, peak_src = metrics.peak_flops(dev.type, device.device_name(dev), t.mixed_precision, cfg.metrics.peak_tflops)

@@ -76,13 +76,15 @@ class Checkpointer:
     complete step-N is what a crash resumes from."""
 
     def __init__(self, cfg, states: dict[str, Stateful], *, say=print, model_args=None, job=None,
-                 stop_step: int | None = None, before_save=None):
+                 stop_step: int | None = None, before_save=None, data_identity: dict | None = None):
         """`job`: the whole JobConfig (recorded with every save, compared on resume);
+        `data_identity`: the content of the data and tokenizer (recorded, compared on resume);
         `stop_step`: a `--stop-after` step, saved whatever save_interval says;
         `before_save(step)`: called on every rank before a save (the NaN guard)."""
         self.cfg, self.states, self.say = cfg, states, say
         self.model_args = model_args  # [model]: what initial_load_path must fit, what export_final describes
         self.job, self.stop_step, self.before_save = job, stop_step, before_save
+        self.data_identity = data_identity or {}
         self.group = async_group() if cfg.async_save and self.enabled else None
         self.pending: PendingSave | None = None
         self.last_saved: int | None = None
@@ -101,8 +103,8 @@ class Checkpointer:
         chosen: list = [None]
         if dist.get_rank() == 0 and self.cfg.resume:
             try:
-                chosen = [resume_plan.plan(self.cfg.folder, self.job, self.say)]
-            except (resume_compare.ShapeChanged, resume_plan.NothingReadable) as e:
+                chosen = [resume_plan.plan(self.cfg.folder, self.job, self.say, self.data_identity)]
+            except (resume_compare.ShapeChanged, resume_compare.TokenizerChanged, resume_plan.NothingReadable) as e:
                 chosen = [str(e)]
         dist.broadcast_object_list(chosen, src=0)
         if isinstance(chosen[0], str):
@@ -152,6 +154,8 @@ class Checkpointer:
     def _marker(self, step: int):
         """What rank 0 writes into step-N.tmp before the rename: lineage and config."""
         rec = lineage.record(self.lineage, step, to_dict(self.job) if self.job is not None else {})
+        if self.data_identity:
+            rec["data"] = self.data_identity
         return lambda tmp: lineage.write_record(tmp, rec)
 
     def wait(self) -> None:

@@ -35,6 +35,35 @@ class ShapeChanged(Exception):
     """The checkpoint was trained with another model shape (a user error, one line)."""
 
 
+class TokenizerChanged(Exception):
+    """The checkpoint was trained with another tokenizer (a user error, one line)."""
+
+
+def compare_data(saved: dict | None, current: dict, where: str, data_cfg) -> list[str]:
+    """The content of the data and tokenizer against what the checkpoint recorded: a path
+    is not an identity (a prepared folder rebuilt from other text, a tokenizer.json replaced
+    in place). Another tokenizer is refused unless data.allow_tokenizer_change; other data
+    is announced. Nothing to compare for a checkpoint written before identities were kept."""
+    if not saved or not current:
+        return []
+    if saved.get("tokenizer") and saved["tokenizer"] != current.get("tokenizer"):
+        what = (f"data.tokenizer = {data_cfg.tokenizer!r} defines other tokens than the tokenizer it was trained with "
+                f"(sha256 {saved['tokenizer'][:12]}..., now {str(current.get('tokenizer'))[:12]}...)")
+        if not data_cfg.allow_tokenizer_change:
+            raise TokenizerChanged(f"{where}: {what}: token ids would mean other text than the embedding and output "
+                                   "rows learned; point data.tokenizer at the tokenizer it was trained with, set "
+                                   "data.allow_tokenizer_change = true to continue anyway, or start with "
+                                   "`titan-train run --fresh`")
+        return [f"[titan-train] warning: {what}; continuing (data.allow_tokenizer_change = true): the loss jumps "
+                "and the model relearns its vocabulary"]
+    for key in ("index", "tokens"):
+        if saved.get(key) and current.get(key) and saved[key] != current[key]:
+            return [f"[titan-train] data changed since the checkpoint: data.dataset = {data_cfg.dataset!r} holds "
+                    "other content than it did then; training continues at the same sample count, on other text "
+                    "than the old run would have read next"]
+    return []
+
+
 @dataclass
 class Changes:
     optimizer: list[tuple[str, Any, Any]] = field(default_factory=list)

@@ -28,8 +28,9 @@ class Candidate:
     notes: list[str] = field(default_factory=list)  # printed when this candidate is loaded
 
 
-def plan(folder: str | Path, job, say=print) -> list[Candidate]:
-    """Rank 0: the checkpoints to try, best first ([] = start fresh). Raises ShapeChanged."""
+def plan(folder: str | Path, job, say=print, data_identity: dict | None = None) -> list[Candidate]:
+    """Rank 0: the checkpoints to try, best first ([] = start fresh). Raises ShapeChanged,
+    or TokenizerChanged (data_identity: the content of this run's data and tokenizer)."""
     mine, others = lineage.resume_candidates(folder)
     usable = []
     for entry in mine:
@@ -37,7 +38,8 @@ def plan(folder: str | Path, job, say=print) -> list[Candidate]:
         if bad:
             set_aside(entry.path, bad, say)
             continue
-        usable.append(Candidate(entry.step, entry.path, entry.lineage or lineage.new_id(), _changes(entry, job)))
+        usable.append(Candidate(entry.step, entry.path, entry.lineage or lineage.new_id(),
+                                _changes(entry, job, data_identity)))
     if not usable:
         if mine:
             raise NothingReadable(f"no checkpoint of {folder} is readable (each was moved to step-N.unreadable, see "
@@ -57,13 +59,17 @@ def plan(folder: str | Path, job, say=print) -> list[Candidate]:
     return usable
 
 
-def _changes(entry: lineage.Entry, job) -> list[str]:
+def _changes(entry: lineage.Entry, job, data_identity: dict | None) -> list[str]:
     from titan_train.config.job import to_dict
 
     rec = entry.record
     if job is None or rec is None or "config" not in rec:
         return []
-    return resume_compare.compare(rec["config"], to_dict(job), str(entry.path)).lines()
+    changes = resume_compare.compare(rec["config"], to_dict(job), str(entry.path))
+    content = resume_compare.compare_data(rec.get("data"), data_identity or {}, str(entry.path), job.data)
+    if rec.get("data") and data_identity:
+        changes.tokenizer = []   # the recorded content decides: a moved tokenizer.json is the same tokenizer
+    return changes.lines() + content
 
 
 def set_aside(path: Path, why: str, say=print) -> None:

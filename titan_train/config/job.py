@@ -97,6 +97,8 @@ class DataConfig:
                                       "(memory-mapped), or a small .txt / .jsonl file (tokenized in RAM)")
     tokenizer: str = setting("byte", '"byte" (built in) or a HuggingFace tokenizer.json path')
     text_field: str = setting("text", "the JSONL field holding the text")
+    allow_tokenizer_change: bool = setting(False, "resume a checkpoint trained with another tokenizer (its token "
+                                                  "ids then mean other text than the model learned)")
 
 
 @dataclass
