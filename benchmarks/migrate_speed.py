@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from titan_doctor.migrate.engine import discovery  # noqa: E402
 from titan_doctor.migrate.engine import runner as engine  # noqa: E402
-from titan_doctor.migrate.rules.load import load_rules  # noqa: E402
+from titan_doctor.migrate.rules import load_rules  # noqa: E402
 
 TORCHFIX_REFERENCE = (476, 112.0)  # files, seconds (-j 2), measured separately
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from titan_doctor.findings import Finding
 from titan_doctor.migrate.python.pyfile import migrate_python
-from titan_doctor.migrate.rules.load import RuleSet, load_rules
+from titan_doctor.migrate.rules import RuleSet, load_rules
 from titan_doctor.migrate.text.lines import migrate_text
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -210,7 +210,7 @@ def test_unwritable_output_is_one_line_exit_2(tree, tmp_path):
 def test_progress_bar_on_a_terminal(tree, monkeypatch):
     from titan_doctor.migrate import command
     from titan_doctor.migrate.engine import runner as engine
-    from titan_doctor.migrate.rules.load import load_rules
+    from titan_doctor.migrate.rules import load_rules
     files = [(p, p.name) for p in sorted(tree.iterdir())]
     monkeypatch.setattr(command, "PROGRESS_MIN_FILES", 1)
     monkeypatch.setattr(command.sys.stderr, "isatty", lambda: True, raising=False)
@@ -259,7 +259,7 @@ def test_help_readme_and_hook_say_the_same_about_check_exit_1():
     "docs/requirements/notes.txt"])
 def test_hook_files_pattern_matches_exactly_what_migrate_reads(name):
     from titan_doctor.migrate.engine import filekinds as kinds
-    from titan_doctor.migrate.rules.load import load_rules
+    from titan_doctor.migrate.rules import load_rules
     [pattern] = re.findall(r"^  files: '(.*)'$", _hook(), re.M)
     reads = kinds.kind_of(PurePosixPath(name), load_rules()) is not None
     assert bool(re.search(pattern, name)) == reads

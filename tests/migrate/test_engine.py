@@ -203,7 +203,8 @@ def test_the_same_words_are_read_in_scripts_and_notebook_shell_lines(tmp_path):
 
 
 def test_each_rewriter_prefilter_holds_only_its_rules_words():
-    from titan_doctor.migrate.rules.kind import KINDS, PYTHON_CODE, SCRIPT_LINES
+    from titan_doctor.migrate.rules.kind import PYTHON_CODE, SCRIPT_LINES
+    from titan_doctor.migrate.rules.registry import KINDS
     rs = rules()
     py, lines = rs.prefilters[PYTHON_CODE], rs.prefilters[SCRIPT_LINES]
     script_only = {w for r in (rule for _, rule in rs.text) for w in KINDS[r.kind].markers(r)}

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
-import titan_doctor.migrate as rules_mod
-from titan_doctor.migrate.rules.kind import KINDS, LITERALS, parse_rule
-from titan_doctor.migrate.rules.load import load_rules
+import titan_doctor.migrate as migrate_pkg
+from titan_doctor.migrate.rules import load_rules
+from titan_doctor.migrate.rules.load import parse_rule
+from titan_doctor.migrate.rules.registry import KINDS
+from titan_doctor.migrate.rules.words import LITERALS
 from titan_knowledge import KnowledgeError
 
-MIGRATE = Path(rules_mod.__file__).parent
+MIGRATE = Path(migrate_pkg.__file__).parent
 
 
 def _load(tmp_path, text: str):
@@ -93,13 +95,13 @@ def test_kernel_libraries_and_producer_names_are_derived_from_the_rules():
 
 
 def test_cuda_and_npu_words_are_spelled_once():
-    """Only rulekinds.py spells "cuda"/"npu"/"nccl"/"hccl" as string constants in code."""
+    """Only rules/words.py spells "cuda"/"npu"/"nccl"/"hccl" as string constants in code."""
     words = set()
     for lit in LITERALS.values():
         words |= {lit.cuda, lit.npu}
     offenders = []
-    for path in MIGRATE.glob("*.py"):
-        if path.name == "rulekinds.py":
+    for path in MIGRATE.rglob("*.py"):
+        if path.relative_to(MIGRATE).as_posix() == "rules/words.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and node.value in words:

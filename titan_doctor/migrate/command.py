@@ -123,7 +123,7 @@ def _run(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, fmt,
     from titan_doctor.migrate.engine import discovery
     from titan_doctor.migrate.engine import runner as engine
     from titan_doctor.migrate.engine import writes
-    from titan_doctor.migrate.rules.load import load_rules
+    from titan_doctor.migrate.rules import load_rules
 
     for p in [*paths, *rule_files]:
         if not p.exists() and not p.is_symlink():

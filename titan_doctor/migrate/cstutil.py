@@ -1,10 +1,9 @@
-"""Small libcst helpers shared by the transformer's pieces: dotted names and how to
-rebuild them without losing the user's layout."""
+"""Small libcst helpers shared by the walk's pieces: dotted names and how to rebuild them
+without losing the user's layout, and the text of string literals. A leaf: it imports
+nothing of the migrate package."""
 from __future__ import annotations
 
 import libcst as cst
-
-from titan_doctor.migrate.rules.kind import NPU_MODULE, NPU_PACKAGE
 
 
 def full_name(node: cst.CSTNode) -> str:
@@ -36,14 +35,6 @@ def respell(node: cst.BaseExpression, parts: list[str]) -> cst.BaseExpression:
         attr = node.attr if node.attr.value == parts[-1] else node.attr.with_changes(value=parts[-1])
         return node.with_changes(value=respell(node.value, parts[:-1]), attr=attr)
     return node if node.value == parts[0] else node.with_changes(value=parts[0])
-
-
-def import_module_path(parts: list[str]) -> list[str]:
-    """torch.npu is registered in sys.modules, its submodules are not: import those from
-    torch_npu.npu (the same objects)."""
-    if tuple(parts[:2]) == NPU_MODULE and len(parts) > 2:
-        return [NPU_PACKAGE, NPU_MODULE[1]] + parts[2:]
-    return parts
 
 
 def string_value(node: cst.CSTNode) -> str | None:

@@ -22,7 +22,7 @@ from typing import Iterable
 from titan_doctor.migrate.engine import gitstate
 from titan_doctor.migrate.engine import filekinds as kinds
 from titan_doctor.migrate.engine.gitignore import IgnoreReader
-from titan_doctor.migrate.rules.load import RuleSet
+from titan_doctor.migrate.rules.ruleset import RuleSet
 
 MAX_BYTES = 64 * 2**20
 VCS_DIRS = {".git", ".hg", ".svn"}

@@ -1,23 +1,22 @@
-"""Which files migrate reads, and how: the one place that maps a file name to a kind.
-
-Discovery, the engine's dispatch and the pre-commit hook's file pattern (tested to agree)
-all read this table, so a new kind is added here once.
-"""
+"""Which files migrate reads, and how: the one place that maps a file name to a kind of
+file. Discovery, the runner's dispatch and the pre-commit hook's `files` pattern (tested
+to agree, tests/migrate/test_cli.py) all read this, so a new kind of file is added here
+once."""
 from __future__ import annotations
 
 from pathlib import PurePath
 
 from titan_doctor.migrate.rules.kind import PYTHON_CODE, SCRIPT_LINES
-from titan_doctor.migrate.rules.load import RuleSet
-from titan_doctor.migrate.text.lines import TEXT_NAMES, TEXT_SUFFIXES, is_text_file
+from titan_doctor.migrate.rules.ruleset import RuleSet
+from titan_doctor.migrate.text.formats import is_text_file
 
-PYTHON = "python"        # the libcst transformer
-NOTEBOOK = "notebook"    # Jupyter: code cells through the same transformer
-TEXT = "text"            # launch scripts and configs, line by line (textfiles.py)
+PYTHON = "python"        # the libcst walk
+NOTEBOOK = "notebook"    # Jupyter: code cells through the same walk, shell lines line by line
+TEXT = "text"            # launch scripts and configs, line by line (text/lines.py)
 REPORT = "report"        # a `file` rule: reported as a whole (.cu)
 
-# which rewriters' rules can apply to each kind (their pre-filters decide what is read)
-REWRITERS = {PYTHON: (PYTHON_CODE,), NOTEBOOK: (PYTHON_CODE, SCRIPT_LINES), TEXT: (SCRIPT_LINES,)}
+# which rewriters' rules can apply to each kind of file (their pre-filters decide what is read)
+REWRITTEN_BY = {PYTHON: (PYTHON_CODE,), NOTEBOOK: (PYTHON_CODE, SCRIPT_LINES), TEXT: (SCRIPT_LINES,)}
 
 PYTHON_SUFFIXES = (".py",)
 NOTEBOOK_SUFFIXES = (".ipynb",)
@@ -34,12 +33,3 @@ def kind_of(path: PurePath, rules: RuleSet) -> str | None:
     if is_text_file(path):
         return TEXT
     return None
-
-
-def known_suffixes(rules: RuleSet) -> set[str]:
-    """Every suffix some kind claims (for the pre-commit hook's `files` pattern)."""
-    return {*PYTHON_SUFFIXES, *NOTEBOOK_SUFFIXES, *TEXT_SUFFIXES, *rules.files}
-
-
-def known_names() -> set[str]:
-    return set(TEXT_NAMES)

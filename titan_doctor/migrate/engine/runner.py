@@ -1,5 +1,5 @@
-"""Runs the migration over files: dispatch by kind, the cheap pre-filter, parsing, the
-transformer, re-parse of every output, parallel workers.
+"""Runs the migration over files: dispatch by kind of file, the cheap pre-filter, parsing,
+the rewriter (python/, text/, notebook/), re-parse of every output, parallel workers.
 
 Each file ends in exactly one state: changed, unchanged or failed (does not parse or
 decode, or our output would not parse: left as is). Which files are read, and what was
@@ -13,10 +13,10 @@ from __future__ import annotations
 import codecs
 import io
 import tokenize
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import libcst as cst
 
@@ -24,8 +24,9 @@ from titan_doctor.findings import Finding, Status
 from titan_doctor.migrate.engine import filekinds as kinds
 from titan_doctor.migrate.notebook.rewrite import NotebookError, OutputInvalid, migrate_notebook
 from titan_doctor.migrate.python.pyfile import migrate_python, parse_error
-from titan_doctor.migrate.rules.load import RuleSet, may_match
-from titan_doctor.migrate.text.lines import is_text_file, migrate_text, reparse_error
+from titan_doctor.migrate.rules.ruleset import RuleSet
+from titan_doctor.migrate.text.formats import reparse_error
+from titan_doctor.migrate.text.lines import migrate_text
 
 PARSE_FAILED = "NPU001"
 OUTPUT_INVALID = "NPU002"
@@ -87,7 +88,7 @@ def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileRe
     # Rule markers are ASCII, so an ASCII-compatible file without them needs no decoding;
     # a wide (UTF-16/32) or binary file would hide them, so it is reported unread.
     wide = data.startswith(_WIDE_BOMS) or b"\0" in data
-    if not wide and not may_match(rules, data, kinds.REWRITERS[kind]):
+    if not wide and not rules.may_match(data, kinds.REWRITTEN_BY[kind]):
         return FileResult(path, UNCHANGED, data, data)
     problem = _decode_problem(data, kind, wide)
     if problem is not None:
@@ -123,8 +124,7 @@ def _migrate(kind: str, data: bytes, rules: RuleSet, shown: str,
     if kind == kinds.PYTHON:
         return migrate_python(data, rules, shown, suppressed)
     if kind == kinds.NOTEBOOK:
-        return migrate_notebook(data, rules, shown, python=migrate_python, text_kind=is_text_file,
-                                suppressed=suppressed)
+        return migrate_notebook(data, rules, shown, suppressed=suppressed)
     return migrate_text(data, rules, shown, suppressed)
 
 

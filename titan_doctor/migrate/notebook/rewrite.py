@@ -23,23 +23,21 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import PurePath
-from typing import Callable
 
 import libcst as cst
 
 from titan_doctor.findings import Finding, Status
-from titan_doctor.migrate.notebook.ipython import (PYTHON_CELL_MAGICS, SHELL_CELL_MAGICS, Magic, mask,
-                                          unmask)
-from titan_doctor.migrate.notebook.nbjson import (Cell, NotebookError, OutputInvalid, escapes_non_ascii,
-                                         patch, read_cells, split_lines, verify)
-from titan_doctor.migrate.rules.load import RuleSet
+from titan_doctor.migrate.notebook.ipython import PYTHON_CELL_MAGICS, SHELL_CELL_MAGICS, Magic, mask, unmask
+from titan_doctor.migrate.notebook.nbjson import (Cell, NotebookError, OutputInvalid, escapes_non_ascii, patch,
+                                                  read_cells, split_lines, verify)
+from titan_doctor.migrate.python.pyfile import migrate_python
+from titan_doctor.migrate.rules.ruleset import RuleSet
 from titan_doctor.migrate.suppress import codes_on, silences
+from titan_doctor.migrate.text.formats import is_text_file
 from titan_doctor.migrate.text.lines import rewrite_line
 
 NOT_MIGRATED = "NPU005"
 
-# the engine's Python migration: (data, rules, path, suppressed) -> (new, findings)
-Migrate = Callable[[bytes, RuleSet, str, "list[Finding] | None"], "tuple[bytes, list[Finding]]"]
 __all__ = ["NotebookError", "OutputInvalid", "migrate_notebook"]
 
 
@@ -62,14 +60,12 @@ def _kernel_language(doc: dict) -> str:
     return "python"
 
 
-def migrate_notebook(data: bytes, rules: RuleSet, path: str, python: Migrate,
-                     text_kind: Callable[[PurePath], bool],
+def migrate_notebook(data: bytes, rules: RuleSet, path: str,
                      suppressed: list[Finding] | None = None) -> tuple[bytes, list[Finding]]:
     """(new bytes, findings) for one .ipynb. A cell that does not parse is a finding;
     NotebookError (not a notebook) and OutputInvalid (our result would not be the same
-    document) are raised for the engine to report. `python` is the engine's Python
-    migration; `text_kind` says whether a %%writefile target is a text file. Findings
-    silenced by `# titan-doctor: ignore` (Python or shell lines) go to `suppressed`."""
+    document) are raised for the engine to report. Findings silenced by
+    `# titan-doctor: ignore` (Python or shell lines) go to `suppressed`."""
     bom = data.startswith(b"\xef\xbb\xbf")
     raw = data.decode("utf-8-sig")
     try:
@@ -95,8 +91,8 @@ def migrate_notebook(data: bytes, rules: RuleSet, path: str, python: Migrate,
 
     shared: list[Unit] = []
     for cell in code:
-        nb.plan(cell, shared, python, text_kind)
-    nb.run_shared(shared, python)
+        nb.plan(cell, shared)
+    nb.run_shared(shared)
     new_sources = nb.new_sources
     if not new_sources:
         return data, nb.findings
@@ -174,8 +170,7 @@ class _Notebook:
         lines[first - 1:] = split_lines(body)
 
     # planning ------------------------------------------------------------------------------
-    def plan(self, cell: Cell, shared: list[Unit], python: Migrate,
-             text_kind: Callable[[PurePath], bool]) -> None:
+    def plan(self, cell: Cell, shared: list[Unit]) -> None:
         """Decide how each part of a code cell is migrated; run what runs alone."""
         self._cells[cell.number] = cell
         lines = split_lines(cell.source)
@@ -195,8 +190,8 @@ class _Notebook:
         elif name in ("writefile", "file") and [a for a in args if not a.startswith("-")]:
             target = PurePath([a for a in args if not a.startswith("-")][-1])
             if target.suffix == ".py":
-                self._separate_python(cell, lines[1:], python, str(target))
-            elif text_kind(target):
+                self._separate_python(cell, lines[1:], str(target))
+            elif is_text_file(target):
                 self._shell(cell, 2, lines[1:])
             else:
                 self._other(cell, name, lines)
@@ -235,10 +230,10 @@ class _Notebook:
             magics[i] = Magic(new)
         shared.append(Unit(cell, first, masked, magics))
 
-    def _separate_python(self, cell: Cell, lines: list[str], python: Migrate, name: str) -> None:
+    def _separate_python(self, cell: Cell, lines: list[str], name: str) -> None:
         """%%writefile x.py: its own module (own imports), not the notebook's namespace."""
         try:
-            new, found = python("".join(lines).encode("utf-8"), self.rules, self.path,
+            new, found = migrate_python("".join(lines).encode("utf-8"), self.rules, self.path,
                                 self.suppressed)
         except cst.ParserSyntaxError as e:
             self.report(cell, 1 + e.raw_line, e.raw_column + 1,
@@ -250,7 +245,7 @@ class _Notebook:
             self._collect(unit, f, f.line or 1)
         self._replace_from(cell, 2, new.decode("utf-8"))
 
-    def run_shared(self, units: list[Unit], python: Migrate) -> None:
+    def run_shared(self, units: list[Unit]) -> None:
         """All namespace cells as one module; cells that do not parse are reported and
         left out (the rest still share their imports)."""
         units = [u for u in units if u.lines]
@@ -264,7 +259,7 @@ class _Notebook:
                 line += 1 + len(u.lines)
             text = "".join(parts)
             try:
-                new, found = python(text.encode("utf-8"), self.rules, self.path, self.suppressed)
+                new, found = migrate_python(text.encode("utf-8"), self.rules, self.path, self.suppressed)
             except cst.ParserSyntaxError as e:
                 bad = self._broken(units)
                 if not bad:  # only the join fails to parse: blame the cell the parser names

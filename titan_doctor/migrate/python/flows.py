@@ -13,9 +13,9 @@ from __future__ import annotations
 import ast
 import re
 
+from titan_doctor.migrate.rules.ruleset import RuleSet
+from titan_doctor.migrate.rules.words import LITERALS
 from titan_doctor.migrate.walk.astnames import flat_imports, qualified
-from titan_doctor.migrate.rules.kind import LITERALS
-from titan_doctor.migrate.rules.load import RuleSet
 
 _ASSIGNED = re.compile(rb"""(?m)^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=[ \t]*f?["']""")
 

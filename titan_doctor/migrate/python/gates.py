@@ -26,12 +26,12 @@ finding, never a wrong rewrite).
 from __future__ import annotations
 
 import ast
-import fnmatch
 import re
 
+from titan_doctor.migrate.rules.kind import glob_re
+from titan_doctor.migrate.rules.ruleset import RuleSet
+from titan_doctor.migrate.rules.words import LITERALS
 from titan_doctor.migrate.walk.astnames import flat_imports, qualified
-from titan_doctor.migrate.rules.kind import LITERALS
-from titan_doctor.migrate.rules.load import RuleSet
 
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _FLAG_VALUES = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Call, ast.Attribute)
@@ -58,8 +58,8 @@ class _Scan:
         gate = rules.kernel_gate
         self.gate_names = {g for g in gate.gates if not g.startswith(".")}
         self.gate_attrs = {g[1:] for g in gate.gates if g.startswith(".")}
-        self.function_re = _globs_re(gate.module_globs)
-        self.module_re = _globs_re((*gate.module_globs, *gate.extension_globs))
+        self.function_re = glob_re(gate.module_globs)
+        self.module_re = glob_re((*gate.module_globs, *gate.extension_globs))
         self.nodes = list(ast.walk(tree))   # walked once: the scans below read this list
         self.called: set[int] = set()
         self.device = LITERALS["device"]
@@ -269,10 +269,6 @@ class _Scan:
                     self._mark(inner.test, [inner.body, inner.orelse])
             if skip_bodies:
                 self._mark(sub, [sub])
-
-
-def _globs_re(globs) -> re.Pattern:
-    return re.compile("|".join(fnmatch.translate(g) for g in globs) or r"(?!)")
 
 
 def _called_name(node: ast.AST) -> str | None:

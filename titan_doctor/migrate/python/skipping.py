@@ -6,36 +6,29 @@ libcst) gives each statement's line span; a statement whose lines contain no mar
 (the last name of a rule, a literal, an env var) and no local alias of a rule's name
 cannot match and is skipped. Imports are never skipped (they bind names), nor are
 compound statements that contain imports (try: import x). The same spans resync the
-transformer's line counter at every simple statement.
+walk's line counter at every simple statement (walk/positions.py).
 """
 from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
 
 import libcst as cst
 
 from titan_doctor.migrate.rules.kind import PYTHON_CODE
-from titan_doctor.migrate.rules.load import RuleSet
+from titan_doctor.migrate.rules.ruleset import RuleSet
+from titan_doctor.migrate.walk.astnames import stdlib_tree
+from titan_doctor.migrate.walk.positions import Span
 
 _NEVER_SKIP = (cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal)
 _SCOPES = (cst.FunctionDef, cst.ClassDef)
-
-
-@dataclass(frozen=True)
-class Span:
-    start: int        # first line, decorators included
-    end: int          # last line
-    inner: int        # statements nested inside (to step over when skipped)
-    imports: bool     # an import is nested inside
 
 
 class StatementMap:
     """ast statements in source order, consumed one per libcst statement visited."""
 
     def __init__(self, tree: ast.Module, data: bytes, rules: RuleSet) -> None:
-        self.tree = tree   # also read by gates.py: one stdlib parse serves both
+        self.tree = tree   # also read by gates.py and flows.py: one stdlib parse serves all
         self._spans: list[Span] = []
         _collect(tree.body, self._spans)
         self._next = 0
@@ -112,7 +105,5 @@ def _collect(stmts: list[ast.stmt], out: list[Span]) -> tuple[int, bool]:
 
 def statement_map(data: bytes, rules: RuleSet) -> StatementMap | None:
     """None when the stdlib parser disagrees with libcst (newer syntax): walk everything."""
-    try:
-        return StatementMap(ast.parse(data), data, rules)
-    except (SyntaxError, ValueError):
-        return None
+    tree = stdlib_tree(data)
+    return StatementMap(tree, data, rules) if tree is not None else None

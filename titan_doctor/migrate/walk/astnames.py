@@ -1,9 +1,22 @@
-"""Flat name resolution over a stdlib `ast` tree, for the scans that run before the
-rewrite walk (gates.py, flows.py). Every import in the file counts everywhere: an
-over-approximation, fine for questions whose wrong answer is a manual finding."""
+"""The stdlib `ast` side of a Python file, for the scans that run before the rewrite walk
+(python/skipping.py, gates.py, flows.py): a quiet parse, and flat name resolution. Every
+import in the file counts everywhere: an over-approximation, fine for questions whose
+wrong answer is a manual finding."""
 from __future__ import annotations
 
 import ast
+import warnings
+
+
+def stdlib_tree(data: bytes) -> ast.Module | None:
+    """The stdlib parser's tree, or None where it disagrees with libcst (newer syntax, null
+    bytes); the file's own warnings (invalid escapes) are not ours to print."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(data)
+    except (SyntaxError, ValueError):
+        return None
 
 
 def flat_imports(tree: ast.Module, nodes: list[ast.AST] | None = None) -> dict[str, str]:

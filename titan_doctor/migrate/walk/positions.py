@@ -10,18 +10,42 @@ finding against PositionProvider.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Protocol
+
 import libcst as cst
 
 from titan_doctor.migrate.cstutil import dotted, full_name
-from titan_doctor.migrate.python.skipping import Span, StatementMap
 
 STATEMENTS = (cst.BaseSmallStatement, cst.BaseCompoundStatement)
 
 
-class Positions:
-    """A piece of the Migrator walk (see transform.py): keeps `line` current."""
+@dataclass(frozen=True)
+class Span:
+    """One statement as the stdlib parser sees it."""
 
-    def __init__(self, source: str, statements: StatementMap | None) -> None:
+    start: int        # first line, decorators included
+    end: int          # last line
+    inner: int        # statements nested inside (to step over when skipped)
+    imports: bool     # an import is nested inside
+
+
+class Statements(Protocol):
+    """The statement map Positions walks along (python/skipping.py builds it from the
+    rules): spans in source order, and which statements no rule can match inside."""
+
+    def take(self) -> Span | None: ...
+    def skippable(self, node: cst.CSTNode, span: Span) -> bool: ...
+    def step_over(self, span: Span) -> None: ...
+    def note_binding(self, local: str, qname: str) -> None: ...
+    def stop_skipping(self) -> None: ...
+
+
+class Positions:
+    """The first piece of the walk (walk/migrator.py): keeps `line` current, holds the
+    source text, and skips the statements the statement map says no rule can match."""
+
+    def __init__(self, source: str, statements: Statements | None) -> None:
         self.line = 1
         self.source = source
         self.source_lines = source.splitlines()

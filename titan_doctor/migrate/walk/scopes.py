@@ -1,5 +1,5 @@
 """Import bindings per Python scope, tracked in the transformer's own single pass.
-`Scopes` is the data; `ScopeTracker` is the piece of the walk (transform.py) that feeds it.
+`Scopes` is the data; `ScopeTracker` is the piece of the walk (migrator.py) that feeds it.
 
 libcst's QualifiedNameProvider resolves every node of a module up front; measured on
 torchtitan it costs ~10x a parse (ScopeProvider alone ~5x), which would make migrate
@@ -15,18 +15,14 @@ UnboundLocalError there, so the rewrite cannot make working code wrong.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from titan_doctor.migrate.context import Binding, Context
 from titan_doctor.migrate.cstutil import full_name
-
-if TYPE_CHECKING:
-    from titan_doctor.migrate.python.transform import Context
-
-# An import binding: (qualified name it stands for, bound under an alias?).
-Binding = tuple[str, bool]
+from titan_doctor.migrate.walk.positions import Positions
 
 
 @dataclass
@@ -159,18 +155,22 @@ class Scopes:
 class ScopeTracker:
     """The walk's binding hooks: imports bind qualified names, everything else binds a
     local; names that are not references (def/class names, keywords, parameters, `as`
-    targets, `global` lists) go to ctx.inner so no rewriter treats them as uses."""
+    targets, `global` lists) go to ctx.inner so no rewriter treats them as uses. Each
+    import binding is told to `positions` (a line using an alias cannot be skipped);
+    `ruled(module)`: does a rule match names under it (a star import of such a module
+    stops statement skipping)."""
 
-    def __init__(self, ctx: "Context") -> None:
-        self.ctx = ctx
-        self.scopes = ctx.scopes
+    def __init__(self, ctx: Context, scopes: Scopes, positions: Positions,
+                 ruled: Callable[[str], object]) -> None:
+        self.ctx, self.scopes, self.positions = ctx, scopes, positions
+        self._ruled = ruled
 
     def visit_Import(self, node: cst.Import) -> None:
         stars = len(self.scopes.star_modules)
         for local, binding in self.scopes.bind_import(node):
-            self.ctx.positions.note_binding(local, binding[0])
-        if len(self.scopes.star_modules) > stars and self.ctx.rules.name_rule(self.scopes.star_modules[-1]):
-            self.ctx.positions.stop_skipping()   # any bare name may come from it now
+            self.positions.note_binding(local, binding[0])
+        if len(self.scopes.star_modules) > stars and self._ruled(self.scopes.star_modules[-1]):
+            self.positions.stop_skipping()   # any bare name may come from it now
 
     visit_ImportFrom = visit_Import
 

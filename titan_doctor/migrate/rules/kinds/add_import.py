@@ -1,13 +1,47 @@
-"""Where `import torch_npu` goes in a module that now needs it: once, after the first
-top-level torch import, and before any import that needs torch.npu to exist already."""
+"""The add_import rule: `import torch_npu` in a module whose kept rewrites need it. It goes
+in once, after the first top-level torch import, and before any import that needs
+torch.npu to exist already; a torch imported only inside functions stays lazy, and a
+person is asked to add the import there. Applied after the walk (python/pyfile.py)."""
 from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
 
 import libcst as cst
 
+from titan_doctor.findings import Finding, Status
 from titan_doctor.migrate.cstutil import full_name
-from titan_doctor.migrate.rules.kind import NPU_MODULE, NPU_PACKAGE
+from titan_doctor.migrate.rules.kind import Example, Family, Kind, Rule, set_field
+from titan_doctor.migrate.rules.ruleset import RuleSet
+from titan_doctor.migrate.rules.words import NPU_MODULE, NPU_PACKAGE
+from titan_doctor.migrate.walk.scopes import Scopes
 
 _NPU = ".".join(NPU_MODULE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AddImport(Rule):
+    """The `import torch_npu` insertion, in files that import torch."""
+
+
+def add_after_walk(data: bytes, out: cst.Module, rules: RuleSet, scopes: Scopes, needs_npu: bool,
+                   path: str) -> tuple[cst.Module, Finding | None]:
+    """`out` (the walked module) with `import torch_npu` added when a kept rewrite needs
+    it and the file imports torch at module level, with its finding (at an input line);
+    a MANUAL finding instead when torch is imported only inside functions."""
+    rule = rules.add_import
+    if not needs_npu or scopes.has_torch_npu or rule is None:
+        return out, None
+    if scopes.imports_torch:
+        new, index = add_torch_npu_import(out)
+        return new, Finding(code=rule.code, status=Status.FIXED, message=rule.message,
+                            path=path, line=_insert_line(data, out, index), col=1)
+    if scopes.imports_torch_nested:  # a lazy `import torch` stays lazy: a person places it
+        return out, Finding(
+            code=rule.code, status=Status.MANUAL, path=path, line=1, col=1,
+            message="torch is imported inside functions here: add `import torch_npu` next to "
+                    "that import (the rewrites need it)", fix="import torch_npu")
+    return out, None
 
 
 def add_torch_npu_import(module: cst.Module) -> tuple[cst.Module, int]:
@@ -55,3 +89,36 @@ def _imports_torch(stmt) -> bool:
     if stmt.relative or stmt.module is None:
         return False
     return full_name(stmt.module).split(".")[0] == "torch"
+
+
+def _insert_line(data: bytes, out: cst.Module, index: int) -> int:
+    """Input line before which the import was inserted: the line after the statement it
+    follows (1 when it goes first). Findings count input lines in every mode.
+
+    The statements before it are imports the transformer may have split onto more lines,
+    so the output line is mapped back through a line diff of that prefix."""
+    if index == 0:
+        return 1
+    # codegen of the leading statements only (a whole-module codegen costs a parse)
+    prefix = out.with_changes(body=out.body[:index], footer=()).bytes
+    last = prefix.count(b"\n")
+    a = data.splitlines()[:last]
+    b = prefix.splitlines()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if j1 < last <= j2:
+            return (i1 + last - j1 if tag == "equal" else max(i2, i1 + 1)) + 1
+    return last + 1
+
+
+ADD_IMPORT = Kind(
+    "add_import", AddImport, set_field("add_import"),
+    valid=(Example("import torch\n\nx = torch.ones(2)\n"),
+           Example("import torch\nimport torch_npu\n\ntorch.cuda.synchronize()\n",
+                   fixed="import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n")),
+    invalid=(Example("import torch\n\ntorch.cuda.synchronize()\n",
+                     fixed="import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n"),
+             Example("def f():\n    import torch\n    torch.cuda.synchronize()\n",
+                     fixed="def f():\n    import torch\n    torch.npu.synchronize()\n")),
+)
+
+FAMILY = Family(kinds=(ADD_IMPORT,), fields={"add_import": lambda: None})

@@ -6,7 +6,7 @@ HCCL_BUFFSIZE counts MB, so copying 4194304 asks HCCL for 4 TB. Each env rule sa
 value converts (rules/migrate/env.toml, `value`); this module applies it to one literal
 value, or says what a person must do when the value is not a literal the tool can see.
 Both rewriters call it: the Python transformer (os.environ, dicts, setdefault, putenv)
-and the launch-script/config rewriter (textfiles.py); so does `titan-doctor diagnose`
+and the launch-script/config rewriter (env.py, for text/lines.py); so does `titan-doctor diagnose`
 (distributed_env.py) for the NCCL/CUDA variables it finds in a live environment: one
 mapping, one conversion, whichever tool reads the value.
 """
@@ -16,8 +16,9 @@ import re
 from dataclasses import dataclass
 
 from titan_doctor.findings import Status
-from titan_doctor.migrate.rules.kind import Env, fill
-from titan_doctor.migrate.rules.load import RuleSet
+from titan_doctor.migrate.rules.kind import fill
+from titan_doctor.migrate.rules.kinds.env_rules import Env
+from titan_doctor.migrate.rules.ruleset import RuleSet
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,17 @@
-"""Rename and report rules on qualified names (torch.cuda.*, torch.profiler.*, apex, ...),
-and the import statements that bind them.
+"""The names family: rename and report rules on qualified names (torch.cuda.*,
+torch.profiler.*, apex, ...; schemas in name_rules.py) and capability rules
+(capability.py), applied to uses and to the import statements that bind them.
 
-Names are resolved through import bindings (scopes.py), never by spelling, so
+Names are resolved through import bindings (walk/scopes.py), never by spelling, so
 `import torch as th; th.cuda.synchronize()` and `from torch.cuda import synchronize as
 sync` are both torch.cuda.synchronize. A rewrite keeps the user's spelling: an aliased
 binding keeps its alias, and only the part of the chain that names CUDA changes. A
 mock.patch target spells a qualified name as a string (`patch("torch.cuda.Stream")`): it
 is renamed with the code it patches, or the test would patch a name nothing calls.
+
+A call whose result is read as a CUDA compute capability keeps its CUDA name: the
+Capabilities piece marks those calls before Names leaves them, and the family's builder
+(`_pieces`) hands Names those marks.
 """
 from __future__ import annotations
 
@@ -16,12 +21,14 @@ import re
 import libcst as cst
 
 from titan_doctor.findings import Status
-from titan_doctor.migrate.cstutil import (build_dotted, dotted, full_name, import_module_path, plain_text, respell,
-                                          string_value, with_text)
-from titan_doctor.migrate.rules.kinds.capability import read_through
-from titan_doctor.migrate.rules.kind import (GATE_NPU, NPU_MODULE, NPU_PACKAGE, Capability, Rename, Report,
-                                            fill)
-from titan_doctor.migrate.python.transform import Context
+from titan_doctor.migrate.context import Context
+from titan_doctor.migrate.cstutil import build_dotted, dotted, full_name, plain_text, respell, string_value, with_text
+from titan_doctor.migrate.rules.kind import Family, PythonFile, fill
+from titan_doctor.migrate.rules.kinds.capability import KIND as CAPABILITY
+from titan_doctor.migrate.rules.kinds.capability import Capabilities, Capability, CapabilityReads
+from titan_doctor.migrate.rules.kinds.name_rules import RENAME, REPORT, Rename, Report
+from titan_doctor.migrate.rules.ruleset import RuleSet
+from titan_doctor.migrate.rules.words import GATE_NPU, NPU_MODULE, NPU_PACKAGE
 
 _BUILTINS = frozenset(dir(builtins))
 _STRING = re.compile(r"""(?:'([^'\n]*)'|"([^"\n]*)")""")
@@ -29,10 +36,14 @@ _PATCHERS = ("unittest.mock.patch", "mock.patch")   # patch("a.b.c") replaces a.
 
 
 class Names:
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.rules = ctx.rules
-        self.scopes = ctx.scopes
+    """The piece: marks chains and calls on the way down, rewrites or reports uses and
+    imports on the way up (see the module docstring)."""
+
+    def __init__(self, ctx: Context, rules: RuleSet, file: PythonFile, reads: CapabilityReads) -> None:
+        self.ctx, self.rules, self.scopes = ctx, rules, file.scopes
+        self._source = file.positions.source
+        self._kernel_check = file.kernel_gate
+        self._reads = reads
         self._calls: dict[int, cst.Call] = {}          # id(func) -> its call
         self._star: list[tuple] = []                    # (original, rule, finding index, new node)
         self._free: dict[str, cst.Name] = {}            # names only a star import can bind
@@ -159,7 +170,7 @@ class Names:
         rule = self.rules.capabilities.get(q)
         if rule is None:
             return False
-        how = self.ctx.capability_reads.get(id(node))
+        how = self._reads.calls.get(id(node))
         if rule.attrs and how is None:
             return False  # .name, .total_memory: torch.npu has them
         if not rule.attrs:
@@ -176,7 +187,7 @@ class Names:
     def _kernel_gate(self, q: str, node: cst.CSTNode) -> bool:
         """torch.cuda.is_available() choosing a CUDA-only kernel stays (NPU110)."""
         gate = self.rules.kernel_gate
-        return gate is not None and q in gate.gates and self.ctx.kernel_gate(node, q)
+        return gate is not None and q in gate.gates and self._kernel_check(node, q)
 
     # -- rules ------------------------------------------------------------------------------
     def _rename_for(self, qname: str, node: cst.CSTNode, report: bool):
@@ -224,7 +235,7 @@ class Names:
                 elif isinstance(n, (cst.Name, cst.Attribute, cst.Call)):
                     indirect = True
         if indirect:  # sources given through a variable: any string in the file counts
-            strings += [a or b for a, b in _STRING.findall(self._text())]
+            strings += [a or b for a, b in _STRING.findall(self._source)]
         return any(p.search(s) for p in patterns for s in strings)
 
     def _rebound(self, parts: list[str]) -> list[str] | None:
@@ -307,7 +318,7 @@ class Names:
         bound = alias.asname.name if alias.asname is not None else alias.name
         if cap is not None and isinstance(bound, cst.Name) and self._reads_capability(cap, re.escape(bound.value)):
             if cap.attrs:  # its uses keep this binding: say why the other uses stay CUDA
-                read = sorted({a for attrs in self.ctx.capability_readers.values() for a in attrs
+                read = sorted({a for attrs in self._reads.readers.values() for a in attrs
                                if a in cap.attrs})
                 self.ctx.emit(cap.code, Status.MANUAL, alias, fill(
                     cap.message, old=f"{full} (imported here; this file reads "
@@ -337,7 +348,7 @@ class Names:
         different: it fails loudly either way and is reported where it is used.)"""
         if full not in self.rules.name_prefixes:
             return False
-        used = set(re.findall(rf"(?<![\w.]){re.escape(bound)}\s*\.\s*([A-Za-z_]\w*)", self._text()))
+        used = set(re.findall(rf"(?<![\w.]){re.escape(bound)}\s*\.\s*([A-Za-z_]\w*)", self._source))
         stuck = [(q, cap) for q, cap in ((f"{full}.{n}", self.rules.capabilities.get(f"{full}.{n}"))
                                          for n in sorted(used))
                  if cap is not None and self._reads_capability(
@@ -358,10 +369,7 @@ class Names:
         when the file reads .major/.minor off its result."""
         if not cap.attrs:
             return True
-        return read_through(self._text(), callee, self.ctx.capability_readers, frozenset(cap.attrs))
-
-    def _text(self) -> str:
-        return self.ctx.positions.source
+        return self._reads.through(self._source, callee, frozenset(cap.attrs))
 
     def _star_import(self, original: cst.ImportFrom, updated: cst.ImportFrom, module: str):
         """`from torch.cuda import *` -> `from torch.npu import *`; whether every name the
@@ -414,3 +422,41 @@ def _walk(node: cst.CSTNode):
         n = stack.pop()
         yield n
         stack.extend(n.children)
+
+
+def import_module_path(parts: list[str]) -> list[str]:
+    """torch.npu is registered in sys.modules, its submodules are not: import those from
+    torch_npu.npu (the same objects)."""
+    if tuple(parts[:2]) == NPU_MODULE and len(parts) > 2:
+        return [NPU_PACKAGE, NPU_MODULE[1]] + parts[2:]
+    return parts
+
+
+def _derive(rules: RuleSet) -> None:
+    """Every dotted prefix of a name some rule keys on (a rename, report or capability
+    rule, or a call whose CUDA default the literals family makes explicit): an import
+    binding one of them may reach a rule's name (python/skipping.py, `_module_stays`)."""
+    named = [*rules.names, *rules.capabilities, *rules.implicit_callees]
+    rules.name_prefixes = frozenset(".".join(k.split(".")[:i]) for k in named
+                                    for i in range(1, k.count(".") + 2))
+
+
+def _pieces(ctx: Context, rules: RuleSet, file: PythonFile) -> list:
+    """Capabilities marks the calls read as a compute capability (no piece when the file
+    reads no capability attribute); Names is handed its marks and leaves those calls."""
+    reads = CapabilityReads.scan(file.positions.source, rules)
+    marker = Capabilities(ctx, reads, file.positions) if reads.readers else None
+    return [marker, Names(ctx, rules, file, reads)]
+
+
+FAMILY = Family(
+    kinds=(RENAME, REPORT, CAPABILITY),
+    fields={
+        "names": dict,               # rename/report rules by old/match
+        "name_globs": list,          # report rules with a glob: (fixed head parts, glob, rule)
+        "capabilities": dict,        # capability rules by match
+        "name_prefixes": frozenset,  # every dotted prefix of the names above (derived)
+    },
+    derive=_derive,
+    python=_pieces,
+)

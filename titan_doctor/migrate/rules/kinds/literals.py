@@ -21,26 +21,33 @@ from __future__ import annotations
 import libcst as cst
 
 from titan_doctor.findings import Status
+from titan_doctor.migrate.context import Context
 from titan_doctor.migrate.cstutil import operand_name, plain_text, string_value, with_text
-from titan_doctor.migrate.rules.kind import LITERALS, Assign, Compare, fill
-from titan_doctor.migrate.python.transform import Context
+from titan_doctor.migrate.rules.kind import Family, PythonFile, fill, glob_re
+from titan_doctor.migrate.rules.kinds.literal_rules import AMBIGUOUS, ASSIGN, COMPARE, LITERAL_ARG, Assign, Compare
+from titan_doctor.migrate.rules.ruleset import RuleSet
+from titan_doctor.migrate.rules.words import LITERALS
 
 COMPARE_OPS = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)
 _FIELD_FACTORIES = ("field", "Field")
 
 
 class Literals:
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.rules = ctx.rules
+    """The piece: marks the strings in a device/backend position on the way down,
+    rewrites (or reports) them on the way up."""
+
+    def __init__(self, ctx: Context, rules: RuleSet, file: PythonFile) -> None:
+        self.ctx, self.rules = ctx, rules
+        self._device_names = file.device_names     # dev = "cuda" ... model.to(dev): python/flows.py
+        self._kernel_check = file.kernel_gate
         self._lits: dict[int, tuple[object, bool]] = {}   # id(string) -> (rule, composed head)
         self._assign = {}
-        for r in ctx.rules.assigns:
+        for r in rules.assigns:
             self._assign.setdefault(r.literal, r)
-        self._any_call = [r for r in ctx.rules.literal_args if r.callee == "*"]
-        self._by_callee = [r for r in ctx.rules.literal_args if r.callee != "*"]
+        self._any_call = [r for r in rules.literal_args if r.callee == "*"]
+        self._by_callee = [r for r in rules.literal_args if r.callee != "*"]
         self._implicit: dict[int, object] = {}   # id(call) -> rule whose CUDA default is made explicit
-        self._device_compare = next((r for r in ctx.rules.compares if r.literal == "device"), None)
+        self._device_compare = next((r for r in rules.compares if r.literal == "device"), None)
 
     # -- marking (pre-order): which strings are in a device/backend position ----------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -196,14 +203,14 @@ class Literals:
 
     def _producer(self, name: str) -> Assign | None:
         literal = self.rules.value_literal(name) if name else None
-        if literal is None and name in self.ctx.device_names:
+        if literal is None and name in self._device_names:
             literal = "device"   # dev = "cuda" ... model.to(dev): see flows.py
         return self._assign.get(literal) if literal else None
 
     def _consumer(self, operand: cst.BaseExpression) -> Compare | None:
         name = operand_name(operand) or ""
         rule = self.rules.compare_rule(name)
-        if rule is None and isinstance(operand, cst.Name) and name in self.ctx.device_names:
+        if rule is None and isinstance(operand, cst.Name) and name in self._device_names:
             rule = self._device_compare
         return rule
 
@@ -272,7 +279,7 @@ class Literals:
 
     def _kernel_gate(self, rule, node: cst.CSTNode, shown: str) -> bool:
         """A device comparison that selects a CUDA-only kernel stays (NPU110)."""
-        return isinstance(rule, Compare) and rule.literal == "device" and self.ctx.kernel_gate(node, shown)
+        return isinstance(rule, Compare) and rule.literal == "device" and self._kernel_check(node, shown)
 
     def leave_FormattedString(self, original: cst.FormattedString, updated: cst.FormattedString):
         parts = original.parts
@@ -323,3 +330,39 @@ def _callee_matches(callee: str | None, qname: str | None) -> bool:
     if callee.endswith(".*"):
         return qname.startswith(callee[:-1])
     return callee == qname
+
+
+def _derive(rules: RuleSet) -> None:
+    """The producer and consumer names, over all rules: which calls get an explicit NPU
+    default, which names hold which literal (assign targets), and which operands are
+    compared with it. A consumer matches the producer names of its literal too: both ends
+    of a device string are rewritten, or neither."""
+    rules.implicit_callees = frozenset(r.callee for r in rules.literal_args if r.implicit)
+    targets: dict[str, set[str]] = {}
+    for r in rules.assigns:
+        targets.setdefault(r.literal, set()).update(r.targets)
+    rules.value_names = {lit: glob_re(globs) for lit, globs in targets.items()}
+    rules.operand_names = {}
+    for r in rules.compares:
+        rules.operand_names.setdefault(r.literal, []).append(
+            (glob_re([*r.operands, *targets.get(r.literal, ())]), r))
+
+
+def _pieces(ctx: Context, rules: RuleSet, file: PythonFile) -> list:
+    return [Literals(ctx, rules, file)]
+
+
+FAMILY = Family(
+    kinds=(LITERAL_ARG, COMPARE, ASSIGN, AMBIGUOUS),
+    fields={
+        "literal_args": list,
+        "compares": list,
+        "assigns": list,
+        "ambiguous": dict,              # by literal kind
+        "implicit_callees": frozenset,  # calls whose CUDA default is made explicit (derived)
+        "value_names": dict,            # literal -> its producer names, as one regex (derived)
+        "operand_names": dict,          # literal -> [(consumer names regex, compare rule)] (derived)
+    },
+    derive=_derive,
+    python=_pieces,
+)

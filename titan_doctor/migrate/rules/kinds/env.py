@@ -1,8 +1,10 @@
-"""Environment variable names in Python strings, and the values written with them.
+"""The env family: environment variable names (schema in env_rules.py) and the values set
+with them, in Python strings (the EnvVars piece) and in script lines (`rename_in_line`).
+Both convert a value through env_values.convert_env.
 
-Where the code writes a variable (`os.environ["NCCL_BUFFSIZE"] = "4194304"`, a dict of
-env vars, `os.environ.setdefault(...)`, `os.putenv(...)`), name and literal value are
-converted together through envvalues.convert_env (4194304 bytes -> "4" MB); where the
+In Python, where the code writes a variable (`os.environ["NCCL_BUFFSIZE"] = "4194304"`, a
+dict of env vars, `os.environ.setdefault(...)`, `os.putenv(...)`), name and literal value
+are converted together (4194304 bytes -> "4" MB); where the
 value is computed or read back (`os.environ.get("NCCL_DEBUG")`), the name moves only when
 values keep their meaning, else a person is asked to convert it. A presence check or an
 unset (`"PYTORCH_CUDA_ALLOC_CONF" not in os.environ`, `del os.environ[...]`) carries no
@@ -17,9 +19,12 @@ import re
 import libcst as cst
 
 from titan_doctor.findings import Status
+from titan_doctor.migrate.context import Context, LineContext
 from titan_doctor.migrate.cstutil import plain_text, string_value, with_text
+from titan_doctor.migrate.rules.kind import Family, PythonFile
+from titan_doctor.migrate.rules.kinds.env_rules import ENV
 from titan_doctor.migrate.rules.kinds.env_values import EnvChange, convert_env
-from titan_doctor.migrate.python.transform import Context
+from titan_doctor.migrate.rules.ruleset import RuleSet
 
 _WRITE_CALLS = ("setdefault", "putenv", "__setitem__")
 _NAME_ONLY_CALLS = ("pop", "unsetenv")
@@ -30,9 +35,11 @@ _CHECKED = re.compile(r"""["']([A-Z][A-Z_0-9]*)["']\s*(?:not\s+)?in\b|\bdel\b[^\
 
 
 class EnvVars:
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.rules = ctx.rules
+    """The piece: notes where each name is written (and with what) on the way down,
+    renames names and converts values on the way up."""
+
+    def __init__(self, ctx: Context, rules: RuleSet, source: str) -> None:
+        self.ctx, self.rules, self._source = ctx, rules, source
         self._written: dict[int, object] = {}     # id(name string) -> value node / _NAME_ONLY
         self._values: dict[int, str] = {}         # id(value node) -> converted value
         self._stays: set[str] = set()             # names some use of which is not renamed
@@ -41,7 +48,7 @@ class EnvVars:
         """Before the walk, when the file checks for or unsets a variable a rule knows: which
         names have a use that will not be renamed (a check of such a name stays with it).
         A second tree walk, so only for the few files that need it."""
-        checked = {name for m in _CHECKED.finditer(self.ctx.positions.source) for name in m.groups() if name}
+        checked = {name for m in _CHECKED.finditer(self._source) for name in m.groups() if name}
         if any(self.rules.env_rule(name) is not None for name in checked):
             node.visit(_Uses(self))
 
@@ -186,3 +193,52 @@ def _literal(node: object) -> str | None:
         return plain_text(node)
     return None
 
+
+# -- script lines -------------------------------------------------------------------------
+_VAR = re.compile(r"(?<![A-Za-z0-9_])[A-Z][A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9_])")
+# NAME=value / NAME: value right after a variable name (a literal value: no $, no spaces);
+# a quoted key ("NAME": "value" in JSON/YAML) closes its quote first; a comma that
+# ends a JSON/YAML item is not part of the value (one inside it, 0,1,2, is)
+_VALUE = re.compile(r"""(?P<kq>["']?)[ \t]*(?:=|:(?=[ \t"']|\d))[ \t]*(?P<q>["']?)"""
+                    r"""(?P<value>[^\s"'$`#{}]*?)(?P=q)(?=\s|$|[;#}\]]|,(?:\s|$))""")
+
+
+def rename_in_line(line: str, rules: RuleSet, ctx: LineContext) -> str:
+    """The line piece: known environment variable names in one line renamed (or reported),
+    with the literal value set with them converted (NCCL_BUFFSIZE bytes -> HCCL_BUFFSIZE
+    MB, NCCL_DEBUG levels -> ASCEND_GLOBAL_LOG_LEVEL numbers)."""
+    out, pos = [], 0
+    for m in _VAR.finditer(line):
+        name = m.group(0)
+        if m.start() < pos or rules.env_rule(name) is None:
+            continue
+        # ${NAME:-default} reads the variable: no value is set here
+        before = line[m.start() - 1:m.start()]
+        value = None if before == "{" else _VALUE.match(line, m.end())
+        if value and value.group("kq") and value.group("kq") != before:
+            value = None  # a closing quote with no opening one: not a key
+        literal = value.group("value") if value and value.group("value") else None
+        change = convert_env(rules, name, literal, value_known=literal is not None)
+        fixed = change.status is Status.FIXED and change.new_name is not None
+        shown = ctx.report(change.rule.code, Status.FIXED if fixed else Status.MANUAL,
+                           change.message, m.start() + 1, change.fix)
+        if not (fixed and shown):
+            continue
+        out += [line[pos:m.start()], change.new_name]
+        pos = m.end()
+        if change.new_value is not None:
+            out += [line[pos:value.start("value")], change.new_value]
+            pos = value.end("value")
+    out.append(line[pos:])
+    return "".join(out)
+
+
+FAMILY = Family(
+    kinds=(ENV,),
+    fields={
+        "env": dict,            # by exact name
+        "env_families": list,   # (prefix, rule) for NAME_* rules, longest prefix first
+    },
+    python=lambda ctx, rules, file: [EnvVars(ctx, rules, file.positions.source)],
+    lines=rename_in_line,
+)

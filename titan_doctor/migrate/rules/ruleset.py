@@ -1,0 +1,86 @@
+"""The loaded rules, indexed the way the pieces look them up (RuleSet).
+
+RuleSet itself holds only what is not any one kind's: torch_npu's names (from
+rules/migrate/npu_api.toml), the one-line help per code and the pre-filters. Every family
+of rule kinds (rules/kinds/*.py) adds the fields it fills, named in its `Family.fields`
+with their meaning; rules/load.py creates them and lets each kind index its rules there.
+The lookups below are the ones asked across families (and by the tests), each over the
+fields of the family named in its docstring.
+"""
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Iterable
+
+from titan_doctor.migrate.rules.prefilter import Prefilter
+
+
+class RuleSet:
+    """Validated rules; see the module docstring for where each field comes from."""
+
+    def __init__(self, fields: dict[str, Callable[[], object]], npu_names: frozenset = frozenset(),
+                 npu_submodules: dict[str, frozenset] | None = None, npu_version: str = "") -> None:
+        self.npu_names = npu_names                  # what torch.npu provides
+        self.npu_submodules = npu_submodules or {}  # torch.npu.<submodule> -> its names
+        self.npu_version = npu_version              # the torch_npu those were read from
+        self.help: dict[str, str] = {}              # code -> one line (--list-rules, SARIF)
+        self.prefilters: dict[str, Prefilter] = {}  # rewriter -> its pre-filter
+        for name, empty in fields.items():
+            setattr(self, name, empty())
+
+    def mentions(self, text: bytes) -> bool:
+        """True when `text` spells something some rule (either rewriter) matches."""
+        return any(p.line_re.search(text) for p in self.prefilters.values())
+
+    def may_match(self, data: bytes, rewriters: Iterable[str]) -> bool:
+        """True when a rule of one of `rewriters` could match this file's text; False
+        means nothing to do."""
+        return any(self.prefilters[w].may_match(data) for w in rewriters)
+
+    def env_rule(self, name: str):
+        """The env rule for a variable name: exact name first, then the family
+        (kinds/env.py)."""
+        rule = self.env.get(name)
+        if rule is not None:
+            return rule
+        for prefix, fam in self.env_families:
+            if name.startswith(prefix):
+                return fam
+        return None
+
+    def name_rule(self, qname: str):
+        """(rule, number of components it covers): the longest rename/report rule whose
+        name is a component-wise prefix of `qname`, then the glob report rules
+        (kinds/names.py)."""
+        parts = qname.split(".")
+        for n in range(len(parts), 0, -1):
+            rule = self.names.get(".".join(parts[:n]))
+            if rule is not None:
+                return rule, n
+        for head, last, rule in self.name_globs:   # `*_cuda`, `torch._C._cuda_*`
+            n = len(head) + 1
+            if len(parts) >= n and parts[:len(head)] == head and fnmatch.fnmatchcase(parts[len(head)], last):
+                return rule, n
+        return None
+
+    def kernel_rule(self, qname: str):
+        """The kernel-library report rule (`kernel = true`) `qname` falls under, if any
+        (kinds/names.py)."""
+        hit = self.name_rule(qname)
+        return hit[0] if hit and getattr(hit[0], "kernel", False) else None
+
+    def value_literal(self, name: str) -> str | None:
+        """The literal kind a name holds when a producer binds it (`device`,
+        `dist_backend`; kinds/literals.py)."""
+        for literal, pattern in self.value_names.items():
+            if pattern.match(name):
+                return literal
+        return None
+
+    def compare_rule(self, operand: str):
+        """The compare rule for an operand name, over all literal kinds (kinds/literals.py)."""
+        for entries in self.operand_names.values():
+            for pattern, rule in entries:
+                if pattern.match(operand):
+                    return rule
+        return None
