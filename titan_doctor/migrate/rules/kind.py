@@ -47,9 +47,9 @@ class Rule:
 
 @dataclass(frozen=True)
 class Example:
-    """A file the built-in rules of one kind must leave alone (VALID) or act on (INVALID),
-    read as `name`. `fixed`: for INVALID, the file after migrate (None: reported, left as
-    it is)."""
+    """A file the built-in rules of one kind must leave alone (VALID: no finding of that
+    kind) or act on (INVALID: one at least), read as `name`. `fixed`: the file after
+    migrate, other kinds' rewrites included (None: unchanged)."""
 
     source: str
     fixed: str | None = None

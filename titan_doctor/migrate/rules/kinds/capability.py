@@ -142,7 +142,7 @@ KIND = Kind(
     markers=lambda r: name_words(r.match), line=lambda r: name_line(r.match),
     describe=lambda r: fill(r.message, old=r.match, new="", version="").strip(),
     valid=(Example("import torch\n\nname = torch.cuda.get_device_properties(0).name\n",
-                   fixed=None),),
+                   fixed="import torch\nimport torch_npu\n\nname = torch.npu.get_device_properties(0).name\n"),),
     invalid=(Example("import torch\n\nif torch.cuda.get_device_capability() >= (8, 0):\n    use_bf16()\n"),
              Example("import torch\n\nprops = torch.cuda.get_device_properties(0)\nbig = props.major >= 8\n")),
 )

@@ -103,7 +103,9 @@ def _pieces(ctx: Context, rules: RuleSet, file: PythonFile) -> list:
 MIXED_CONDITION = Kind(
     "mixed_condition", MixedCondition, set_field("mixed_condition"),
     valid=(Example("import torch\n\nif torch.cuda.is_available() and torch.cuda.device_count() > 1:\n"
-                   "    pass\n", fixed=None),),
+                   "    pass\n",
+                   fixed="import torch\nimport torch_npu\n\nif torch.npu.is_available() and torch.npu.device_count() > 1:\n"
+                         "    pass\n"),),
     invalid=(Example("import torch\n\nif torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8:\n"
                      "    pass\n"),),
 )

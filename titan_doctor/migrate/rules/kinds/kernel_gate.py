@@ -75,7 +75,8 @@ def _derive(rules: RuleSet) -> None:
 KERNEL_GATE = Kind(
     "kernel_gate", KernelGate, set_field("kernel_gate"),
     valid=(Example("import torch\n\n\ndef f(x):\n    if x.is_cuda:\n        return x.cuda()\n    return x\n",
-                   fixed="import torch\n\n\ndef f(x):\n    if x.is_npu:\n        return x.npu()\n    return x\n"),),
+                   fixed="import torch\nimport torch_npu\n\n\ndef f(x):\n    if x.is_npu:\n        return x.npu()\n"
+                         "    return x\n"),),
     invalid=(Example("import triton\n\n\n@triton.jit\ndef _k(x):\n    pass\n\n\n"
                      "def f(x):\n    if x.is_cuda:\n        return _k(x)\n    return x\n"),),
 )

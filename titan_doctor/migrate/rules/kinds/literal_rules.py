@@ -119,6 +119,6 @@ ASSIGN = Kind(
 AMBIGUOUS = Kind(
     "ambiguous", Ambiguous, _index_ambiguous,
     markers=_cuda_word, describe=_describe, check=_check_literal,
-    valid=(Example("device = \"cuda\"\n"),),
+    valid=(Example("device = \"cuda\"\n", fixed="device = \"npu\"\n"),),
     invalid=(Example("print(\"cuda\")\n"),),
 )

@@ -63,8 +63,9 @@ def _index(rules: RuleSet, rule: Method) -> None:
 
 METHOD = Kind(
     "method", Method, _index, markers=lambda r: (r.old,),
-    valid=(Example("import torch\n\nok = torch.cuda.is_available()\n", fixed=None),
-           Example("y = x.cpu()\n")),
+    valid=(Example("y = x.cpu()\n"),
+           Example("import torch\n\nok = torch.cuda.is_available()\n",   # a module, not a method
+                   fixed="import torch\nimport torch_npu\n\nok = torch.npu.is_available()\n")),
     invalid=(Example("y = model.cuda()\n", fixed="y = model.npu()\n"),
              Example("on_gpu = t.is_cuda\n", fixed="on_gpu = t.is_npu\n")),
 )
