@@ -1,5 +1,5 @@
 # The two quickstart targets. Each sets up ./.venv first (idempotent, fast when done).
-.PHONY: setup train test
+.PHONY: setup train test test-fast
 
 setup:
 	@bash scripts/setup.sh
@@ -8,5 +8,12 @@ setup:
 train: setup
 	.venv/bin/titan-train run --config configs/llama_debug.toml --nproc 2
 
+# The whole suite, as CI runs it.
 test: setup
 	.venv/bin/python -m pytest -q tests
+
+# Everything but the tests that start trainer ranks or distributed workers (marked `multirank`):
+# minutes on 2 cores, for a change to a migrate rule or the doctor. TITAN_TEST_NO_RANKS=1 makes
+# a process start that slipped past the marker fail its test (tests/conftest.py).
+test-fast: setup
+	TITAN_TEST_NO_RANKS=1 .venv/bin/python -m pytest -q -m "not multirank" tests

@@ -2,10 +2,14 @@
 import socket
 import sys
 
+import pytest
+
 from titan_doctor.diagnose import comm
 from titan_doctor.findings import Status
 
 from .conftest import clean_env, run_json
+
+pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
 
 
 def test_comm_nproc_2_passes_on_gloo():

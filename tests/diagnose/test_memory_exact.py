@@ -55,6 +55,7 @@ def test_a_change_to_the_trainers_step_or_build_changes_the_plan(monkeypatch):
     assert len(builds) == 1 and builds[0].dp == 2
 
 
+@pytest.mark.multirank
 @pytest.mark.parametrize("world,overrides", [
     (2, ['training.mixed_precision="bf16"', 'training.activation_checkpoint="selective"']),
     (2, ["distributed.pp_size=2"]),
@@ -105,6 +106,7 @@ def test_scalar_reads_of_fake_values_take_the_every_step_path():
     assert mx._hallucinated_scalar(torch.float32) == 0.0
 
 
+@pytest.mark.multirank
 def test_doctor_exact_reports_both_methods():
     code, rows = run_json("--config", "llama_debug", "--world-size", "2", "--device-memory", "4GiB", "--exact",
                           *[a for o in TINY + ["model.n_layers=2"] for a in ("--set", o)])
@@ -130,6 +132,7 @@ def test_1f1b_micro_batch_extrapolation_matches_running_them_all(layers):
         assert g.peak_bytes == pytest.approx(f.peak_bytes, abs=256), g.stage
 
 
+@pytest.mark.multirank
 def test_interleaved_stages_are_measured_and_the_estimate_follows_them():
     """Interleaved 1F1B runs two stages per rank: the tracker must keep one stage's module
     statistics while the other runs forward (it raised KeyError in the first stage's backward),

@@ -21,6 +21,8 @@ from ..checkpoints import REPO, weights, write_hf
 from ..diagnose.conftest import run_json
 from .ckpt_worker import ARGS
 
+pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
+
 pytest.importorskip("safetensors")
 WORKER = Path(__file__).with_name("ckpt_worker.py")
 HEADS = {"n_heads": ARGS.n_heads, "n_kv_heads": ARGS.kv_heads}

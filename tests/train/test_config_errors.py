@@ -98,6 +98,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.multirank
 def test_hccl_without_npu_is_a_clear_error_in_a_real_process(tmp_path):
     proc = _cli("run", "--config", DEBUG, "--set", "distributed.backend=\"hccl\"", cwd=tmp_path)
     assert proc.returncode == 2
@@ -107,6 +108,7 @@ def test_hccl_without_npu_is_a_clear_error_in_a_real_process(tmp_path):
     assert "titan-doctor diagnose" in proc.stderr
 
 
+@pytest.mark.multirank
 def test_missing_and_malformed_files_are_one_line(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[model\nd_model = 1\n")

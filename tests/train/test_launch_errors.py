@@ -25,6 +25,7 @@ def taken_port():
         yield s.getsockname()[1]
 
 
+@pytest.mark.multirank
 def test_a_master_port_in_use_is_one_line_before_any_rank_starts(tmp_path, taken_port):
     proc = run_trainer(tmp_path, nproc=2, overrides=FAST + ["training.steps=2"],
                        extra=["--master-port", str(taken_port)], timeout=120)
@@ -45,6 +46,7 @@ def test_a_port_taken_under_a_rank_is_named_in_the_summary(taken_port):
     assert launch.last_error_line(rank_log, 1) == launch.port_in_use_error(taken_port)
 
 
+@pytest.mark.multirank
 def test_a_rank_killed_by_sigkill_names_the_oom_killer_and_the_fix(tmp_path):
     proc = run_trainer(tmp_path, nproc=2, overrides=FAST + ["training.steps=4"],
                        env={"TITAN_TRAIN_FAULT": "kill@1:2"}, timeout=300)
@@ -76,6 +78,7 @@ def _interrupt_when(tmp_path, ready) -> tuple[subprocess.CompletedProcess, list[
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), [p.read_text() for p in logs]
 
 
+@pytest.mark.multirank
 @pytest.mark.parametrize("moment", [0.5, 1.0, "ranks starting"])
 def test_ctrl_c_during_start_up_exits_130_without_a_traceback(tmp_path, moment):
     """Before the loop's graceful stop is installed, a KeyboardInterrupt lands anywhere in
@@ -99,6 +102,7 @@ def test_ctrl_c_during_start_up_exits_130_without_a_traceback(tmp_path, moment):
         assert all("Traceback" not in log for log in logs), logs
 
 
+@pytest.mark.multirank
 def test_a_forwarded_stop_says_what_was_saved_not_always_resume(tmp_path):
     """Ctrl-C while the ranks were still starting used to print 'the same command resumes from
     the last checkpoint' although no step ran and nothing was saved."""
@@ -113,6 +117,7 @@ def test_a_forwarded_stop_says_what_was_saved_not_always_resume(tmp_path):
     assert "after step 7; no checkpoint configured" in launch.stop_note(result) and "starts over" in launch.stop_note(result)
 
 
+@pytest.mark.multirank
 def test_a_rank_that_click_aborted_on_the_forwarded_ctrl_c_is_not_a_failure(tmp_path):
     """SIGINT landing while click parses a rank's command line: click prints `Aborted!` and
     exits 1, which was then reported as 'rank 0 failed first (exit 1)' (a race, seen ~1 in 6)."""

@@ -22,6 +22,7 @@ GiB = 2 ** 30
 CPU = device.Device("cpu", "gloo", 1)
 
 
+@pytest.mark.multirank
 def test_7b_on_this_host_is_refused_in_one_line_before_any_rank(tmp_path):
     """Before this check the run allocated until the OOM killer ended it."""
     p = subprocess.run([sys.executable, "-m", "titan_train.cli", "run", "--config", "llama_7b",

@@ -110,6 +110,7 @@ def test_cpu_peak_memory_is_labelled_rss_and_restarts_at_the_reset():
     assert line.endswith("| rss 0.50 GiB") and "| mem " not in line
 
 
+@pytest.mark.multirank
 def test_real_run_slow_saves_are_excluded_and_mfu_over_peak_is_flagged(tmp_path):
     """2 ranks, save every step, rank 0's saves take 3 s each (injected), log every 4 steps."""
     steps, sleep = 4, 3.0

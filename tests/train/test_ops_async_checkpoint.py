@@ -6,9 +6,13 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from titan_train.runtime import launch
 
 from .conftest import trainer_env
+
+pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
 
 WORKER = Path(__file__).with_name("async_ckpt_worker.py")
 

@@ -11,6 +11,8 @@ from titan_train.runtime.launch import free_port
 
 from .conftest import FAST, REPO, losses, ok, run_trainer, trainer_env
 
+pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
+
 STEPS = ["training.steps=2"]
 
 

@@ -36,6 +36,7 @@ def _finish(proc: subprocess.Popen) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
+@pytest.mark.multirank
 def test_raising_rank_summary_shows_its_exception_before_its_traceback(tmp_path):
     rc, _, err = _finish(_launcher(tmp_path, {"steps": 6}, fault="raise@0:2"))
     assert rc == 1
@@ -69,6 +70,7 @@ def test_last_error_line_and_peer_classification():
     assert not launch.peer_lost("ValueError: bad shape")
 
 
+@pytest.mark.multirank
 def test_two_static_nodes_match_one_node(tmp_path):
     """--master-addr/--node-rank (the Slurm script's rendezvous): ranks node_rank x nproc + local."""
     one, two = tmp_path / "one", tmp_path / "two"

@@ -6,6 +6,8 @@ import pytest
 
 from .conftest import FAST, PARITY_STEPS, assert_same_run, losses, ok, run_trainer
 
+pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
+
 
 def test_single_rank_learns(one_rank):
     assert sorted(one_rank.losses) == list(range(1, PARITY_STEPS + 1))

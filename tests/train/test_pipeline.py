@@ -18,6 +18,7 @@ def test_stages_split_layers_evenly_and_interleave():
     assert local_stage_ids(0, 2, 2) == [0] and local_stage_ids(1, 2, 4) == [1, 3]
 
 
+@pytest.mark.multirank
 @pytest.mark.parametrize("schedule,nproc,extra,layout", [
     ("gpipe", 2, [], "dp 1 x pp 2 x tp 1"),
     ("1f1b", 2, [], "dp 1 x pp 2 x tp 1"),
@@ -32,6 +33,7 @@ def test_pipeline_matches_one_rank(schedule, nproc, extra, layout, one_rank, tmp
     assert_same_run(run, one_rank, 1e-4)
 
 
+@pytest.mark.multirank
 def test_pipeline_checkpoint_resumes_on_data_parallel(one_rank, tmp_path):
     """Saved with pp=2 (stage 0 and stage 1 write disjoint keys), resumed with dp=2 (FSDP):
     DCP reshards because each parameter's key is its FQN in the whole model."""

@@ -172,6 +172,7 @@ def test_only_torchtitan_files_are_read_as_torchtitan():
     assert not any(tt.is_torchtitan(config_mod.read_toml(p)) for p in repo_configs.glob("*.toml"))
 
 
+@pytest.mark.multirank
 def test_torchtitan_debug_model_trains_a_few_steps_with_pp_and_ac(tmp_path):
     """The debug config with the one change a torchtitan user makes for two pipeline stages
     (pipeline_parallel_degree = 2): its Interleaved1F1B schedule, micro-batch size and

@@ -74,6 +74,7 @@ def test_a_torchtitan_field_this_trainer_lacks_stays_a_warning():
     assert "training.gc_freq = 5: no equivalent in this trainer" in conversion.ignored
 
 
+@pytest.mark.multirank
 def test_the_cli_refuses_a_misspelled_key_in_one_line_naming_the_section_that_has_it(tmp_path):
     text = (FIXTURES / "llama3_8b.toml").read_text().replace("[training]\n", "[training]\nwarmup_stesp = 3\n", 1)
     assert "warmup_stesp" in text
