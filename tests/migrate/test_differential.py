@@ -13,15 +13,14 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from libcst._metadata_dependent import LazyValue
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider, QualifiedNameSource
 
-from libcst._metadata_dependent import LazyValue
-
-from titan_doctor.migrate.python import gates
 from titan_doctor.migrate.cstutil import dotted
+from titan_doctor.migrate.python import gates
 from titan_doctor.migrate.python.skipping import statement_map
-from titan_doctor.migrate.suppress import suppressions
 from titan_doctor.migrate.python.transform import build
+from titan_doctor.migrate.suppress import suppressions
 
 from .helpers import FIXTURES, rules
 

@@ -70,3 +70,14 @@ def test_the_registry_docstring_lists_its_families_in_order():
     module_of = {id(m.FAMILY): name.rsplit(".", 1)[-1] for name, m in list(sys.modules.items())
                  if name.startswith("titan_doctor.migrate.rules.kinds.") and hasattr(m, "FAMILY")}
     assert listed == [module_of[id(f)] for f in registry.FAMILIES]
+
+
+def test_the_walk_docstring_lists_its_pieces_in_order():
+    """python/transform.py's docstring names every piece of a walk, in walk order."""
+    from titan_doctor.migrate.python import transform
+
+    listed = [line.split()[0] for line in transform.__doc__.splitlines()
+              if line.startswith("    ") and line.split()[0][:1].isupper()]
+    source = "import torch\n\nbig = torch.cuda.get_device_properties(0).major >= 8\n"  # Capabilities too
+    migrator = transform.build(rules(), "x.py", source)
+    assert listed == [type(p).__name__ for p in migrator.pieces]

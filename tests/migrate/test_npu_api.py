@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from titan_knowledge import load_toml
 from titan_doctor.migrate import npu_api
 from titan_doctor.migrate.rules.load import NPU_API_FILE, builtin_files
-from titan_knowledge import rules_dir
+from titan_knowledge import load_toml, rules_dir
 
 from ..npu_wheel import VERSION, torch_npu_wheel
 

@@ -5,7 +5,6 @@ import json
 
 import pytest
 
-
 from titan_doctor.migrate.engine import runner as engine
 from titan_doctor.migrate.suppress import is_suppressed, suppressions
 

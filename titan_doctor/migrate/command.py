@@ -1,5 +1,5 @@
 """`titan-doctor migrate`: the click command. Parses options, picks the write mode,
-prints the report; the work itself is in engine.py."""
+prints the report; the work itself is in engine/ (discovery, runner, writes)."""
 from __future__ import annotations
 
 import difflib
@@ -9,8 +9,17 @@ from pathlib import Path
 import click
 
 from titan_doctor import __version__
-from titan_doctor.findings import (EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, Finding, count_table,
-                                   exit_code, render_lines, to_json, to_sarif)
+from titan_doctor.findings import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_USAGE,
+    Finding,
+    count_table,
+    exit_code,
+    render_lines,
+    to_json,
+    to_sarif,
+)
 
 PROGRESS_MIN_FILES = 100
 
@@ -120,9 +129,8 @@ def migrate(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, f
 
 def _run(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, fmt, exclude,
          select, ignore, rule_files, list_rules) -> int:
-    from titan_doctor.migrate.engine import discovery
+    from titan_doctor.migrate.engine import discovery, writes
     from titan_doctor.migrate.engine import runner as engine
-    from titan_doctor.migrate.engine import writes
     from titan_doctor.migrate.rules import load_rules
 
     for p in [*paths, *rule_files]:

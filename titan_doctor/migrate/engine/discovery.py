@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Iterable
 
-from titan_doctor.migrate.engine import gitstate
 from titan_doctor.migrate.engine import filekinds as kinds
+from titan_doctor.migrate.engine import gitstate
 from titan_doctor.migrate.engine.gitignore import IgnoreReader
 from titan_doctor.migrate.rules.ruleset import RuleSet
 

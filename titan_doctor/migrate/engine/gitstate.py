@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 _TIMEOUT = 120
 

@@ -1,1 +1,1 @@
-"""(being layered: see titan_doctor/migrate/__init__.py)"""
+"""Jupyter notebooks: code cells through python/, shell lines through text/, the JSON kept byte for byte; may import python, text and below."""

@@ -7,9 +7,9 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from json.decoder import scanstring
-from typing import Callable
 
 
 class NotebookError(ValueError):

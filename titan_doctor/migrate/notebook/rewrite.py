@@ -28,8 +28,16 @@ import libcst as cst
 
 from titan_doctor.findings import Finding, Status
 from titan_doctor.migrate.notebook.ipython import PYTHON_CELL_MAGICS, SHELL_CELL_MAGICS, Magic, mask, unmask
-from titan_doctor.migrate.notebook.nbjson import (Cell, NotebookError, OutputInvalid, escapes_non_ascii, patch,
-                                                  read_cells, split_lines, verify)
+from titan_doctor.migrate.notebook.nbjson import (
+    Cell,
+    NotebookError,
+    OutputInvalid,
+    escapes_non_ascii,
+    patch,
+    read_cells,
+    split_lines,
+    verify,
+)
 from titan_doctor.migrate.python.pyfile import migrate_python
 from titan_doctor.migrate.rules.ruleset import RuleSet
 from titan_doctor.migrate.suppress import codes_on, silences

@@ -2,7 +2,8 @@
 
 `dev = "cuda"` ... `model.to(dev)` ... `if dev == "cuda":` -- the name says nothing, but
 the string flows into a device position, so the literal is a device and so is every
-comparison of that name: both ends are rewritten, or neither (literals.py asks here).
+comparison of that name: both ends are rewritten, or neither (rules/kinds/literals.py
+asks here, through PythonFile.device_names).
 Found with the stdlib tree before the rewrite walk (the use comes after the literal);
 only files that assign a device-looking string to a name no rule knows pay for it.
 Names are tracked per file, not per scope: a name used as a device anywhere in the

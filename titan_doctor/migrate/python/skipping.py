@@ -1,4 +1,4 @@
-"""Which statements of a file the transformer can skip without looking inside.
+"""Which statements of a file the walk can skip without looking inside.
 
 Walking every libcst node costs about as much as parsing the file, and in a CUDA file
 most statements mention nothing a rule matches. The stdlib parser (C, ~5x faster than

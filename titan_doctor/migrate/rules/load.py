@@ -7,12 +7,12 @@ import functools
 from collections.abc import Iterable
 from pathlib import Path
 
-from titan_knowledge import KnowledgeError, load_toml, rules_dir, typed_entry
 from titan_doctor.migrate.rules import prefilter
 from titan_doctor.migrate.rules.kind import CODE_RE, REWRITERS, Rule
 from titan_doctor.migrate.rules.registry import FAMILIES, FAMILY_OF, FIELDS, KINDS
 from titan_doctor.migrate.rules.ruleset import RuleSet
 from titan_doctor.migrate.rules.words import NPU_MODULE
+from titan_knowledge import KnowledgeError, load_toml, rules_dir, typed_entry
 
 NPU_API_FILE = "npu_api.toml"
 

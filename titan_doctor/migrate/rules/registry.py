@@ -24,8 +24,17 @@ INVALID examples) and Family, and its line here.
 from __future__ import annotations
 
 from titan_doctor.migrate.rules.kind import Family, Kind
-from titan_doctor.migrate.rules.kinds import (add_import, conditions, env, files, kernel_gate, literals, methods,
-                                              names, text)
+from titan_doctor.migrate.rules.kinds import (
+                                              add_import,
+                                              conditions,
+                                              env,
+                                              files,
+                                              kernel_gate,
+                                              literals,
+                                              methods,
+                                              names,
+                                              text,
+)
 
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in (
     conditions, env, literals, methods, names, text, files, add_import, kernel_gate))

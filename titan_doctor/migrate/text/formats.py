@@ -3,8 +3,9 @@ rewrite: the names the line rewriter (lines.py) reads, and JSON / TOML re-parsed
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import PurePath
+
+import tomllib
 
 TEXT_SUFFIXES = {".sh", ".bash", ".zsh", ".env", ".yaml", ".yml", ".toml", ".cfg", ".ini",
                  ".json", ".sbatch", ".slurm"}

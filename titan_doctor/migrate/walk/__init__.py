@@ -1,1 +1,1 @@
-"""(being layered: see titan_doctor/migrate/__init__.py)"""
+"""The rule-free libcst walk (dispatch to pieces, positions, import bindings); may import context and cstutil only."""

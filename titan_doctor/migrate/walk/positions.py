@@ -1,10 +1,10 @@
-"""Line and column of a node, tracked during the transformer's own walk.
+"""Line and column of a node, tracked during the walk itself.
 
 libcst's PositionProvider computes every node's range up front with a codegen pass, which
 costs about a parse; we need positions only for the few nodes that get a finding. So the
 walk counts Newline tokens (and newlines inside whitespace and strings) as it passes them,
 records the line where each nameable node starts, and finds the column by looking for the
-node's text on that line. When statements are skipped (skipping.py) the line counter is
+node's text on that line. When statements are skipped (python/skipping.py) the line counter is
 resynced from the stdlib parser's spans. tests/migrate/test_differential.py checks every
 finding against PositionProvider.
 """

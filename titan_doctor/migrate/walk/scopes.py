@@ -1,11 +1,11 @@
-"""Import bindings per Python scope, tracked in the transformer's own single pass.
+"""Import bindings per Python scope, tracked in the walk's own single pass.
 `Scopes` is the data; `ScopeTracker` is the piece of the walk (migrator.py) that feeds it.
 
 libcst's QualifiedNameProvider resolves every node of a module up front; measured on
 torchtitan it costs ~10x a parse (ScopeProvider alone ~5x), which would make migrate
 slower than the whole parse+codegen floor it is measured against. We need one question
 answered, "which import does this root name come from, here?", so we track bindings as
-the transformer walks: imports bind qualified names, everything else (parameters,
+the walk goes: imports bind qualified names, everything else (parameters,
 assignments, loop/with/except targets, defs, classes) binds a plain local that shadows
 them. Class bodies do not leak into nested functions; `global` goes to the module.
 

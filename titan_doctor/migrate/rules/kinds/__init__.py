@@ -1,1 +1,1 @@
-"""(being layered: see titan_doctor/migrate/__init__.py)"""
+"""One module per family of rule kinds: schema, checks, examples, RuleSet fields, derive step, pieces; may import rules' base modules (words, prefilter, ruleset, kind), each other, walk, context and the leaves."""

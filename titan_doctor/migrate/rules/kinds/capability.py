@@ -8,7 +8,7 @@ names under it are rewritten, this piece marks the calls whose result is read as
 capability: directly (`get_device_properties(0).major`) or through a name the result is
 bound to when the file reads that name's capability attribute (`props = ...` then
 `props.major`; matched by name in the file's text, which errs towards a report). The names
-piece (names_piece.py; this kind belongs to the names family, names.py) is handed these
+piece (names.py; this kind belongs to the names family) is handed these
 marks, leaves those calls and reports them; a condition holding one is left whole (NPU111).
 """
 from __future__ import annotations

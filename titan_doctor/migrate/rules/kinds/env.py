@@ -21,7 +21,7 @@ import libcst as cst
 from titan_doctor.findings import Status
 from titan_doctor.migrate.context import Context, LineContext
 from titan_doctor.migrate.cstutil import plain_text, string_value, with_text
-from titan_doctor.migrate.rules.kind import Family, PythonFile
+from titan_doctor.migrate.rules.kind import Family
 from titan_doctor.migrate.rules.kinds.env_rules import ENV
 from titan_doctor.migrate.rules.kinds.env_values import EnvChange, convert_env
 from titan_doctor.migrate.rules.ruleset import RuleSet

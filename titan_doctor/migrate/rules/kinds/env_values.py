@@ -5,10 +5,11 @@ A rename alone can change what a setting means: NCCL_BUFFSIZE counts bytes and
 HCCL_BUFFSIZE counts MB, so copying 4194304 asks HCCL for 4 TB. Each env rule says how its
 value converts (rules/migrate/env.toml, `value`); this module applies it to one literal
 value, or says what a person must do when the value is not a literal the tool can see.
-Both rewriters call it: the Python transformer (os.environ, dicts, setdefault, putenv)
-and the launch-script/config rewriter (env.py, for text/lines.py); so does `titan-doctor diagnose`
-(distributed_env.py) for the NCCL/CUDA variables it finds in a live environment: one
-mapping, one conversion, whichever tool reads the value.
+Both pieces of the env family (env.py) call it: EnvVars in Python (os.environ, dicts,
+setdefault, putenv) and the script-line piece (launch scripts, configs); so does
+`titan-doctor diagnose` (distributed_env.py, through titan_doctor/migrate/envvalues.py)
+for the NCCL/CUDA variables it finds in a live environment: one mapping, one conversion,
+whichever tool reads the value.
 """
 from __future__ import annotations
 

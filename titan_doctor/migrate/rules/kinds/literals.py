@@ -15,6 +15,9 @@ its consumers always change together:
 
 Strings built at run time count by their literal head: "cuda:" + str(rank),
 "cuda:%d" % rank, "cuda:{}".format(rank), f"cuda:{rank}".
+
+This is the literals family: the four kinds' schemas are literal_rules.py; here are their
+piece, the producer / consumer names derived over all their rules, and the Family.
 """
 from __future__ import annotations
 
@@ -204,7 +207,7 @@ class Literals:
     def _producer(self, name: str) -> Assign | None:
         literal = self.rules.value_literal(name) if name else None
         if literal is None and name in self._device_names:
-            literal = "device"   # dev = "cuda" ... model.to(dev): see flows.py
+            literal = "device"   # dev = "cuda" ... model.to(dev): see python/flows.py
         return self._assign.get(literal) if literal else None
 
     def _consumer(self, operand: cst.BaseExpression) -> Compare | None:

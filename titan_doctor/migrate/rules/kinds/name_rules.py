@@ -9,6 +9,7 @@ from titan_doctor.migrate.rules.kind import CODE_RE, Example, Kind, Rule, fill, 
 from titan_doctor.migrate.rules.ruleset import RuleSet
 from titan_doctor.migrate.rules.words import GATE_NPU, NPU_PACKAGE
 
+
 @dataclass(frozen=True, kw_only=True)
 class Rename(Rule):
     """A qualified name (longest `old` wins) renamed to `new`. gate = "npu": the next name
