@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +59,34 @@ def run_trainer(workdir: Path, *, nproc: int = 1, overrides=(), torchrun: bool =
                           capture_output=True, text=True, timeout=timeout)
 
 
+def run_in_process(workdir: Path, monkeypatch, *, nproc: int = 1, overrides=(),
+                   extra=()) -> subprocess.CompletedProcess:
+    """`titan-train run` called in this process (click's CliRunner) for a refusal that comes
+    before any rank starts (preflight, the launcher's folder checks): the exit code, stdout and
+    stderr run_trainer would give, without a trainer process start. Getting past the refusal
+    (starting the ranks, or the loop of a 1-process run) fails the test instead of training.
+    Each refusal keeps one real-process test, for the exit code end to end."""
+    from click.testing import CliRunner
+
+    from titan_train.checkpoint import run_lock
+    from titan_train.cli import main
+
+    def no_ranks(*args, **kwargs):
+        raise AssertionError("run_in_process: the run was not refused; it would start training")
+
+    monkeypatch.setattr("titan_train.runtime.launch.spawn", no_ranks)
+    monkeypatch.setattr("titan_train.train.train", no_ranks)
+    for var in (run_lock.HELD_ENV, "RANK", "WORLD_SIZE", "LOCAL_RANK"):   # restored as they were afterwards
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
+    monkeypatch.chdir(workdir)
+    args = trainer_cmd(nproc, overrides, extra)[3:]   # the same arguments, without `python -m titan_train.cli`
+    result = CliRunner().invoke(main, args)
+    if isinstance(result.exception, AssertionError):
+        raise result.exception
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
 def per_step(workdir: Path, field: str, name: str = "llama_debug") -> dict[int, float]:
     """step -> `field` from the run's metrics.jsonl (the last record per step wins)."""
     out = {}
@@ -80,6 +109,35 @@ def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+class ReferenceRuns:
+    """Uninterrupted trainer runs, each run once per session and keyed by exactly what it was
+    run with: the same nproc and overrides train the same losses (fp32 on gloo is deterministic;
+    resumed runs are compared with these to 1e-6), so files that compared against runs of their
+    own now share one. `reference_run(...)` is the finished workdir, to READ; a test that writes
+    into the folder (resumes, damages a checkpoint) takes `reference_run.copy(dest, ...)`."""
+
+    def __init__(self, tmp_path_factory):
+        self._factory, self._runs = tmp_path_factory, {}
+
+    def __call__(self, *, nproc: int = 1, overrides=()) -> Path:
+        key = (nproc, tuple(overrides))
+        if key not in self._runs:
+            wd = self._factory.mktemp("reference")
+            ok(run_trainer(wd, nproc=nproc, overrides=overrides))
+            self._runs[key] = wd
+        return self._runs[key]
+
+    def copy(self, dest: Path, *, nproc: int = 1, overrides=()) -> Path:
+        """The run's folder copied into `dest` (created if absent), as if it had run there."""
+        shutil.copytree(self(nproc=nproc, overrides=overrides), dest, symlinks=True, dirs_exist_ok=True)
+        return dest
+
+
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory) -> ReferenceRuns:
+    return ReferenceRuns(tmp_path_factory)
 
 
 PARITY_STEPS = 10

@@ -3,6 +3,7 @@ tokens is one sample (no off-by-one), fewer is one line, and a file that is not 
 line naming file:line, in `run` (preflight and every rank) and in `prepare-data`."""
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 
 from titan_train.data import corpus, stream as data
 
-from .conftest import REPO, run_trainer, trainer_env
+from .conftest import REPO, run_in_process, run_trainer, trainer_env
 
 SEQ = 64
 
@@ -78,6 +79,7 @@ def _one_error_line(proc, *fragments):
         assert fragment in lines[0], lines[0]
 
 
+@pytest.mark.multirank
 def test_non_utf8_is_one_line_in_run_and_prepare_data(tmp_path):
     txt, jsonl = _latin1_files(tmp_path)
     debug = str(REPO / "configs" / "llama_debug.toml")
@@ -100,15 +102,20 @@ def _short_datasets(tmp_path):
     return [txt, jsonl, prepared]
 
 
-def test_too_short_datasets_are_refused_before_any_rank_starts(tmp_path):
+@pytest.mark.multirank
+def test_too_short_datasets_are_refused_before_any_rank_starts(tmp_path, monkeypatch):
+    """The .txt in a real process (exit code end to end); the others' refusal is the same
+    preflight, run in this process."""
     for path in _short_datasets(tmp_path):
         wd = tmp_path / f"run-{path.name}"
         wd.mkdir()
-        proc = run_trainer(wd, nproc=2, overrides=[f"training.seq_len={SEQ}", f'data.dataset="{path}"'])
+        run = run_trainer if path.suffix == ".txt" else functools.partial(run_in_process, monkeypatch=monkeypatch)
+        proc = run(wd, nproc=2, overrides=[f"training.seq_len={SEQ}", f'data.dataset="{path}"'])
         _one_error_line(proc, f"{path} has {SEQ} tokens, fewer than training.seq_len + 1 = {SEQ + 1}")
         assert not (wd / "outputs").exists()  # no rank started, no run folder
 
 
+@pytest.mark.multirank
 def test_under_torchrun_every_rank_refuses_a_short_dataset_before_building_the_model(tmp_path):
     txt = _short_datasets(tmp_path)[0]
     proc = run_trainer(tmp_path, nproc=2, torchrun=True, overrides=[f"training.seq_len={SEQ}", f'data.dataset="{txt}"'])
@@ -118,6 +125,7 @@ def test_under_torchrun_every_rank_refuses_a_short_dataset_before_building_the_m
     assert "titan_train/" not in proc.stderr  # no frame of ours (torchrun prints its own ChildFailedError)
 
 
+@pytest.mark.multirank
 def test_a_file_of_exactly_seq_len_plus_one_tokens_trains(tmp_path):
     txt = tmp_path / "exact.txt"
     txt.write_text("a" * SEQ)  # SEQ bytes + end-of-document = SEQ + 1 tokens

@@ -10,7 +10,9 @@ import torch
 from titan_train.checkpoint.formats import dcp_io, detect
 from titan_train.checkpoint.formats.sources import Source
 
-from .conftest import FAST, losses, ok, run_trainer
+from .conftest import FAST, losses, ok, run_in_process, run_trainer
+
+pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
 
 pytest.importorskip("safetensors")
 
@@ -41,7 +43,8 @@ def test_start_from_hf_export_equals_start_from_native_dcp(tmp_path):
     assert losses(from_hf)[1] < fresh   # it really started from the trained weights
 
 
-def test_checkpoint_that_does_not_fit_is_refused_before_any_rank_starts(tmp_path):
+def test_checkpoint_that_does_not_fit_is_refused_before_any_rank_starts(tmp_path, monkeypatch):
+    """The first refusal in a real process; the other two are the same preflight, in this one."""
     ok(run_trainer(tmp_path, overrides=FAST + ["training.steps=1", "checkpoint.export_final=torch"]))
     export = tmp_path / "outputs" / "llama_debug" / "checkpoints" / "export-step-1"
     assert (export / "model.pt").is_file()
@@ -54,10 +57,10 @@ def test_checkpoint_that_does_not_fit_is_refused_before_any_rank_starts(tmp_path
         f"titan-train: error: checkpoint {export} does not fit the config: vocab_size: checkpoint 2048, config 4096 "
         "(tok_embeddings.weight [2048, 256]); set [model] vocab_size = 2048"]
     assert not (other / "outputs").exists()
-    proc = run_trainer(other, overrides=FAST + [f"checkpoint.initial_load_path={tmp_path}/missing"])
+    proc = run_in_process(other, monkeypatch, overrides=FAST + [f"checkpoint.initial_load_path={tmp_path}/missing"])
     assert proc.returncode == 2 and "missing: no such file or folder" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run_trainer(other, nproc=2, overrides=FAST + [f"checkpoint.initial_load_path={export}",
-                                                         "checkpoint.initial_load_model_only=false"])
+    proc = run_in_process(other, monkeypatch, nproc=2, overrides=FAST + [f"checkpoint.initial_load_path={export}",
+                                                                         "checkpoint.initial_load_model_only=false"])
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert (f"initial_load_model_only = false needs a DCP checkpoint with optimizer state; {export} is a "
             in proc.stderr) and "; fix: set checkpoint.initial_load_model_only = true (weights only)" in proc.stderr

@@ -12,21 +12,20 @@ import pytest
 
 from titan_train.components import metrics
 
-from .conftest import FAST, REPO, ok, run_trainer, trainer_env
+from .conftest import FAST, REPO, trainer_env
 
 
 @pytest.fixture(scope="module")
-def real_run(tmp_path_factory) -> Path:
-    """The run folder of a real 1-rank, 4-step trainer run."""
-    work = tmp_path_factory.mktemp("run")
-    ok(run_trainer(work, overrides=FAST + ["training.steps=4"]))
-    return work / "outputs" / "llama_debug"
+def real_run(reference_run) -> Path:
+    """The run folder of a real 1-rank, 4-step trainer run (the session's shared one: read only)."""
+    return reference_run(overrides=FAST + ["training.steps=4"]) / "outputs" / "llama_debug"
 
 
 def _records(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.multirank
 def test_tensorboard_events_carry_every_metrics_field(real_run, tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -73,6 +72,7 @@ def _png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", head[16:24])
 
 
+@pytest.mark.multirank
 def test_plot_draws_one_line_per_run(real_run, tmp_path):
     pytest.importorskip("matplotlib")
     other = tmp_path / "other_run"
@@ -108,6 +108,7 @@ def test_plot_errors_are_one_line(tmp_path):
     assert proc.stderr.strip() == "titan-train: error: titan-train plot needs matplotlib: pip install 'titan-npu[plot]'"
 
 
+@pytest.mark.multirank
 def test_tensorboard_missing_is_a_one_line_setup_error(tmp_path):
     code = ("import sys; sys.modules['tensorboard'] = None; from titan_train.cli import main; "
             f"main(['run', '--config', {str(REPO / 'configs' / 'llama_debug.toml')!r}, '--nproc', '2', "

@@ -7,12 +7,13 @@ import pytest
 
 from .conftest import FAST, losses, ok, run_trainer
 
+pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
+
 
 @pytest.fixture(scope="module")
-def fp32(tmp_path_factory):
-    wd = tmp_path_factory.mktemp("fp32")
-    ok(run_trainer(wd, overrides=FAST + ["training.steps=4"]))
-    return losses(wd)
+def fp32(reference_run):
+    """The 1-rank fp32 run, shared with test_ops_metrics through the session's cache."""
+    return losses(reference_run(overrides=FAST + ["training.steps=4"]))
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

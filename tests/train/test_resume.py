@@ -7,6 +7,8 @@ import pytest
 
 from .conftest import FAST, losses, ok, run_trainer
 
+pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
+
 
 def test_resume_matches_straight_run_and_keeps_last_n(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
@@ -31,8 +33,8 @@ def test_resume_matches_straight_run_and_keeps_last_n(tmp_path):
         assert got[step] == pytest.approx(want[step], abs=1e-6), (step, got[step], want[step])
 
 
-def test_partial_checkpoint_is_ignored_and_finished_run_does_nothing(tmp_path):
-    ok(run_trainer(tmp_path, overrides=FAST + ["training.steps=2", "checkpoint.save_interval=2"]))
+def test_partial_checkpoint_is_ignored_and_finished_run_does_nothing(tmp_path, reference_run):
+    reference_run.copy(tmp_path, overrides=FAST + ["training.steps=2", "checkpoint.save_interval=2"])
     folder = tmp_path / "outputs" / "llama_debug" / "checkpoints"
     partial = folder / "step-9.tmp"
     partial.mkdir()

@@ -25,6 +25,8 @@ from titan_train.runtime.watchdog import EXIT_HANG
 
 from .conftest import FAST, REPO, losses, ok, run_trainer, trainer_cmd, trainer_env
 
+pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
+
 STEPS = 6
 COMMON = FAST + [f"training.steps={STEPS}"]
 EVERY_2 = ["checkpoint.save_interval=2", "checkpoint.keep_last_n=0"]
@@ -52,11 +54,9 @@ def assert_same_losses(got: dict[int, float], want: dict[int, float], steps, abs
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> dict[int, float]:
+def reference(reference_run) -> dict[int, float]:
     """Losses of an uninterrupted 2-rank run: what every interrupted and resumed run must reach."""
-    wd = tmp_path_factory.mktemp("reference")
-    ok(run_trainer(wd, nproc=2, overrides=COMMON))
-    got = losses(wd)
+    got = losses(reference_run(nproc=2, overrides=COMMON))
     assert sorted(got) == list(range(1, STEPS + 1))
     return got
 

@@ -3,6 +3,7 @@ lineage-only retention, --fresh, config comparison on resume, fallback from an u
 checkpoint, the NaN / inf stop and --stop-after's checkpoint. Real trainer processes (gloo)."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import FAST, losses, ok, per_step, run_trainer, trainer_cmd, trainer_env
+from .conftest import FAST, losses, ok, per_step, run_in_process, run_trainer, trainer_cmd, trainer_env
 
 
 def ckpt_dir(wd: Path) -> Path:
@@ -55,6 +56,7 @@ def one_line_refusal(proc: subprocess.CompletedProcess) -> str:
 
 # ---- the folder lock ----
 
+@pytest.mark.multirank
 def test_second_run_on_a_folder_is_refused_and_the_first_finishes_unharmed(tmp_path):
     common = FAST + ["training.steps=24", "checkpoint.save_interval=8", "checkpoint.keep_last_n=0"]
     first = subprocess.Popen(trainer_cmd(2, common), cwd=tmp_path, env=trainer_env(), stdout=subprocess.PIPE,
@@ -82,6 +84,7 @@ def test_second_run_on_a_folder_is_refused_and_the_first_finishes_unharmed(tmp_p
     assert "step 24/24" in (tmp_path / "outputs" / "llama_debug" / "logs" / "rank0.log").read_text()
 
 
+@pytest.mark.multirank
 def test_a_dead_runs_lock_is_taken_over_and_another_hosts_lock_refuses(tmp_path):
     folder = ckpt_dir(tmp_path)
     folder.mkdir(parents=True)
@@ -121,8 +124,10 @@ def test_lock_in_process_refuses_a_live_owner_and_takes_over_a_reused_pid(tmp_pa
 
 # ---- lineage: retention and fresh runs ----
 
-def test_fresh_run_in_a_folder_with_another_runs_higher_steps_is_refused_then_moves_them_aside(tmp_path):
-    ok(run_trainer(tmp_path, nproc=2, overrides=FAST + ["training.steps=6", "checkpoint.save_interval=3"]))
+@pytest.mark.multirank
+def test_fresh_run_in_a_folder_with_another_runs_higher_steps_is_refused_then_moves_them_aside(tmp_path,
+                                                                                               reference_run):
+    reference_run.copy(tmp_path, nproc=2, overrides=FAST + ["training.steps=6", "checkpoint.save_interval=3"])
     old = fingerprint(ckpt_dir(tmp_path))
     old_lineage = lineage_of(ckpt_dir(tmp_path) / "step-6")
     new = FAST + ["training.steps=4", "checkpoint.save_interval=1", "checkpoint.keep_last_n=1",
@@ -147,13 +152,14 @@ def test_fresh_run_in_a_folder_with_another_runs_higher_steps_is_refused_then_mo
     assert fingerprint(aside[0]) == old
 
 
-def test_retention_deletes_only_the_trained_lineage(tmp_path):
+@pytest.mark.multirank
+def test_retention_deletes_only_the_trained_lineage(tmp_path, reference_run):
     """A folder holding checkpoints of another lineage (copied in) and of an older trainer
     (no record), plus a folder that is not a checkpoint: only this lineage's are pruned."""
     other = tmp_path / "other"
     other.mkdir()
     ok(run_trainer(other, nproc=1, overrides=FAST + ["training.steps=4", "checkpoint.save_interval=2"]))
-    ok(run_trainer(tmp_path, nproc=2, overrides=FAST + ["training.steps=6", "checkpoint.save_interval=3"]))
+    reference_run.copy(tmp_path, nproc=2, overrides=FAST + ["training.steps=6", "checkpoint.save_interval=3"])
     folder = ckpt_dir(tmp_path)
     for name in ("step-2", "step-4"):
         shutil.copytree(ckpt_dir(other) / name, folder / name)
@@ -197,6 +203,7 @@ def test_prune_in_process_never_touches_other_lineages_unrecorded_or_the_step_ju
 
 # ---- checkpoints carry their config ----
 
+@pytest.mark.multirank
 def test_resume_with_a_changed_lr_trains_with_the_new_lr(tmp_path):
     import torch
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -229,16 +236,36 @@ def test_resume_with_a_changed_lr_trains_with_the_new_lr(tmp_path):
     assert used == pytest.approx(3e-3, rel=1e-3)
 
 
+SAVED_AT_2 = FAST + ["training.steps=2", "checkpoint.save_interval=2"]
+
+
+def another_shape(field: str, value) -> list[str]:
+    return FAST + ["training.steps=4", "checkpoint.save_interval=2", f"model.{field}={value}"]
+
+
+@pytest.mark.multirank
 @pytest.mark.parametrize("field,value,saved", [("n_layers", 4, 6), ("d_model", 128, 256), ("n_kv_heads", 8, 16),
                                               ("vocab_size", 4096, 2048)])
-def test_resume_into_another_model_shape_is_refused_in_one_line(tmp_path, field, value, saved):
-    ok(run_trainer(tmp_path, nproc=1, overrides=FAST + ["training.steps=2", "checkpoint.save_interval=2"]))
+def test_resume_into_another_model_shape_is_refused_in_one_line(tmp_path, field, value, saved, reference_run,
+                                                                monkeypatch):
+    """1 process: rank 0 refuses (a real trainer process); 2 ranks: the launcher refuses before
+    any rank starts, so that refusal runs in this process (its real process: the test below)."""
+    reference_run.copy(tmp_path, overrides=SAVED_AT_2)
     before = fingerprint(ckpt_dir(tmp_path))
     for nproc in (1, 2):
-        proc = run_trainer(tmp_path, nproc=nproc, overrides=FAST + ["training.steps=4", "checkpoint.save_interval=2",
-                                                                    f"model.{field}={value}"])
-        line = one_line_refusal(proc)
+        run = run_trainer if nproc == 1 else functools.partial(run_in_process, monkeypatch=monkeypatch)
+        line = one_line_refusal(run(tmp_path, nproc=nproc, overrides=another_shape(field, value)))
         assert f"model.{field} = {saved}, the config says {value}" in line, line
+    assert fingerprint(ckpt_dir(tmp_path)) == before and not (ckpt_dir(tmp_path) / "run.lock").exists()
+
+
+@pytest.mark.multirank
+def test_the_launcher_refuses_another_model_shape_in_a_real_process(tmp_path, reference_run):
+    """The 2-rank refusal above, end to end: `titan-train run --nproc 2` exits 2 in one line."""
+    reference_run.copy(tmp_path, overrides=SAVED_AT_2)
+    before = fingerprint(ckpt_dir(tmp_path))
+    line = one_line_refusal(run_trainer(tmp_path, nproc=2, overrides=another_shape("n_layers", 4)))
+    assert "model.n_layers = 6, the config says 4" in line, line
     assert fingerprint(ckpt_dir(tmp_path)) == before and not (ckpt_dir(tmp_path) / "run.lock").exists()
 
 
@@ -268,6 +295,7 @@ def test_a_changed_tokenizer_is_not_called_a_data_order_change():
     assert "set data.tokenizer = 'bpe/tokenizer.json'" in lines[0] and "data order" not in lines[0]
 
 
+@pytest.mark.multirank
 def test_checkpoint_without_a_record_still_refuses_another_shape(tmp_path):
     """An older trainer's checkpoint (no titan-run.json): the parameter names and shapes in
     DCP's index are compared instead; fewer layers used to resume silently, dropping some."""
@@ -304,10 +332,11 @@ def _garble_metadata(step: Path) -> str:
     return ".metadata is unreadable"
 
 
+@pytest.mark.multirank
 @pytest.mark.parametrize("damage", [_truncate_shard, _delete_shard, _delete_metadata, _garble_metadata])
-def test_unreadable_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, damage):
+def test_unreadable_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, damage, reference_run):
     common = FAST + ["training.steps=4", "checkpoint.save_interval=2"]
-    ok(run_trainer(tmp_path, nproc=2, overrides=common))
+    reference_run.copy(tmp_path, nproc=2, overrides=common)   # one run for the four damages
     want = losses(tmp_path)
     why = damage(ckpt_dir(tmp_path) / "step-4")
     proc = ok(run_trainer(tmp_path, nproc=2, overrides=common))
@@ -322,6 +351,7 @@ def test_unreadable_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, d
 
 # ---- NaN / inf ----
 
+@pytest.mark.multirank
 def test_nan_from_an_absurd_lr_stops_at_that_step_and_keeps_the_last_finite_checkpoint(tmp_path):
     import torch
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -350,6 +380,7 @@ def test_nan_from_an_absurd_lr_stops_at_that_step_and_keeps_the_last_finite_chec
     assert steps_in(quiet) == []
 
 
+@pytest.mark.multirank
 def test_fp16_run_whose_loss_scale_collapses_stops_instead_of_halving_in_silence(tmp_path):
     tiny = ["training.seq_len=32", "training.batch_size=2", "model.n_layers=1", "model.d_model=64", "model.n_heads=4",
             "model.n_kv_heads=4", "model.multiple_of=32", "training.steps=40", "optimizer.lr=1e4",
@@ -413,6 +444,7 @@ def test_guard_in_process_fp16_collapse_and_the_first_bad_step():
 
 # ---- --stop-after ----
 
+@pytest.mark.multirank
 def test_stop_after_saves_its_step_even_with_save_interval_0(tmp_path):
     common = FAST + ["training.steps=6", "checkpoint.save_interval=0"]
     ok(run_trainer(tmp_path, nproc=1, overrides=common))
