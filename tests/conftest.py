@@ -12,7 +12,8 @@ switches check that from the outside, in this pytest process:
 What counts as a start is `rank_launch` below: a trainer `run` (the launcher, which starts
 the ranks, or with --nproc 1 the one training process), torchrun, the launcher called from
 `python -c`, a rank the launcher starts in this process, the doctor's `--comm` / `--exact`
-(their worker processes), a test worker script, or torch.multiprocessing.spawn.
+(their worker processes), a test worker script, torch.multiprocessing.spawn, or a spawned
+multiprocessing.Pool (the `--exact` planner's per-stage workers).
 """
 from __future__ import annotations
 
@@ -51,6 +52,18 @@ def rank_launch(args, env=None) -> str | None:
     return None
 
 
+def spawned_workers(target) -> str | None:
+    """What a multiprocessing spawn of `target` starts, if ranks or workers: mp.spawn's ranks,
+    or a multiprocessing.Pool's worker (the `--exact` planner runs each pipeline stage in one).
+    A concurrent.futures pool (prepare-data's tokenizers) is neither."""
+    module = getattr(target, "__module__", "") or ""
+    if module.startswith("torch.multiprocessing"):
+        return "mp.spawn"
+    if module == "multiprocessing.pool":
+        return "mp.pool"
+    return None
+
+
 _current_test = "<collection>"
 
 
@@ -80,9 +93,9 @@ def _install_watch() -> None:
     real_spawn = mpc.SpawnProcess._Popen
 
     def watched_spawn(process_obj):
-        target = getattr(process_obj, "_target", None)
-        if getattr(target, "__module__", "").startswith("torch.multiprocessing"):   # mp.spawn's ranks
-            _record("mp.spawn", repr(getattr(process_obj, "_args", ""))[:200])
+        kind = spawned_workers(getattr(process_obj, "_target", None))
+        if kind:
+            _record(kind, repr(getattr(process_obj, "_args", ""))[:200])
         return real_spawn(process_obj)
 
     mpc.SpawnProcess._Popen = staticmethod(watched_spawn)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import rank_launch
+from tests.conftest import rank_launch, spawned_workers
 from tests.train.conftest import trainer_cmd
 
 
@@ -44,3 +44,14 @@ def test_every_way_the_suite_starts_ranks_is_recognised(argv, env, kind):
 ])
 def test_processes_that_start_no_ranks_are_not_counted(argv, env):
     assert rank_launch(argv, env) is None
+
+
+def test_spawned_ranks_and_pool_workers_are_recognised_but_not_tokenizer_pools():
+    import multiprocessing.pool
+    from concurrent.futures import process
+
+    torch_spawn = pytest.importorskip("torch.multiprocessing.spawn")
+    assert spawned_workers(torch_spawn._wrap) == "mp.spawn"
+    assert spawned_workers(multiprocessing.pool.worker) == "mp.pool"
+    assert spawned_workers(process._process_worker) is None
+    assert spawned_workers(None) is None

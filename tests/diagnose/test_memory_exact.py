@@ -120,6 +120,7 @@ def test_doctor_exact_reports_both_methods():
     assert analytic == pytest.approx(tensors, rel=0.05)
 
 
+@pytest.mark.multirank
 @pytest.mark.parametrize("layers", [4, 14])
 def test_1f1b_micro_batch_extrapolation_matches_running_them_all(layers):
     cfg = tiny(f"model.n_layers={layers}", "distributed.pp_size=2", "distributed.pp_microbatches=8",
