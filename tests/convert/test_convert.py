@@ -153,8 +153,12 @@ def test_existing_destination_needs_force(tmp_path):
     (tmp_path / "out" / "keep").write_text("x")
     p = convert(tmp_path / "w.pt", tmp_path / "out", "--to", "dcp")
     assert p.returncode == 1 and "already exists" in p.stderr and (tmp_path / "out" / "keep").exists()
+    # --force replaces only an earlier dcp output: a folder holding a person's file is refused (issue 18)
     p = convert(tmp_path / "w.pt", tmp_path / "out", "--to", "dcp", "--force")
-    assert p.returncode == 0 and (tmp_path / "out" / ".metadata").is_file() and not (tmp_path / "out" / "keep").exists()
+    assert p.returncode == 1 and "refusing to replace it" in p.stderr and (tmp_path / "out" / "keep").exists()
+    (tmp_path / "out" / "keep").unlink()
+    p = convert(tmp_path / "w.pt", tmp_path / "out", "--to", "dcp", "--force")
+    assert p.returncode == 0 and (tmp_path / "out" / ".metadata").is_file()
 
 
 def test_progress_lines_on_request(tmp_path):

@@ -94,8 +94,10 @@ def test_rerun_of_a_finished_job_writes_a_missing_export_and_keeps_an_existing_o
     assert (export / "model.pt").stat().st_mtime_ns == before
 
     proc = ok(run_trainer(tmp_path, overrides=run + ["checkpoint.export_final=hf"]))
-    assert "exported the final model to" in proc.stdout
-    assert detect.describe(export).format == "hf" and (export / "config.json").is_file()
+    beside = folder / "export-step-2-hf"         # the torch export stays where it was (issue 18)
+    assert f"exported the final model to {beside.relative_to(tmp_path)}" in proc.stdout
+    assert detect.describe(beside).format == "hf" and (beside / "config.json").is_file()
+    assert (export / "model.pt").stat().st_mtime_ns == before
 
 
 # A tiny GQA LLaMA for the pipeline runs: 2 blocks, so pp = 2 puts one block on each stage.

@@ -43,7 +43,11 @@ def test_partial_checkpoint_is_ignored_and_finished_run_does_nothing(tmp_path, r
     assert "resumed from" in proc.stdout and "(step 2)" in proc.stdout
     assert "nothing to train" in proc.stdout
     assert not partial.exists()
-    assert sorted(p.name for p in folder.iterdir()) == ["step-2"]
+    # set aside with a line, never deleted unseen (issue 18)
+    assert ("[titan-train] step-9.tmp is an incomplete save (a crash during the write): moved to step-9.incomplete, "
+            "never resumed from") in proc.stdout
+    assert sorted(p.name for p in folder.iterdir()) == ["step-2", "step-9.incomplete"]
+    assert (folder / "step-9.incomplete" / "__0_0.distcp").read_bytes() == b"half-written"
 
 
 def test_resume_on_a_different_mesh_reshards(tmp_path):

@@ -96,7 +96,9 @@ def test_kill9_mid_save_names_the_rank_and_rerun_resumes_the_last_complete_step(
 
     resumed = ok(run_trainer(tmp_path, nproc=2, overrides=COMMON + ckpt))
     assert "resumed from outputs/llama_debug/checkpoints/step-2 (step 2)" in resumed.stdout
-    assert checkpoints(tmp_path) == ["step-2", "step-4", "step-6"]
+    # the incomplete step-4.tmp is set aside with a line, not deleted unseen (issue 18)
+    assert "step-4.tmp is an incomplete save (a crash during the write): moved to step-4.incomplete" in resumed.stdout
+    assert checkpoints(tmp_path) == ["step-2", "step-4", "step-4.incomplete", "step-6"]
     assert not (logs / "launcher_node0.log").exists()      # the old verdict is not left for the doctor
     assert_same_losses(losses(tmp_path), reference, range(3, STEPS + 1))
 

@@ -28,7 +28,7 @@ import signal
 import time
 
 ENV = "TITAN_TRAIN_FAULT"
-KINDS = ("hang", "kill", "raise", "term", "stop", "kill_in_save", "slow_save", "kill_before_rename", "kill_after_rename")
+KINDS = ("hang", "kill", "raise", "term", "kill_in_save", "slow_save", "kill_before_rename", "kill_after_rename", "stop")
 # where a kind is injected; the others at the start of a step
 SITES = {"kill_in_save": "save", "slow_save": "save", "kill_before_rename": "written",
          "kill_after_rename": "renamed"}
