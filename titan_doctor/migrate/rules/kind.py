@@ -34,6 +34,22 @@ SCRIPT_LINES = "lines"
 REWRITERS = (PYTHON_CODE, SCRIPT_LINES)
 
 
+class _Blank(dict):
+    def __missing__(self, key: str) -> str:
+        return "..."
+
+
+def fill(template: str, **values: object) -> str:
+    """A rule message with its {placeholders} filled; unknown ones read "..." instead of
+    raising (a user rule may name a placeholder this kind does not provide)."""
+    return template.format_map(_Blank(values))
+
+
+def describe_plain(rule: Rule) -> str:
+    return fill(rule.message, old=getattr(rule, "old", "...") or "...",
+                new=getattr(rule, "new", "...") or "...", version="").strip()
+
+
 @dataclass(frozen=True, kw_only=True)
 class Rule:
     """Keys every rule has."""
@@ -66,7 +82,7 @@ class Kind:
     markers: Callable[[Rule], tuple[str, ...]] = lambda rule: ()  # words a file must all contain
     line: Callable[[Rule], list[str]] | None = None      # regex alternatives a matching line
     #                                                      spells (default: a marker word)
-    describe: Callable[[Rule], str] = lambda rule: describe_plain(rule)   # --list-rules, SARIF
+    describe: Callable[[Rule], str] = describe_plain      # --list-rules, SARIF
     check: Callable[[Rule], list[str]] = lambda rule: []  # more load-time checks, one line each
     valid: tuple[Example, ...] = ()
     invalid: tuple[Example, ...] = ()
@@ -111,23 +127,7 @@ class Family:
         return tuple(w for w, piece in ((PYTHON_CODE, self.python), (SCRIPT_LINES, self.lines)) if piece)
 
 
-# -- what kinds build theirs from ---------------------------------------------------------
-class _Blank(dict):
-    def __missing__(self, key: str) -> str:
-        return "..."
-
-
-def fill(template: str, **values: object) -> str:
-    """A rule message with its {placeholders} filled; unknown ones read "..." instead of
-    raising (a user rule may name a placeholder this kind does not provide)."""
-    return template.format_map(_Blank(values))
-
-
-def describe_plain(rule: Rule) -> str:
-    return fill(rule.message, old=getattr(rule, "old", "...") or "...",
-                new=getattr(rule, "new", "...") or "...", version="").strip()
-
-
+# -- what kind modules build theirs from --------------------------------------------------
 def name_words(qname: str) -> tuple[str, ...]:
     """The markers of a rule about a qualified name: a reference to a.b.c spells every
     component somewhere (the import names the bound prefix, `import a.b as x` /
