@@ -16,6 +16,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Packages whose __init__ is only a docstring (the layer picture): nothing to place.
+PACKAGE_DOCS = {"titan_doctor.migrate"}
+
 # Bottom layer first. A unit is a subpackage or module; a module belongs to the unit with the
 # longest matching name. The package's own __init__ (its version) is importable from anywhere.
 LAYERS = {
@@ -33,7 +36,15 @@ LAYERS = {
     ],
     "titan_doctor": [
         ["titan_doctor.findings"],
-        ["titan_doctor.migrate"],
+        # the codemod's own layers (titan_doctor/migrate/__init__.py draws them)
+        ["titan_doctor.migrate.cstutil", "titan_doctor.migrate.suppress", "titan_doctor.migrate.npu_api"],
+        ["titan_doctor.migrate.context"],
+        ["titan_doctor.migrate.walk"],
+        ["titan_doctor.migrate.rules"],
+        ["titan_doctor.migrate.python", "titan_doctor.migrate.text"],
+        ["titan_doctor.migrate.notebook"],
+        ["titan_doctor.migrate.engine"],
+        ["titan_doctor.migrate.command"],
         # diagnose reads migrate's env-var rules (distributed_env: the NCCL -> HCCL names)
         ["titan_doctor.diagnose", "titan_doctor.convert"],
         ["titan_doctor.cli"],
@@ -129,7 +140,7 @@ def _layer_violations(package: str) -> tuple[list[str], list[str]]:
     tiers, unplaced, wrong = LAYERS[package], [], []
     for path in sorted((REPO / package).rglob("*.py")):
         name = _module_name(path)
-        if name == package:
+        if name == package or name in PACKAGE_DOCS:
             continue
         here = _unit(name, tiers)
         if here is None:

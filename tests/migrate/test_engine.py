@@ -120,7 +120,7 @@ def test_json_output_is_parsed_again(tmp_path, monkeypatch):
 
 
 def test_toml_device_and_backend_keys_rewritten_and_parsed_again(tmp_path):
-    import tomllib
+    tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
     data = b'[training]\ndevice = "cuda:0"\ndevice_map = "cuda"\n[comm]\nbackend = "nccl"\n'
     res = _process(tmp_path, "job.toml", data)
     assert tomllib.loads(res.new.decode()) == {"training": {"device": "npu:0", "device_map": "cuda"},

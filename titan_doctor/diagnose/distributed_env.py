@@ -180,8 +180,8 @@ def largest_device_mb() -> int:
 
 def _bytes_not_mb(r: dict, value: int) -> Finding:
     """A MB value larger than any card's memory can only be a byte count (NCCL_BUFFSIZE's
-    unit); what it is in MB is migrate's conversion (envvalues.convert_to)."""
-    from titan_doctor.migrate.envvalues import convert_to
+    unit); what it is in MB is migrate's conversion (rules/kinds/env_values.convert_to)."""
+    from titan_doctor.migrate.rules.kinds.env_values import convert_to
     from titan_doctor.migrate.rules import builtin_rules
 
     change = convert_to(builtin_rules(), r["name"], str(value))
@@ -264,7 +264,7 @@ def _is_leftover(name: str, rules) -> bool:
 def check_leftovers(env: Mapping[str, str], on_npu: bool) -> list[Finding]:
     """NCCL_* / CUDA_* settings do nothing on Ascend; name the variable that does and its
     value. Names and value conversions are migrate's (rules/migrate/env.toml through
-    envvalues.convert_env): the advice here is what `migrate` would write."""
+    rules/kinds/env_values.convert_env): the advice here is what `migrate` would write."""
     candidates = [k for k in env if "CUDA" in k or "NCCL" in k]
     found = []
     if candidates:  # the migrate rules are loaded only when something could match
@@ -288,7 +288,7 @@ def check_leftovers(env: Mapping[str, str], on_npu: bool) -> list[Finding]:
 def translate(rules, name: str, value: str) -> tuple[str, str | None, str]:
     """(the Ascend variable or "", its value or None when a person must choose it, the fix)
     for one NCCL/CUDA variable set to `value`, by migrate's env mapping."""
-    from titan_doctor.migrate.envvalues import convert_env
+    from titan_doctor.migrate.rules.kinds.env_values import convert_env
 
     change = convert_env(rules, name, value)
     rule = change.rule if change is not None else None

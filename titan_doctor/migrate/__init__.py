@@ -17,12 +17,10 @@ Imports inside functions count too (command.py defers its imports, downwards onl
                                     module per family of kinds: schema, checks,
                                     examples, RuleSet fields, derive, pieces) <
                                     registry (the one list, in walk order) < load
-    5  python/, text/, envvalues    one Python file (statement skipping, kernel-gate and
+    5  python/, text/               one Python file (statement skipping, kernel-gate and
                                     device-flow scans, the walk from the registry,
                                     import torch_npu); one script or config, line by
-                                    line; envvalues re-exports the env-value conversion
-                                    for titan-doctor diagnose. Siblings: neither imports
-                                    another
+                                    line. Siblings: neither imports the other
     6  notebook/                    .ipynb: code cells through python/, shell lines
                                     through text/
     7  engine/                      file kinds, discovery (git ignores), the per-file

@@ -3,9 +3,13 @@ rewrite: the names the line rewriter (lines.py) reads, and JSON / TOML re-parsed
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import PurePath
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 TEXT_SUFFIXES = {".sh", ".bash", ".zsh", ".env", ".yaml", ".yml", ".toml", ".cfg", ".ini",
                  ".json", ".sbatch", ".slurm"}

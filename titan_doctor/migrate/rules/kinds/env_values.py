@@ -7,7 +7,7 @@ value converts (rules/migrate/env.toml, `value`); this module applies it to one 
 value, or says what a person must do when the value is not a literal the tool can see.
 Both pieces of the env family (env.py) call it: EnvVars in Python (os.environ, dicts,
 setdefault, putenv) and the script-line piece (launch scripts, configs); so does
-`titan-doctor diagnose` (distributed_env.py, through titan_doctor/migrate/envvalues.py)
+`titan-doctor diagnose` (distributed_env.py)
 for the NCCL/CUDA variables it finds in a live environment: one mapping, one conversion,
 whichever tool reads the value.
 """
