@@ -27,8 +27,8 @@ def measure(mode: str, every: int, seq_len: int, batch: int, layers: int, steps:
     import torch
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    from titan_train.config import job as config
     from titan_train.build import build
+    from titan_train.config import job as config
     from titan_train.config.parallel_dims import ParallelDims
     from titan_train.step import train_step
 

@@ -63,7 +63,7 @@ def sparse_safetensors(path: Path, tensors: dict[str, tuple[int, ...]], dtype: s
 
 def make_hf(folder: Path) -> int:
     sys.path.insert(0, str(REPO))
-    from titan_train.checkpoint.formats.naming import ours_to_hf   # torch-free
+    from titan_train.checkpoint.formats.naming import ours_to_hf  # torch-free
 
     folder.mkdir(parents=True)
     names = {ours_to_hf(k)[0]: v for k, v in llama7b_shapes().items()}
@@ -85,8 +85,13 @@ def make_dcp(folder: Path) -> None:
     """A 2-rank DCP save of weights (bf16) + AdamW moments (fp32), each tensor split by rows."""
     import torch
     from torch.distributed.checkpoint.filesystem import _StorageInfo
-    from torch.distributed.checkpoint.metadata import (ChunkStorageMetadata, Metadata, MetadataIndex,
-                                                       TensorProperties, TensorStorageMetadata)
+    from torch.distributed.checkpoint.metadata import (
+        ChunkStorageMetadata,
+        Metadata,
+        MetadataIndex,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
 
     folder.mkdir(parents=True)
     entries = {}
@@ -135,8 +140,8 @@ def make_dense(root: Path, megabytes: int) -> None:
     import torch
 
     sys.path.insert(0, str(REPO))
-    from titan_train.models.llama import Transformer
     from titan_train.config.model_args import ModelArgs
+    from titan_train.models.llama import Transformer
 
     per_layer = 4 * 1024 * 1024 + 3 * 1024 * 2816   # attention + SwiGLU (d 1024, ffn 2816)
     layers = max(1, round((megabytes * 2**20 / 4 - 2 * 8192 * 1024) / per_layer))

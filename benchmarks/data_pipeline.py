@@ -62,7 +62,8 @@ def encoder_alone(src: Path, tokenizer: str, megabytes: float = 20) -> float:
     """MB per CPU-second of the tokenizer's batch encoder (ids included) on the first
     `megabytes` of `src`, one thread; reading and JSON are done before the clock starts."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # before the encoder's first use in this process
-    from titan_train.data import corpus, stream as data
+    from titan_train.data import corpus
+    from titan_train.data import stream as data
 
     tok, files = data.load_tokenizer(tokenizer), [src]
     texts, nbytes = [], 0

@@ -52,9 +52,9 @@ def one_rank(cfg, world: int, method: str) -> tuple[int, int, float, float]:
     from torch.distributed._tools.mem_tracker import MemTracker
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from titan_train.models.llama import Transformer
-    from titan_train.distributed.parallelize import apply_fsdp
     from titan_train.config.parallel_dims import ParallelDims
+    from titan_train.distributed.parallelize import apply_fsdp
+    from titan_train.models.llama import Transformer
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     try:

@@ -64,8 +64,8 @@ def accuracy(rows) -> None:
     from tabulate import tabulate
 
     from titan_doctor.diagnose.memory_exact import exact_peaks, measured_peaks
-    from titan_train.memory import estimate as me
     from titan_train.config.job import load, validate
+    from titan_train.memory import estimate as me
 
     table, worst_exact, worst_analytic = [], 0.0, 0.0
     for world, name, overrides in rows:
@@ -90,8 +90,8 @@ def accuracy(rows) -> None:
 
 
 def speed() -> None:
-    from titan_train.memory import estimate as me
     from titan_train.config.job import load
+    from titan_train.memory import estimate as me
 
     print("analytic estimate, after imports (best of 20):")
     for name, world in (("llama_7b", 8), ("llama_13b", 16), ("llama_70b", 64), ("llama_70b_long", 64)):
@@ -99,7 +99,7 @@ def speed() -> None:
         if not path.exists():
             continue
         cfg = load(path)
-        best = min(_timed(lambda: me.estimate(me.layout(cfg, world, "hccl"))) for _ in range(20))
+        best = min(_timed(lambda cfg=cfg, world=world: me.estimate(me.layout(cfg, world, "hccl"))) for _ in range(20))
         print(f"  {name} at world {world}: {best * 1000:.1f} ms")
     print("--exact, llama_70b at world 64 (tp 8), in a subprocess:")
     start = time.perf_counter()

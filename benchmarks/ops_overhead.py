@@ -39,16 +39,14 @@ def worker(opts: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from titan_train.config import job as config
-
-    from titan_train.runtime import device, finite_guard, profiling, signals
-
-    from titan_train.components import metrics
     from titan_train.build import build
+    from titan_train.components import metrics
+    from titan_train.config import job as config
     from titan_train.config.parallel_dims import ParallelDims
+    from titan_train.runtime import device, finite_guard, profiling, signals
     from titan_train.runtime.profiling import span
-    from titan_train.step import train_step
     from titan_train.runtime.watchdog import Watchdog
+    from titan_train.step import train_step
 
     rank = int(os.environ["RANK"])
     dist.init_process_group("gloo")

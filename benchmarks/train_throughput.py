@@ -85,8 +85,8 @@ def main() -> None:
     import torch
     from tabulate import tabulate
 
-    from titan_train.config import job as config
     from titan_train.components.metrics import measure_matmul_flops
+    from titan_train.config import job as config
     from titan_train.config.model_args import flops_per_token
 
     fpt = flops_per_token(config.load(REPO / "configs" / "llama_debug.toml").model, a.seq_len)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from titan_train.models.llama import Transformer
 from titan_train.config.model_args import ModelArgs
+from titan_train.models.llama import Transformer
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ModelArgs(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, multiple_of=16, max_seq_len=16)

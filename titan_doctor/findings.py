@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 
 class Status(str, Enum):

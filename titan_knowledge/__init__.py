@@ -91,7 +91,7 @@ SCHEMAS: dict[tuple[str, str], type] = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load(name: str) -> dict[str, Any]:
     """rules/<name>.toml as a dict, every [[table]] entry checked against its schema
     (SCHEMAS, else a `source` is required) and its source expanded (cached: every caller

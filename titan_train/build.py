@@ -9,8 +9,8 @@ a fake process group, so nothing here reads values back to the host.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -18,15 +18,14 @@ from torch import nn
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.distributed.device_mesh import DeviceMesh
 
-from titan_train.models import kernels
-
-from titan_train.distributed import pipeline
+from titan_train.components.optim import LossScaler, OptimizerParts, Schedulers, lr_lambda
 from titan_train.config.job import JobConfig, pipeline_microbatches, pipeline_stages
+from titan_train.config.parallel_dims import ParallelDims, stage_layers
+from titan_train.distributed import pipeline
+from titan_train.distributed.parallelize import Precision, parallelize, precision_plan
+from titan_train.models import kernels
 from titan_train.models.kernels import Kernels
 from titan_train.models.llama import Transformer
-from titan_train.components.optim import LossScaler, OptimizerParts, Schedulers, lr_lambda
-from titan_train.distributed.parallelize import Precision, parallelize, precision_plan
-from titan_train.config.parallel_dims import ParallelDims, stage_layers
 from titan_train.step import eager_forward_backward
 
 

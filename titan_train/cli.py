@@ -13,9 +13,9 @@ import click
 
 from titan_train import __version__
 from titan_train.config import job as config_mod
+from titan_train.config.paths import resolve_config
 from titan_train.runtime.device import disable_backend_autoload
 from titan_train.runtime.finite_guard import EXIT_NON_FINITE, NonFinite
-from titan_train.config.paths import resolve_config
 from titan_train.runtime.signals import EXIT_SIGINT, Stopped
 
 EXIT_USAGE = 2
@@ -241,9 +241,9 @@ def _progress(total: int, label: str):
 
 def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None) -> None:
     """Everything a user can get wrong is checked here, before any rank starts."""
+    from titan_train.checkpoint import initial_load
     from titan_train.data import stream as data
     from titan_train.runtime import device
-    from titan_train.checkpoint import initial_load
 
     config_mod.validate(cfg, opts.world_size)
     dev = device.select(cfg.distributed.backend, device.probe())
@@ -261,9 +261,9 @@ def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None)
 
 def _check_memory(cfg, opts, dev, ignore_memory: bool, config_ref=None) -> None:
     """Refuse a job whose analytic memory estimate is clearly over what a rank has."""
-    from titan_train.runtime import device
     from titan_train.memory import remedies as mr
     from titan_train.memory.estimate import hccl_buffsize_mb
+    from titan_train.runtime import device
 
     memory, source = device.memory_per_rank(dev, opts.nproc)
     target = mr.Target(opts.world_size, memory, dev.backend, accelerator=dev.type != "cpu",
@@ -309,11 +309,11 @@ def _user_message(e: Exception) -> str:
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
+    from titan_train.checkpoint import lineage, resume_compare, run_lock
+    from titan_train.checkpoint.formats import CheckpointError
+    from titan_train.components import metrics
     from titan_train.data import stream as data
     from titan_train.runtime import device, launch
-    from titan_train.checkpoint import lineage, resume_compare, run_lock
-    from titan_train.components import metrics
-    from titan_train.checkpoint.formats import CheckpointError
 
     return (config_mod.ConfigError, device.DeviceError, data.DataError, CheckpointError, metrics.MissingExtra,
             launch.LaunchError, run_lock.FolderLocked, lineage.FolderInUse, resume_compare.ShapeChanged, _UserError)

@@ -16,19 +16,16 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from titan_train.data import stream as data
-
-from titan_train.runtime import device, finite_guard, profiling, signals, watchdog
-
-from titan_train.components import metrics
-from titan_train.distributed import same_job
-
-from titan_train.checkpoint import run_lock
 from titan_train.build import build
+from titan_train.checkpoint import run_lock
 from titan_train.checkpoint.manager import Checkpointer, train_states
+from titan_train.components import metrics
 from titan_train.config.job import JobConfig, advisories, pipeline_microbatches, run_dir, to_dict, validate
 from titan_train.config.model_args import count_params, flops_per_token
 from titan_train.config.parallel_dims import ParallelDims
+from titan_train.data import stream as data
+from titan_train.distributed import same_job
+from titan_train.runtime import device, finite_guard, profiling, signals, watchdog
 from titan_train.runtime.profiling import span
 from titan_train.step import Progress, train_step
 

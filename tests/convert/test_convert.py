@@ -16,8 +16,7 @@ import torch
 from titan_train.checkpoint.formats import CheckpointError, detect
 from titan_train.checkpoint.formats.safetensors_io import read_header
 
-from ..checkpoints import (REPO, TINY, hf_state_dict, malicious_torch_file, weights, write_meta,
-                           write_trainer_dcp)
+from ..checkpoints import REPO, TINY, hf_state_dict, malicious_torch_file, weights, write_meta, write_trainer_dcp
 
 safetensors = pytest.importorskip("safetensors")
 from safetensors.torch import load_file  # noqa: E402

@@ -7,8 +7,15 @@ import torch
 
 from titan_train.config.model_args import ModelArgs
 
-from ..checkpoints import (imports_torch, malicious_metadata, malicious_torch_file, weights, write_deepspeed,
-                           write_hf, write_trainer_dcp)
+from ..checkpoints import (
+    imports_torch,
+    malicious_metadata,
+    malicious_torch_file,
+    weights,
+    write_deepspeed,
+    write_hf,
+    write_trainer_dcp,
+)
 from .conftest import run_cli, run_json
 
 pytest.importorskip("safetensors")
@@ -179,7 +186,6 @@ def test_rope_scaling_declared_by_the_checkpoint_is_a_warning(tmp_path, fmt):
 def test_pointing_at_one_shard_config_json_or_an_empty_folder(tmp_path):
     """What users pass by mistake: one shard of an HF sharded save (half a model alone), the
     folder's config.json, a tokenizer file, an empty folder: each gets the whole truth or a fix."""
-    import json
 
     sd = weights()
     write_hf(tmp_path / "hf", sd, shards=2)
@@ -221,7 +227,7 @@ def test_weights_the_llama_has_no_place_for_are_never_dropped_silently(tmp_path)
     from titan_train.checkpoint.formats import CheckpointError
     from titan_train.checkpoint.initial_load import open_checked
 
-    from ..checkpoints import TINY, REPO
+    from ..checkpoints import REPO, TINY
     write_hf(tmp_path / "qwen", weights())
     sd = load_file(str(tmp_path / "qwen" / "model.safetensors"))
     for i in range(2):

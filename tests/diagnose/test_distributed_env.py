@@ -167,8 +167,8 @@ def test_port_of_a_remote_rank0_is_not_bind_tested(busy_port):
 def test_leftover_advice_is_migrates_env_mapping():
     """One source of truth: every NCCL/CUDA variable migrate renames gets the same name
     here, and a value migrate converts gets the same value."""
-    from titan_doctor.migrate.rules.kinds.env_values import convert_env
     from titan_doctor.migrate.rules import builtin_rules
+    from titan_doctor.migrate.rules.kinds.env_values import convert_env
 
     rules = builtin_rules()
     renamed = [r for r in rules.env.values() if r.new]

@@ -8,9 +8,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from titan_doctor.diagnose import memory_exact as mx  # noqa: E402
-from titan_train.memory import estimate as me  # noqa: E402
 from titan_train.config.job import load, validate  # noqa: E402
 from titan_train.config.paths import configs_dir  # noqa: E402
+from titan_train.memory import estimate as me  # noqa: E402
 
 from .conftest import run_json  # noqa: E402
 
@@ -31,7 +31,8 @@ def test_the_planner_runs_the_functions_the_trainer_loop_runs():
 
 
 def test_a_change_to_the_trainers_step_or_build_changes_the_plan(monkeypatch):
-    from titan_train import build as build_mod, step as step_mod
+    from titan_train import build as build_mod
+    from titan_train import step as step_mod
 
     cfg = tiny("model.n_layers=2")
     before = mx.exact_peaks(cfg, 2)[0].peak_bytes

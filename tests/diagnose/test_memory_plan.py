@@ -109,8 +109,8 @@ def test_cards_come_from_devices_toml():
 def test_a_torchtitan_toml_is_planned_as_titan_train_run_would_convert_it(tmp_path):
     """torchtitan's published figures come with torchtitan TOMLs; the plan reads them as
     `titan-train run` does (it said "model.name = 'llama3' is not valid")."""
-    from titan_train.memory import estimate as me
     from titan_train.config.torchtitan import load_either
+    from titan_train.memory import estimate as me
 
     path = tmp_path / "llama3_8b.toml"
     path.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\nseq_len = 8192\n'

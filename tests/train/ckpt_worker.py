@@ -28,9 +28,9 @@ import torch.nn.functional as F
 
 from titan_train.build import build as build_parts
 from titan_train.config.job import JobConfig, OptimizerConfig, TrainingConfig
-from titan_train.models.llama import Transformer, TransformerBlock
 from titan_train.config.model_args import ModelArgs
 from titan_train.config.parallel_dims import ParallelDims
+from titan_train.models.llama import Transformer, TransformerBlock
 
 ARGS = ModelArgs(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, multiple_of=16, max_seq_len=16)
 SEED = 7
@@ -77,7 +77,8 @@ def full_weights(parts) -> dict[str, torch.Tensor]:
 
 
 def fsdp1(out: Path) -> None:
-    from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel as FSDP, StateDictType
+    from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
     rank = dist.get_rank()

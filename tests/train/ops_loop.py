@@ -19,9 +19,9 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from titan_train.runtime import device, signals  # noqa: E402
 from titan_train.config.job import ProfilingConfig, WatchdogConfig  # noqa: E402
 from titan_train.models.llama import ModelArgs, Transformer  # noqa: E402
+from titan_train.runtime import device, signals  # noqa: E402
 from titan_train.runtime.profiling import Profiler, span  # noqa: E402
 from titan_train.runtime.watchdog import Watchdog  # noqa: E402
 

@@ -10,13 +10,25 @@ import pytest
 import torch
 
 from titan_train.checkpoint.formats import CheckpointError, UnsafeCheckpoint, dcp_io, detect, fit, naming, pickles
-from titan_train.checkpoint.initial_load import load_initial
 from titan_train.checkpoint.formats.sources import Source
-from titan_train.models.llama import Attention, Transformer, rope_tables
+from titan_train.checkpoint.initial_load import load_initial
 from titan_train.config.model_args import ModelArgs, count_params
+from titan_train.models.llama import Attention, Transformer, rope_tables
 
-from ..checkpoints import (TINY, hf_permute, hf_state_dict, imports_torch, malicious_metadata, malicious_torch_file,
-                           runs_code_when_loaded, weights, write_deepspeed, write_hf, write_meta, write_trainer_dcp)
+from ..checkpoints import (
+    TINY,
+    hf_permute,
+    hf_state_dict,
+    imports_torch,
+    malicious_metadata,
+    malicious_torch_file,
+    runs_code_when_loaded,
+    weights,
+    write_deepspeed,
+    write_hf,
+    write_meta,
+    write_trainer_dcp,
+)
 
 pytest.importorskip("safetensors")
 N_PARAMS = count_params(TINY)["total"]
@@ -354,6 +366,7 @@ def test_malicious_entry_inside_a_dcp_shard_is_refused(tmp_path):
     import torch.distributed.checkpoint as dcp
 
     from titan_train.checkpoint.formats import dcp_io
+
     from ..checkpoints import Payload
 
     marker = tmp_path / "pwned"

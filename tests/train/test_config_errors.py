@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from titan_train.config import job as config
 from titan_train.cli import main
+from titan_train.config import job as config
 
 from .conftest import REPO, trainer_env
 

@@ -7,7 +7,8 @@ import typing
 
 import pytest
 
-from titan_train.config import job as config, reference as config_reference
+from titan_train.config import job as config
+from titan_train.config import reference as config_reference
 from titan_train.config.fields import Range, range_error
 
 from .conftest import REPO
@@ -73,7 +74,7 @@ def test_the_readme_config_reference_is_up_to_date():
 
 def test_the_reference_lists_every_key_with_its_range_and_check_mode_catches_drift(tmp_path):
     table = config_reference.reference()
-    for (section, name), f in config.FIELDS.items():
+    for (_section, name), f in config.FIELDS.items():
         assert f"| `{f.metadata.get('toml_key') or name}` |" in table
     assert "| `norm_eps` | `1e-05` | in (0, 1) | RMSNorm epsilon |" in table
     assert "| `async` | false |" in table  # the TOML key, not the Python field name

@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from titan_train.data import corpus, stream as data
+from titan_train.data import corpus
+from titan_train.data import stream as data
 
 from .conftest import TINYSHAKESPEARE, TOKENIZER_2K, needs_tokenizer_2k
-
 
 
 def test_builtin_corpus_is_deterministic_and_byte_tokenized():

@@ -12,7 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from titan_train.data import corpus, stream as data
+from titan_train.data import corpus
+from titan_train.data import stream as data
 
 from .conftest import REPO, run_in_process, run_trainer, trainer_env
 

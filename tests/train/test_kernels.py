@@ -201,7 +201,7 @@ def test_whole_model_on_npu_kernels_matches_the_reference(npu):
     tokens = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(4))
     logits = [m(tokens) for m in models]
     torch.testing.assert_close(logits[1], logits[0])
-    for m, out in zip(models, logits):
+    for _model, out in zip(models, logits):
         out.logsumexp(-1).sum().backward()
     for (name, a), (_, b) in zip(models[0].named_parameters(), models[1].named_parameters()):
         torch.testing.assert_close(b.grad, a.grad, msg=name)
@@ -214,8 +214,8 @@ def test_build_chooses_the_kernels_once_for_every_stage_and_the_fake_tensor_buil
     build) the same happens, and a step traces through the NPU adapters."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from titan_train.config import job as config
     from titan_train.build import build
+    from titan_train.config import job as config
     from titan_train.config.parallel_dims import ParallelDims
     from titan_train.step import train_step
 

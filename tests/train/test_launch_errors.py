@@ -13,7 +13,7 @@ import pytest
 
 from titan_train.runtime import launch
 
-from .conftest import FAST, REPO, run_trainer, trainer_cmd, trainer_env
+from .conftest import FAST, run_trainer, trainer_cmd, trainer_env
 
 
 @pytest.fixture

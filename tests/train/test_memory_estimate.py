@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from titan_train.memory import estimate as me
 from titan_train.config.job import JobConfig, load, validate
 from titan_train.config.paths import configs_dir
+from titan_train.memory import estimate as me
 
 # A model small enough to build and run forward in a second under FakeTensorMode, with a
 # vocabulary that does not divide by 4 (FSDP padding) and a SwiGLU width unlike d.

@@ -8,13 +8,11 @@ import sys
 import pytest
 
 from titan_train import cli
-
-from titan_train.runtime import device
-
-from titan_train.memory import remedies as mr
 from titan_train.config.job import load
-from titan_train.runtime.launch import LaunchOptions
 from titan_train.config.paths import configs_dir
+from titan_train.memory import remedies as mr
+from titan_train.runtime import device
+from titan_train.runtime.launch import LaunchOptions
 
 from .conftest import REPO, trainer_env
 

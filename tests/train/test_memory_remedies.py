@@ -7,9 +7,10 @@ import dataclasses
 
 import pytest
 
-from titan_train.memory import estimate as me, remedies as mr
 from titan_train.config.job import load, validate
 from titan_train.config.paths import configs_dir
+from titan_train.memory import estimate as me
+from titan_train.memory import remedies as mr
 
 GiB = 2 ** 30
 CARD = int(60.96 * GiB)

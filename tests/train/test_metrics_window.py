@@ -8,10 +8,9 @@ import json
 import pytest
 import torch
 
-from titan_train.runtime import device
-
 from titan_train.components import metrics
 from titan_train.config.parallel_dims import ParallelDims
+from titan_train.runtime import device
 from titan_train.step import StepStats
 
 from .conftest import FAST, ok, run_trainer

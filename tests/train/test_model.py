@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 
 from titan_train.config import job as config
-from titan_train.models.llama import Transformer
 from titan_train.config.model_args import ModelArgs, count_params, flops_per_token
+from titan_train.models.llama import Transformer
 
 from .conftest import REPO
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 import types
 
-from titan_train.runtime import device, profiling
 from titan_train.config.job import ProfilingConfig
+from titan_train.runtime import device, profiling
 
 
 def test_span_only_names_the_phase_when_not_profiling():

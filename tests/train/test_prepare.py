@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from titan_train.data import corpus, prepare, stream as data, token_folder
 from titan_train.cli import main
+from titan_train.data import corpus, prepare, token_folder
+from titan_train.data import stream as data
 
 from .conftest import REPO, TOKENIZER_2K, needs_tokenizer_2k, trainer_env
 

@@ -72,7 +72,8 @@ def test_resume_on_a_different_mesh_reshards(tmp_path):
 def test_resume_is_exact_on_a_prepared_folder_and_matches_the_raw_file(tmp_path, layout, extra):
     """2 ranks on the memory-mapped path, stopped and resumed, give the losses of one
     uninterrupted run of the same layout on the same corpus tokenized in memory."""
-    from titan_train.data import prepare, stream as data
+    from titan_train.data import prepare
+    from titan_train.data import stream as data
 
     corpus_file = tmp_path / "corpus.jsonl"
     corpus_file.write_text("".join(json.dumps({"text": d}) + "\n" for d in list(data.builtin_documents())[:400]))

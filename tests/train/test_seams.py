@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from titan_train.config import job as config
 from titan_train.build import build
+from titan_train.config import job as config
 from titan_train.config.parallel_dims import ParallelDims
 from titan_train.step import train_step
 

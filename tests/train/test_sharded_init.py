@@ -43,9 +43,9 @@ def _init_one_rank_of(world: int, fake_world) -> tuple[int, int, float]:
     built on meta and materialized, as the trainer does."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    from titan_train.models.llama import Transformer
-    from titan_train.distributed.parallelize import apply_fsdp
     from titan_train.config.parallel_dims import ParallelDims
+    from titan_train.distributed.parallelize import apply_fsdp
+    from titan_train.models.llama import Transformer
 
     fake_world(world)
     cfg = config.load(REPO / "configs" / "llama_70b.toml", ["model.n_layers=1"])

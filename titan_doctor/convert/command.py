@@ -101,8 +101,8 @@ def convert(src, dst, target, config_file, dtype, model_only, max_shard, force, 
 
 def _check_config(spec: str) -> None:
     """A --config that cannot be read is a usage error (exit 2), as in `diagnose --config`."""
-    from titan_train.config.paths import resolve_config
     from titan_train.config.job import ConfigError, load
+    from titan_train.config.paths import resolve_config
 
     try:
         load(resolve_config(spec))

@@ -19,8 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     warnings.filterwarnings("ignore")
 
-    from titan_train.config.paths import resolve_config
     from titan_train.config.job import ConfigError
+    from titan_train.config.paths import resolve_config
     from titan_train.config.torchtitan import load_either
 
     try:

@@ -12,9 +12,9 @@ newest installed: a newer toolkit that `latest` does not point at is not used.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from titan_doctor.findings import Finding, Status
 
@@ -184,8 +184,8 @@ def check_cann(inst: AscendInstall, min_cann: str, want_npu: bool) -> list[Findi
         status = Status.FAIL if want_npu else Status.INFO
         return [Finding("ascend.cann", status, f"CANN toolkit not found (looked in {roots} and $ASCEND_HOME_PATH)",
                         detail=detail,
-                        fix="Install the CANN toolkit (>= %s) from https://www.hiascend.com/cann, or pass "
-                            "--ascend-root DIR if it lives elsewhere" % min_cann if want_npu else "",
+                        fix=f"Install the CANN toolkit (>= {min_cann}) from https://www.hiascend.com/cann, or pass "
+                            "--ascend-root DIR if it lives elsewhere" if want_npu else "",
                         data={"installs": [str(c.home) for c in inst.cann]})]
     others = [c for c in inst.cann if c.version and c is not cur]
     why = (f"{cur.from_env} points at it" if cur.from_env else

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from titan_doctor.diagnose import signatures
 from titan_doctor.diagnose.distributed_env import DEFAULT_PORT, check_master, port_free

@@ -8,8 +8,7 @@ from pathlib import Path
 import click
 
 import titan_knowledge as knowledge
-from titan_doctor.findings import (EXIT_USAGE, exit_code, render_checks, summary_line, to_checks_json,
-                                   use_unicode)
+from titan_doctor.findings import EXIT_USAGE, exit_code, render_checks, summary_line, to_checks_json, use_unicode
 
 HELP = """Check an Ascend (or CUDA/CPU) host for a titan-npu training run, and explain crash logs.
 
@@ -172,8 +171,8 @@ def _memory_plan(config_spec, world_size, device_name, device_memory, overrides,
 def _checkpoint_config(config_spec: str, overrides, debug: bool):
     """--config with --checkpoint: the trainer config to compare against; a bad one is a
     usage error (exit 2), as it is for the memory plan."""
-    from titan_train.config.paths import resolve_config
     from titan_train.config.job import ConfigError, load
+    from titan_train.config.paths import resolve_config
 
     try:
         return load(resolve_config(config_spec), list(overrides))

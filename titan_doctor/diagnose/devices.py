@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from titan_doctor.findings import Finding, Status
 from titan_train.runtime import device as tdevice

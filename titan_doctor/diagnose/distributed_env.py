@@ -12,8 +12,8 @@ import re
 import shutil
 import socket
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import titan_knowledge as knowledge
 from titan_doctor.findings import Finding, Status
@@ -181,8 +181,8 @@ def largest_device_mb() -> int:
 def _bytes_not_mb(r: dict, value: int) -> Finding:
     """A MB value larger than any card's memory can only be a byte count (NCCL_BUFFSIZE's
     unit); what it is in MB is migrate's conversion (rules/kinds/env_values.convert_to)."""
-    from titan_doctor.migrate.rules.kinds.env_values import convert_to
     from titan_doctor.migrate.rules import builtin_rules
+    from titan_doctor.migrate.rules.kinds.env_values import convert_to
 
     change = convert_to(builtin_rules(), r["name"], str(value))
     mb = int(change.new_value) if change is not None and change.new_value is not None else None

@@ -56,7 +56,7 @@ class Code:
     message: str = ""         # the text the log printed after an E-code
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tables() -> dict[str, Any]:
     d = knowledge.load("error_codes")
     return {

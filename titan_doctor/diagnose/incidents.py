@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import collections
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from titan_doctor.diagnose import error_codes, log_lines, signatures
 from titan_doctor.diagnose.log_lines import Line
@@ -50,7 +51,7 @@ class Event:
     repeats: list[Line] = field(default_factory=list)  # lines that reported it again (they may name the device)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _needles() -> tuple[str, ...] | None:
     """Text one of which every reportable line contains (None: no cheap test possible)."""
     out: set[str] = set(error_codes.NEEDLES)

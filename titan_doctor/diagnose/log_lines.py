@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 LOG_GLOBS = ("*.log", "*.txt", "*.out", "*.err", "error.json")
 

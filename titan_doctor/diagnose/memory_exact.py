@@ -33,15 +33,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
-
 
 # The phases of a step whose peaks are each affine in the number of layers per stage
 # (fixed widths, fixed layout): see `extrapolated`. Backward is cut at each block;
@@ -393,8 +393,8 @@ def measured_peaks(cfg, world_size: int) -> list[RankPeak]:
 
     import torch.multiprocessing as mp
 
-    from titan_train.runtime.launch import free_port
     from titan_train.config.parallel_dims import ParallelDims
+    from titan_train.runtime.launch import free_port
 
     d = cfg.distributed
     dims = ParallelDims.for_world(world_size, tp=d.tp_size, pp=d.pp_size)

@@ -88,11 +88,11 @@ def resolve_card(req: MemoryRequest) -> Card:
 
 def check_memory(req: MemoryRequest) -> list[Finding]:
     """The estimate, its verdict and the ranked remedies (and the exact run, if asked)."""
-    from titan_train.memory import remedies as mr
-    from titan_train.config.paths import resolve_config
     from titan_train.config.job import ConfigError, validate
-    from titan_train.memory.estimate import hccl_buffsize_mb
+    from titan_train.config.paths import resolve_config
     from titan_train.config.torchtitan import load_either
+    from titan_train.memory import remedies as mr
+    from titan_train.memory.estimate import hccl_buffsize_mb
 
     card = resolve_card(req)
     try:  # a trainer TOML or a torchtitan one, as titan-train run takes
@@ -123,7 +123,8 @@ def _gib(n: int) -> str:
 
 
 def plan_finding(cfg, card: Card, target, est, config_spec: str) -> Finding:
-    from titan_train.memory import estimate as me, remedies as mr
+    from titan_train.memory import estimate as me
+    from titan_train.memory import remedies as mr
 
     lay, worst = est.layout, est.worst
     v = mr.verdict(est, card.memory_bytes)
@@ -163,7 +164,7 @@ def breakdown_text(est, card: Card, stage) -> str:
     rows.append(["communication buffers", _gib(stage.comm_bytes), _comm_detail(est)])
     rows.append(["allocator margin", _gib(stage.margin_bytes), "rounding, fragmentation, workspaces"])
     rows.append(["peak", _gib(stage.peak_bytes), f"at: {stage.phase}"])
-    head = f"per-rank breakdown ({'stage %d, ' % stage.stage if est.layout.dims.pp > 1 else ''}the worst rank):"
+    head = f"per-rank breakdown ({f'stage {stage.stage}, ' if est.layout.dims.pp > 1 else ''}the worst rank):"
     lines = [head, tabulate(rows, tablefmt="plain")]
     if len(est.stages) > 1:
         lines.append("stages: " + ", ".join(f"{s.stage}: {_gib(s.peak_bytes)}" for s in est.stages))
@@ -227,7 +228,8 @@ def remedies_finding(cfg, req: MemoryRequest, target, est) -> Finding:
 def exact_finding(req: MemoryRequest, cfg, target, est) -> Finding:
     """The trainer's own step under FakeTensorMode; allocator margin and communication
     buffers added as in the analytic estimate, which cannot be traced."""
-    from titan_train.memory import estimate as me, remedies as mr
+    from titan_train.memory import estimate as me
+    from titan_train.memory import remedies as mr
 
     peaks = run_exact(req)
     worst = max(peaks, key=lambda p: p["peak_bytes"])

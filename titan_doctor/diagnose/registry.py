@@ -2,10 +2,11 @@
 (the live collective test) come last and only run when asked for."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from titan_doctor.diagnose import ascend, checkpoint, comm, devices, distributed_env as dist, logs, versions
+from titan_doctor.diagnose import ascend, checkpoint, comm, devices, logs, versions
+from titan_doctor.diagnose import distributed_env as dist
 from titan_doctor.diagnose.context import Context
 from titan_doctor.findings import Finding
 

@@ -3,10 +3,10 @@ results come back in display order. A check that raises becomes a finding, never
 traceback (unless --debug); broken knowledge files are a tool error (exit 2) instead."""
 from __future__ import annotations
 
-from titan_knowledge import KnowledgeError
 from titan_doctor.diagnose.context import Context
 from titan_doctor.diagnose.registry import Check
 from titan_doctor.findings import Finding, Status
+from titan_knowledge import KnowledgeError
 
 
 def run_checks(checks: list[Check], ctx: Context, *, debug: bool = False) -> list[Finding]:

@@ -13,7 +13,8 @@ from typing import Any
 import titan_knowledge as knowledge
 
 try:  # the regex parser, to find the literal text a pattern cannot match without
-    from re import _constants as _C, _parser as _sre
+    from re import _constants as _C
+    from re import _parser as _sre
 except ImportError:  # pragma: no cover - Python < 3.11
     import sre_constants as _C  # type: ignore[no-redef]
     import sre_parse as _sre  # type: ignore[no-redef]
@@ -76,7 +77,7 @@ class Match:
     line: str = ""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load() -> tuple[Signature, ...]:
     sigs = []
     for e in knowledge.load("log_signatures").get("signature", []):

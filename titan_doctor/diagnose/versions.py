@@ -8,7 +8,8 @@ signatures the log explainer uses.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import titan_knowledge as knowledge
 from titan_doctor.diagnose import signatures

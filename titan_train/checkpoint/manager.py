@@ -30,16 +30,14 @@ from typing import Any
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
-
-from titan_train.runtime import faults
 
 from titan_train.checkpoint import lineage, resume_compare, resume_plan
 from titan_train.checkpoint.formats import CheckpointError  # noqa: F401  (one error type for every checkpoint problem)
 from titan_train.config.job import to_dict
-
+from titan_train.runtime import faults
 
 
 class ModelState(Stateful):

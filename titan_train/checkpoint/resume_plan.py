@@ -13,7 +13,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from titan_train.checkpoint import integrity as checkpoint_integrity, lineage, resume_compare
+from titan_train.checkpoint import integrity as checkpoint_integrity
+from titan_train.checkpoint import lineage, resume_compare
 
 
 class NothingReadable(Exception):

@@ -68,7 +68,7 @@ class RunLock:
         self.held = False
         self.created_folder = False
 
-    def acquire(self) -> "RunLock":
+    def acquire(self) -> RunLock:
         self.created_folder = not self.folder.exists()
         self.folder.mkdir(parents=True, exist_ok=True)
         me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
@@ -126,7 +126,7 @@ class RunLock:
             except OSError:
                 pass
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:

@@ -62,7 +62,7 @@ def mfu_fields(value: float | None) -> dict[str, Any]:
 MEMORY_LABELS = {"tensors": "mem", "rss": "rss"}  # device.peak_memory_kind -> the word printed
 
 
-def format_line(m: dict[str, Any], eta: "Eta | None" = None) -> str:
+def format_line(m: dict[str, Any], eta: Eta | None = None) -> str:
     """One human line per logged step (rank 0); with `eta`, the step out of the total and an ETA."""
     done, left = eta.fields(m["step"]) if eta else (f"{m['step']:>5}", None)
     parts = [f"step {done}", f"loss {m['loss']:.4f}", f"grad_norm {m['grad_norm']:.3f}",

@@ -10,13 +10,13 @@ the norm reaches the host only when a caller asks for it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions, get_optimizer_state_dict, set_optimizer_state_dict)
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict, set_optimizer_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
 _FLAT = StateDictOptions(flatten_optimizer_state_dict=True)

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from titan_knowledge import coerce
-from titan_train.runtime.device import BACKEND_CHOICES  # torch-free at import
 from titan_train.config.fields import range_error, setting
 from titan_train.config.model_args import ModelArgs  # the [model] section (torch-free)
 from titan_train.config.parallel_dims import LayoutError, ParallelDims
 from titan_train.config.precision import PRECISIONS
+from titan_train.runtime.device import BACKEND_CHOICES  # torch-free at import
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -22,7 +22,7 @@ class ParallelDims:
     pp: int = 1
 
     @classmethod
-    def for_world(cls, world_size: int, *, tp: int = 1, pp: int = 1) -> "ParallelDims":
+    def for_world(cls, world_size: int, *, tp: int = 1, pp: int = 1) -> ParallelDims:
         """dp is what is left of the world after tp and pp; refuse what does not divide."""
         for key, value in (("tp_size", tp), ("pp_size", pp)):
             if value < 1:

@@ -167,7 +167,7 @@ def _unknown_keys(raw: dict[str, Any], sections: dict[str, set[str]], prefix: st
             out.append((name, f"[{key}] is not a torchtitan section{_nearest(key, tops, lambda c: f'[{c}]')}"))
         elif key not in sections[prefix[:-1]]:
             table = prefix[:-1]
-            hint = _nearest(key, sections[table], lambda c: f"{table}.{c}") or _elsewhere(key, sections)
+            hint = _nearest(key, sections[table], lambda c, table=table: f"{table}.{c}") or _elsewhere(key, sections)
             out.append((name, f"{name} is not a field of torchtitan's [{table}]{hint}"))
     return out
 

@@ -11,9 +11,10 @@ worker processes of `prepare-data`), not in the reader.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 
 class DataError(Exception):

@@ -14,16 +14,17 @@ import shutil
 import signal
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
-from titan_train.data import corpus, stream as data, token_folder
+from titan_train.data import corpus, token_folder
+from titan_train.data import stream as data
 from titan_train.data.corpus import DataError
 
 DEFAULT_SHARD_TOKENS = 1 << 27  # 128 Mi ids: 256 MiB of uint16 per shard

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 

@@ -13,10 +13,9 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from titan_train.distributed.activation_checkpoint import apply_ac
 from titan_train.config.parallel_dims import ParallelDims
 from titan_train.config.precision import torch_dtype
-
+from titan_train.distributed.activation_checkpoint import apply_ac
 
 
 def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> None:
@@ -25,7 +24,12 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> None:
     row-wise; the embedding is row-wise, the output column-wise with replicated logits."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
-        ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel, parallelize_module)
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
 
     ends = {"tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
             "norm": SequenceParallel(),

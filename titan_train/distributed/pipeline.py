@@ -12,16 +12,16 @@ it would rescale gradients accumulated over earlier accumulation steps).
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
+from titan_train.components.loss import cross_entropy
+from titan_train.config.model_args import ModelArgs
 from titan_train.models.kernels import Kernels
 from titan_train.models.llama import Transformer
-from titan_train.config.model_args import ModelArgs
 from titan_train.runtime.profiling import span
-from titan_train.components.loss import cross_entropy
 
 
 def local_stage_ids(pp_rank: int, pp_size: int, n_stages: int) -> list[int]:
@@ -61,8 +61,7 @@ def stage_io(args: ModelArgs, *, micro_batch: int, seq_len: int, tp: int, hidden
 def make_schedule(stages: list[nn.Module], stage_ids: list[int], n_stages: int, *, pp_group, device: torch.device,
                   schedule: str, microbatches: int, loss_fn: Callable, io: list[tuple[torch.Tensor, torch.Tensor]]):
     """`io`: each stage's (example input, example output), see stage_io."""
-    from torch.distributed.pipelining import (
-        PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B)
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
     pipeline_stages = [PipelineStage(module, sid, n_stages, device, input_args=inputs, output_args=outputs,
                                      group=pp_group)

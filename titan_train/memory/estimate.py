@@ -15,7 +15,7 @@ Tensor sizes use these names (per rank, per micro-batch):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from titan_train.config.job import JobConfig, pipeline_microbatches, pipeline_stages
 from titan_train.config.model_args import ModelArgs

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from titan_train.memory import estimate as me
 from titan_train.config.job import ConfigError, JobConfig, validate
+from titan_train.memory import estimate as me
 
 FITS, TIGHT, OVER = "fits", "tight", "does not fit"
 

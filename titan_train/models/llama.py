@@ -15,8 +15,8 @@ import math
 import torch
 from torch import nn
 
-from titan_train.models.kernels import REFERENCE, Kernels
 from titan_train.config.model_args import ModelArgs
+from titan_train.models.kernels import REFERENCE, Kernels
 from titan_train.models.sharded_init import init_param_, stable_name
 
 

@@ -70,7 +70,7 @@ def select(requested: str, p: Probe) -> Device:
             f"distributed.backend = 'hccl' needs an Ascend NPU, but {reason}; "
             "run `titan-doctor diagnose`, or set distributed.backend = \"auto\" to fall back")
     raise DeviceError(
-        f"distributed.backend = 'nccl' needs a CUDA GPU and none is visible; "
+        "distributed.backend = 'nccl' needs a CUDA GPU and none is visible; "
         "set distributed.backend = \"auto\" (or \"gloo\" for CPU)")
 
 

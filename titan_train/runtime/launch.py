@@ -28,9 +28,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from titan_train.runtime.finite_guard import EXIT_NON_FINITE
 from titan_train.runtime.signals import EXIT_SIGINT, EXIT_SIGTERM, HANDLED, Handlers, exit_code

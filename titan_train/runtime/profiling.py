@@ -73,7 +73,7 @@ class Profiler:
         if self.memory_snapshot_note:
             say(f"[titan-train] {self.memory_snapshot_note}")
 
-    def __enter__(self) -> "Profiler":
+    def __enter__(self) -> Profiler:
         global _recording
         if not self.cfg.enabled:
             return self

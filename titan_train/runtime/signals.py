@@ -39,7 +39,7 @@ class Handlers:
         self.signums, self.handler = tuple(signums), handler
         self._previous: dict[int, object] = {}
 
-    def __enter__(self) -> "Handlers":
+    def __enter__(self) -> Handlers:
         if threading.current_thread() is threading.main_thread():
             for s in self.signums:
                 self._previous[s] = signal.signal(s, self.handler)
@@ -87,7 +87,7 @@ class GracefulStop:
                              "stops after the same one (saving it when checkpointing)\n")
             sys.stderr.flush()
 
-    def __enter__(self) -> "GracefulStop":
+    def __enter__(self) -> GracefulStop:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized() and dist.get_backend() != "gloo":

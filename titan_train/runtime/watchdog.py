@@ -116,7 +116,7 @@ class Watchdog:
             return c.startup_s
         return max(c.floor_s, c.factor * statistics.median(self.durations))
 
-    def __enter__(self) -> "Watchdog":
+    def __enter__(self) -> Watchdog:
         self.dump_path.unlink(missing_ok=True)  # a dump from an earlier run must not be read as this one's
         if self.cfg.enabled:
             self._thread = threading.Thread(target=self._run, name="titan-watchdog", daemon=True)

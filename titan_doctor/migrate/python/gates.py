@@ -320,7 +320,7 @@ def _expressions(stmt: ast.stmt) -> list[ast.AST]:
     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return [*stmt.decorator_list]
     out = []
-    for name, value in ast.iter_fields(stmt):
+    for _field, value in ast.iter_fields(stmt):
         if isinstance(value, ast.AST) and not isinstance(value, ast.stmt):
             out.append(value)
         elif isinstance(value, list):

@@ -11,7 +11,6 @@ torch, so the doctor can describe a checkpoint in well under a second.
 """
 from __future__ import annotations
 
-
 from dataclasses import dataclass
 
 

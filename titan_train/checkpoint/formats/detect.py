@@ -16,8 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from titan_train.checkpoint.formats import CheckpointError, TensorInfo, UnsafeCheckpoint, fit, naming, pickles
-from titan_train.checkpoint.formats import safetensors_io
+from titan_train.checkpoint.formats import (
+    CheckpointError,
+    TensorInfo,
+    UnsafeCheckpoint,
+    fit,
+    naming,
+    pickles,
+    safetensors_io,
+)
 from titan_train.checkpoint.formats.pickles import ShardedRef, Stub, TensorRef
 
 LABELS = {

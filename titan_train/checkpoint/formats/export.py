@@ -9,8 +9,8 @@ themselves (FSDP / TP shards) and the lowest of them sends it to rank 0.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import torch
 import torch.distributed as dist

@@ -16,9 +16,10 @@ from __future__ import annotations
 import importlib
 import pickle
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from titan_train.checkpoint.formats import CheckpointError, UnsafeCheckpoint
 from titan_train.checkpoint.formats.dtypes import ITEMSIZE, STORAGE_DTYPES

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from titan_train.checkpoint.formats import CheckpointError, TensorInfo
 from titan_train.checkpoint.formats.dtypes import ITEMSIZE, SAFETENSORS_DTYPES

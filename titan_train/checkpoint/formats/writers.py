@@ -8,9 +8,9 @@ import fnmatch
 import json
 import os
 import shutil
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from titan_train.checkpoint.formats import CheckpointError, fit, naming, safetensors_io
 
