@@ -8,6 +8,7 @@ Memory is torch's MemTracker peak of all tensors (parameters, gradients, optimiz
 activations, temporaries) during one step on CPU, not the process RSS. The step goes through
 the trainer's own `build` + `train_step` on a one-rank gloo group.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,9 +33,16 @@ def measure(mode: str, every: int, seq_len: int, batch: int, layers: int, steps:
     from titan_train.config.parallel_dims import ParallelDims
     from titan_train.step import train_step
 
-    cfg = config.load(REPO / "configs" / "llama_debug.toml",
-                      [f'training.activation_checkpoint="{mode}"', f"training.ac_every={every}",
-                       f"training.seq_len={seq_len}", f"model.n_layers={layers}", f"model.max_seq_len={max(seq_len, 2048)}"])
+    cfg = config.load(
+        REPO / "configs" / "llama_debug.toml",
+        [
+            f'training.activation_checkpoint="{mode}"',
+            f"training.ac_every={every}",
+            f"training.seq_len={seq_len}",
+            f"model.n_layers={layers}",
+            f"model.max_seq_len={max(seq_len, 2048)}",
+        ],
+    )
     parts = build(cfg, ParallelDims(dp=1), torch.device("cpu"))
     tokens = torch.randint(0, cfg.model.vocab_size, (batch, seq_len + 1), generator=torch.Generator().manual_seed(0))
     batches = [(tokens[:, :-1], tokens[:, 1:])]
@@ -43,8 +51,11 @@ def measure(mode: str, every: int, seq_len: int, batch: int, layers: int, steps:
     tracker.track_external(*parts.model_parts, *parts.optimizers.optimizers)
     with tracker:
         losses.append(train_step(parts, batches).loss.item())
-    peak = {str(k).split(".")[-1]: v / 2 ** 20 for dev in tracker.get_tracker_snapshot("peak").values()
-            for k, v in dev.items()}
+    peak = {
+        str(k).split(".")[-1]: v / 2**20
+        for dev in tracker.get_tracker_snapshot("peak").values()
+        for k, v in dev.items()
+    }
     times = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -66,19 +77,42 @@ def main() -> None:
     from tabulate import tabulate
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    print(f"llama_debug shape with {a.layers} blocks, batch {a.batch} x seq_len {a.seq_len}, fp32, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads; peak = MemTracker, all tensors")
+    print(
+        f"llama_debug shape with {a.layers} blocks, batch {a.batch} x seq_len {a.seq_len}, fp32, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; peak = MemTracker, all tensors"
+    )
     rows, base = [], None
     for mode, every in MODES:
         losses, peak, secs = measure(mode, every, a.seq_len, a.batch, a.layers, a.steps)
         base = base or (peak["Total"], secs, losses)
         name = mode if every == 1 else f"{mode}, ac_every={every}"
-        rows.append((name, f"{peak['Total']:,.1f}", f"{peak['ACT']:,.1f}", f"{peak['Total'] / base[0]:.2f}",
-                     f"{secs:.3f}", f"{secs / base[1]:.2f}", f"{max(abs(x - y) for x, y in zip(losses, base[2])):.1e}"))
+        rows.append(
+            (
+                name,
+                f"{peak['Total']:,.1f}",
+                f"{peak['ACT']:,.1f}",
+                f"{peak['Total'] / base[0]:.2f}",
+                f"{secs:.3f}",
+                f"{secs / base[1]:.2f}",
+                f"{max(abs(x - y) for x, y in zip(losses, base[2])):.1e}",
+            )
+        )
     dist.destroy_process_group()
-    print(tabulate(rows, headers=["activation_checkpoint", "peak MiB", "activations MiB", "vs none",
-                                  "step s", "vs none", "max |loss diff|"],
-                   colalign=("left", "right", "right", "right", "right", "right", "right")))
+    print(
+        tabulate(
+            rows,
+            headers=[
+                "activation_checkpoint",
+                "peak MiB",
+                "activations MiB",
+                "vs none",
+                "step s",
+                "vs none",
+                "max |loss diff|",
+            ],
+            colalign=("left", "right", "right", "right", "right", "right", "right"),
+        )
+    )
 
 
 if __name__ == "__main__":

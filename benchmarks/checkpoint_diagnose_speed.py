@@ -10,6 +10,7 @@ The conversions run on a real (dense) fp32 checkpoint of --convert-mb megabytes.
 
     python benchmarks/checkpoint_diagnose_speed.py [--keep DIR] [--convert-mb 512]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,11 +32,19 @@ def llama7b_shapes() -> dict[str, tuple[int, ...]]:
     shapes = {"tok_embeddings.weight": (VOCAB, DIM), "norm.weight": (DIM,), "output.weight": (VOCAB, DIM)}
     for i in range(LAYERS):
         p = f"layers.{i}."
-        shapes.update({p + "attention.wq.weight": (DIM, DIM), p + "attention.wk.weight": (DIM, DIM),
-                       p + "attention.wv.weight": (DIM, DIM), p + "attention.wo.weight": (DIM, DIM),
-                       p + "feed_forward.w1.weight": (FFN, DIM), p + "feed_forward.w2.weight": (DIM, FFN),
-                       p + "feed_forward.w3.weight": (FFN, DIM), p + "attention_norm.weight": (DIM,),
-                       p + "ffn_norm.weight": (DIM,)})
+        shapes.update(
+            {
+                p + "attention.wq.weight": (DIM, DIM),
+                p + "attention.wk.weight": (DIM, DIM),
+                p + "attention.wv.weight": (DIM, DIM),
+                p + "attention.wo.weight": (DIM, DIM),
+                p + "feed_forward.w1.weight": (FFN, DIM),
+                p + "feed_forward.w2.weight": (DIM, FFN),
+                p + "feed_forward.w3.weight": (FFN, DIM),
+                p + "attention_norm.weight": (DIM,),
+                p + "ffn_norm.weight": (DIM,),
+            }
+        )
     return shapes
 
 
@@ -57,7 +66,7 @@ def sparse_safetensors(path: Path, tensors: dict[str, tuple[int, ...]], dtype: s
     with open(path, "wb") as fh:
         fh.write(len(raw).to_bytes(8, "little"))
         fh.write(raw)
-        fh.truncate(8 + len(raw) + offset)      # a hole, not data
+        fh.truncate(8 + len(raw) + offset)  # a hole, not data
     return 8 + len(raw) + offset
 
 
@@ -75,9 +84,18 @@ def make_hf(folder: Path) -> int:
         total += sparse_safetensors(folder / file, {k: names[k] for k in part}, "BF16", 2)
         weight_map.update({k: file for k in part})
     (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    (folder / "config.json").write_text(json.dumps({"hidden_size": DIM, "num_attention_heads": 32,
-                                                    "num_hidden_layers": LAYERS, "intermediate_size": FFN,
-                                                    "vocab_size": VOCAB, "num_key_value_heads": 32}))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "hidden_size": DIM,
+                "num_attention_heads": 32,
+                "num_hidden_layers": LAYERS,
+                "intermediate_size": FFN,
+                "vocab_size": VOCAB,
+                "num_key_value_heads": 32,
+            }
+        )
+    )
     return total
 
 
@@ -107,7 +125,7 @@ def make_dcp(folder: Path) -> None:
             sizes = (hi - lo,) + tuple(shape[1:])
             offsets = (lo,) + (0,) * (len(shape) - 1)
             chunks.append(ChunkStorageMetadata(offsets=torch.Size(offsets), sizes=torch.Size(sizes)))
-            length = numel(sizes) * item + 1024     # + torch.save framing, roughly
+            length = numel(sizes) * item + 1024  # + torch.save framing, roughly
             storage[MetadataIndex(key, torch.Size(offsets))] = _StorageInfo(f"__{rank}_0.distcp", ends[rank], length)
             ends[rank] += length
         sdm[key] = TensorStorageMetadata(TensorProperties(dtype=dtype), torch.Size(shape), chunks)
@@ -143,39 +161,53 @@ def make_dense(root: Path, megabytes: int) -> None:
     from titan_train.config.model_args import ModelArgs
     from titan_train.models.llama import Transformer
 
-    per_layer = 4 * 1024 * 1024 + 3 * 1024 * 2816   # attention + SwiGLU (d 1024, ffn 2816)
+    per_layer = 4 * 1024 * 1024 + 3 * 1024 * 2816  # attention + SwiGLU (d 1024, ffn 2816)
     layers = max(1, round((megabytes * 2**20 / 4 - 2 * 8192 * 1024) / per_layer))
     args = ModelArgs(vocab_size=8192, d_model=1024, n_layers=layers, n_heads=16, multiple_of=256, max_seq_len=128)
     with torch.device("meta"):
         model = Transformer(args)
     torch.save({k: torch.randn(v.shape) for k, v in model.state_dict().items()}, root / "dense.pt")
-    (root / "dense.toml").write_text(f"[model]\nvocab_size = 8192\nd_model = 1024\nn_layers = {layers}\n"
-                                     "n_heads = 16\nmultiple_of = 256\nmax_seq_len = 128\n")
+    (root / "dense.toml").write_text(
+        f"[model]\nvocab_size = 8192\nd_model = 1024\nn_layers = {layers}\n"
+        "n_heads = 16\nmultiple_of = 256\nmax_seq_len = 128\n"
+    )
 
 
 def convert_memory(root: Path, megabytes: int) -> None:
     """The dense checkpoint converted three ways, each in a fresh process (this one never
     imports torch, so the children's peak memory is their own)."""
     py = sys.executable
-    subprocess.run([py, __file__, "--make-dense", str(root), str(megabytes)], check=True,
-                   env=dict(os.environ, PYTHONPATH=str(REPO)))
+    subprocess.run(
+        [py, __file__, "--make-dense", str(root), str(megabytes)],
+        check=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     src, config = root / "dense.pt", root / "dense.toml"
     size = src.stat().st_size
     base, _ = peak_rss_mib([py, "-c", "import torch, titan_doctor.convert.run"])
     print(f"\nconvert: {size / 2**20:.0f} MiB fp32 source; baseline (python + torch imported): {base:.0f} MiB")
     print(f"{'conversion':<40} {'peak RSS':>10} {'above baseline':>15} {'x source':>9}")
-    cases = (("torch -> hf (bf16, 256MB shards)", ["--to", "hf", "--dtype", "bf16", "--max-shard-size", "256MB",
-                                                   "--config", str(config)], "hf"),
-             ("torch -> dcp", ["--to", "dcp"], "dcp"),
-             ("dcp -> torch (every entry)", ["--to", "torch"], "back.pt"))
+    cases = (
+        (
+            "torch -> hf (bf16, 256MB shards)",
+            ["--to", "hf", "--dtype", "bf16", "--max-shard-size", "256MB", "--config", str(config)],
+            "hf",
+        ),
+        ("torch -> dcp", ["--to", "dcp"], "dcp"),
+        ("dcp -> torch (every entry)", ["--to", "torch"], "back.pt"),
+    )
     for label, extra, out in cases:
         source = root / "dcp" if out == "back.pt" else src
         rss, rc = peak_rss_mib([py, "-m", "titan_doctor", "convert", str(source), str(root / out), *extra])
         above = rss - base
-        print(f"{label:<40} {rss:>8.0f} MiB {above:>11.0f} MiB {above * 2**20 / size:>8.2f}x"
-              + ("" if rc == 0 else f"   (exit {rc})"))
-    print("(peak RSS includes the source's mmap'd pages, which are page cache; safetensors' save_file\n"
-          " serializes a whole shard in memory, so HF output adds about two shards)")
+        print(
+            f"{label:<40} {rss:>8.0f} MiB {above:>11.0f} MiB {above * 2**20 / size:>8.2f}x"
+            + ("" if rc == 0 else f"   (exit {rc})")
+        )
+    print(
+        "(peak RSS includes the source's mmap'd pages, which are page cache; safetensors' save_file\n"
+        " serializes a whole shard in memory, so HF output adds about two shards)"
+    )
 
 
 def main() -> None:
@@ -185,7 +217,7 @@ def main() -> None:
     parser.add_argument("--make-dcp", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--make-dense", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.make_dcp:       # child process: torch stays out of the measuring parent
+    if args.make_dcp:  # child process: torch stays out of the measuring parent
         make_dcp(args.make_dcp)
         return
     if args.make_dense:
@@ -194,20 +226,24 @@ def main() -> None:
     root = args.keep or Path(tempfile.mkdtemp(prefix="ckpt-bench-"))
     hf, dcp = root / "llama7b-hf", root / "run" / "step-1000"
     print(f"making sparse checkpoints under {root} ...", flush=True)
-    subprocess.run([sys.executable, __file__, "--make-dcp", str(dcp)], check=True,
-                   env=dict(os.environ, PYTHONPATH=str(REPO)))
+    subprocess.run(
+        [sys.executable, __file__, "--make-dcp", str(dcp)], check=True, env=dict(os.environ, PYTHONPATH=str(REPO))
+    )
     sizes = {"hf": make_hf(hf), "dcp": sum(f.stat().st_size for f in dcp.glob("*.distcp"))}
     py = sys.executable
     rows = []
-    for label, path, size in (("HF safetensors, index + 2 shards", hf, sizes["hf"]),
-                              ("trainer DCP step folder, 2 ranks", dcp.parent, sizes["dcp"])):
+    for label, path, size in (
+        ("HF safetensors, index + 2 shards", hf, sizes["hf"]),
+        ("trainer DCP step folder, 2 ranks", dcp.parent, sizes["dcp"]),
+    ):
         doctor, proc = timed([py, "-m", "titan_doctor", "diagnose", "--checkpoint", str(path)])
         first = proc.stdout.splitlines()[0] if proc.stdout else proc.stderr.strip()[-200:]
         rows.append((label, size, doctor, first))
     startup, _ = timed([py, "-c", "pass"])
     torch_import, _ = timed([py, "-c", "import torch"])
-    torch_meta, _ = timed([py, "-c", "import torch.distributed.checkpoint as d; "
-                                     f"d.FileSystemReader('{dcp}').read_metadata()"])
+    torch_meta, _ = timed(
+        [py, "-c", f"import torch.distributed.checkpoint as d; d.FileSystemReader('{dcp}').read_metadata()"]
+    )
     print()
     print(f"{'checkpoint':<36} {'size':>9} {'diagnose --checkpoint':>22}")
     for label, size, seconds, _ in rows:

@@ -18,6 +18,7 @@ is about what the tool does on an idle machine. Next to it, the same figure for 
 `tokenizers` batch encoder alone, in this process on one thread (the ceiling: what
 prepare-data costs beyond it is reading, JSON, id conversion, IPC and writing).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-SHARED = next((b / "shared" / "data" for b in (REPO.parent, REPO.parent.parent) if (b / "shared" / "data").is_dir()),
-              REPO.parent / "shared" / "data")
+SHARED = next(
+    (b / "shared" / "data" for b in (REPO.parent, REPO.parent.parent) if (b / "shared" / "data").is_dir()),
+    REPO.parent / "shared" / "data",
+)
 
 
 def generate_jsonl(path: Path, megabytes: float, seed: int = 0) -> int:
@@ -52,7 +55,7 @@ def generate_jsonl(path: Path, megabytes: float, seed: int = 0) -> int:
         while size < target:
             n = rng.randint(5, 60)
             start = rng.randrange(len(lines) - n)
-            line = json.dumps({"text": "\n".join(lines[start: start + n]), "source": "generated"}) + "\n"
+            line = json.dumps({"text": "\n".join(lines[start : start + n]), "source": "generated"}) + "\n"
             fh.write(line)
             size += len(line.encode("utf-8"))
     return path.stat().st_size
@@ -87,8 +90,19 @@ def env() -> dict[str, str]:
 
 
 def prepare(src: Path, out: Path, tokenizer: str, workers: int) -> dict:
-    cmd = [sys.executable, "-m", "titan_train.cli", "prepare-data", str(src), "--tokenizer", tokenizer,
-           "--out", str(out), "--format", "json"] + (["--workers", str(workers)] if workers else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        "titan_train.cli",
+        "prepare-data",
+        str(src),
+        "--tokenizer",
+        tokenizer,
+        "--out",
+        str(out),
+        "--format",
+        "json",
+    ] + (["--workers", str(workers)] if workers else [])
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = proc.communicate()
@@ -126,8 +140,15 @@ def _hwm_kib(pid: int) -> int:
 
 def train_start(dataset: Path, tokenizer: str, nproc: int, workdir: Path) -> dict:
     """Seconds from launch to rank 0's first step line; peak RSS (MiB) of each rank."""
-    sets = ["training.steps=3", "training.seq_len=128", "training.batch_size=8", "metrics.log_every=1",
-            "checkpoint.save_interval=0", f'data.dataset="{dataset}"', f'data.tokenizer="{tokenizer}"']
+    sets = [
+        "training.steps=3",
+        "training.seq_len=128",
+        "training.batch_size=8",
+        "metrics.log_every=1",
+        "checkpoint.save_interval=0",
+        f'data.dataset="{dataset}"',
+        f'data.tokenizer="{tokenizer}"',
+    ]
     cmd = [sys.executable, "-m", "titan_train.cli", "run", "--config", "llama_debug", "--nproc", str(nproc)]
     for s in sets:
         cmd += ["--set", s]
@@ -155,8 +176,11 @@ def train_start(dataset: Path, tokenizer: str, nproc: int, workdir: Path) -> dic
     if proc.returncode or first_step is None:
         raise SystemExit("trainer failed:\n" + "".join(log[-30:]))
     ranks = sorted(peaks.values(), reverse=True)[:nproc]
-    return {"first_step_s": first_step, "rss_mib": [k / 1024 for k in ranks],
-            "data_line": next((ln.strip() for ln in log if "data:" in ln or "| data " in ln), "")}
+    return {
+        "first_step_s": first_step,
+        "rss_mib": [k / 1024 for k in ranks],
+        "data_line": next((ln.strip() for ln in log if "data:" in ln or "| data " in ln), ""),
+    }
 
 
 def main() -> None:
@@ -164,10 +188,14 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=500, help="size of the large corpus (the small one is a quarter)")
     ap.add_argument("--nproc", type=int, default=2, help="trainer ranks")
     ap.add_argument("--workers", type=int, default=0, help="prepare-data workers (0 = one per core)")
-    ap.add_argument("--tokenizer", default=str(SHARED / "tokenizer-2k" / "tokenizer.json"),
-                    help="tokenizer.json (default: the shared 2k BPE) or byte")
-    ap.add_argument("--rounds", type=int, default=2,
-                    help="trainer starts per cell; the fastest is shown (the machine is shared)")
+    ap.add_argument(
+        "--tokenizer",
+        default=str(SHARED / "tokenizer-2k" / "tokenizer.json"),
+        help="tokenizer.json (default: the shared 2k BPE) or byte",
+    )
+    ap.add_argument(
+        "--rounds", type=int, default=2, help="trainer starts per cell; the fastest is shown (the machine is shared)"
+    )
     ap.add_argument("--skip-raw-large", action="store_true", help="skip the raw-file run on the large corpus")
     a = ap.parse_args()
     if a.tokenizer != "byte" and not Path(a.tokenizer).is_file():
@@ -176,8 +204,11 @@ def main() -> None:
     from tabulate import tabulate
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"machine: {cores} cores, load average {os.getloadavg()[0]:.1f} (shared with other users); "
-          f"tokenizer {a.tokenizer}; trainer llama_debug on {a.nproc} ranks", flush=True)
+    print(
+        f"machine: {cores} cores, load average {os.getloadavg()[0]:.1f} (shared with other users); "
+        f"tokenizer {a.tokenizer}; trainer llama_debug on {a.nproc} ranks",
+        flush=True,
+    )
     rows = []
     with tempfile.TemporaryDirectory(prefix="titan-data-bench-") as tmp:
         tmp = Path(tmp)
@@ -193,13 +224,19 @@ def main() -> None:
             after = os.times()
             cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
             index = prep["index"]
-            print(f"prepare-data {label}: {nbytes / 1e6 / prep['wall']:.2f} MB/s, "
-                  f"{index['tokens'] / prep['wall']:,.0f} tokens/s, {cpu:.1f} CPU-s "
-                  f"({nbytes / 1e6 / cpu:.2f} MB per CPU-second), {index['prepare']['workers']} workers", flush=True)
+            print(
+                f"prepare-data {label}: {nbytes / 1e6 / prep['wall']:.2f} MB/s, "
+                f"{index['tokens'] / prep['wall']:,.0f} tokens/s, {cpu:.1f} CPU-s "
+                f"({nbytes / 1e6 / cpu:.2f} MB per CPU-second), {index['prepare']['workers']} workers",
+                flush=True,
+            )
             results[label] = {"mb": nbytes / 1e6, "tokens": index["tokens"], "prep_wall": prep["wall"], "cpu": cpu}
             if label == "large":
-                print(f"  tokenizer's batch encoder alone: {encoder_alone(src, a.tokenizer):.2f} MB per CPU-second "
-                      "(one thread, first 20 MB)", flush=True)
+                print(
+                    f"  tokenizer's batch encoder alone: {encoder_alone(src, a.tokenizer):.2f} MB per CPU-second "
+                    "(one thread, first 20 MB)",
+                    flush=True,
+                )
             for path_kind, dataset in (("prepared", tmp / f"prepared-{label}"), ("raw file", src)):
                 if path_kind == "raw file" and label == "large" and a.skip_raw_large:
                     continue
@@ -212,8 +249,11 @@ def main() -> None:
                         break  # a slow start is not decided by noise; spare the machine
                 r = min(runs, key=lambda x: x["first_step_s"])
                 r["rss_mib"] = max((x["rss_mib"] for x in runs), key=max)
-                print(f"  trainer on {path_kind} ({label}): first step after {r['first_step_s']:.1f} s, "
-                      f"peak RSS per rank {', '.join(f'{m:,.0f}' for m in r['rss_mib'])} MiB", flush=True)
+                print(
+                    f"  trainer on {path_kind} ({label}): first step after {r['first_step_s']:.1f} s, "
+                    f"peak RSS per rank {', '.join(f'{m:,.0f}' for m in r['rss_mib'])} MiB",
+                    flush=True,
+                )
                 results[(label, path_kind)] = r
 
         for label in sizes:
@@ -222,21 +262,41 @@ def main() -> None:
                 r = results.get((label, path_kind))
                 if r is None:
                     continue
-                rows.append([f"{res['mb']:,.0f} MB ({res['tokens'] / 1e6:,.0f}M tokens)", path_kind,
-                             f"{res['mb'] / res['prep_wall']:.2f}" if path_kind == "prepared" else "-",
-                             f"{res['tokens'] / res['prep_wall']:,.0f}" if path_kind == "prepared" else "-",
-                             f"{res['mb'] / res['cpu']:.2f}" if path_kind == "prepared" else "-",
-                             f"{r['first_step_s']:.1f}", f"{max(r['rss_mib']):,.0f}"])
+                rows.append(
+                    [
+                        f"{res['mb']:,.0f} MB ({res['tokens'] / 1e6:,.0f}M tokens)",
+                        path_kind,
+                        f"{res['mb'] / res['prep_wall']:.2f}" if path_kind == "prepared" else "-",
+                        f"{res['tokens'] / res['prep_wall']:,.0f}" if path_kind == "prepared" else "-",
+                        f"{res['mb'] / res['cpu']:.2f}" if path_kind == "prepared" else "-",
+                        f"{r['first_step_s']:.1f}",
+                        f"{max(r['rss_mib']):,.0f}",
+                    ]
+                )
         print()
-        print(tabulate(rows, headers=["corpus", "trainer reads", "prepare MB/s", "prepare tokens/s",
-                                      "MB per CPU-s", "start to step 1 (s)", "peak RSS / rank (MiB)"],
-                       colalign=("left", "left", "right", "right", "right", "right", "right")))
+        print(
+            tabulate(
+                rows,
+                headers=[
+                    "corpus",
+                    "trainer reads",
+                    "prepare MB/s",
+                    "prepare tokens/s",
+                    "MB per CPU-s",
+                    "start to step 1 (s)",
+                    "peak RSS / rank (MiB)",
+                ],
+                colalign=("left", "left", "right", "right", "right", "right", "right"),
+            )
+        )
         for path_kind in ("prepared", "raw file"):
             big, small = results.get(("large", path_kind)), results.get(("small", path_kind))
             if big and small:
-                print(f"{path_kind}: large / small corpus ({sizes['large'] / sizes['small']:.0f}x): time to step 1 "
-                      f"x{big['first_step_s'] / small['first_step_s']:.2f}, peak RSS per rank "
-                      f"x{max(big['rss_mib']) / max(small['rss_mib']):.2f}")
+                print(
+                    f"{path_kind}: large / small corpus ({sizes['large'] / sizes['small']:.0f}x): time to step 1 "
+                    f"x{big['first_step_s'] / small['first_step_s']:.2f}, peak RSS per rank "
+                    f"x{max(big['rss_mib']) / max(small['rss_mib']):.2f}"
+                )
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 

@@ -4,6 +4,7 @@ not pass/fail; --repo runs another checkout (e.g. main) for a side-by-side.
 
     python benchmarks/diagnose_speed.py [--repo PATH] [--runs 3] [--lines 200000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,13 @@ def run(repo: Path, args: list[str]) -> tuple[float, float]:
     """(wall s, child CPU s) of one diagnose run."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "titan_doctor", "diagnose", *args], cwd=repo,
-                   env={**os.environ, "PYTHONPATH": str(repo)}, capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, "-m", "titan_doctor", "diagnose", *args],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -36,11 +42,16 @@ def big_log(path: Path, lines: int) -> None:
     with open(path, "w") as fh:
         for i in range(lines):
             r = i % 4
-            fh.write(f"{{'loss': {i % 97 / 10:.4f}, 'grad_norm': 1.41, 'learning_rate': 2.0e-06, 'epoch': 0.01}}\n"
-                     if r == 0 else f"  1%|          | {i}/175200 [00:29<1:22:01,  2.83s/it]\n" if r == 1 else
-                     f"[rank{i % 8}]:[W609 06:57:47.8 compiler_depend.ts:877] Warning: The HCCL execution timeout "
-                     "was set to never timeout (function ProcessGroupHCCL)\n" if r == 2 else
-                     f"INFO 06-09 06:57:48 [worker.py:581] Epoch {i} step {i} throughput 1234 tokens/s\n")
+            fh.write(
+                f"{{'loss': {i % 97 / 10:.4f}, 'grad_norm': 1.41, 'learning_rate': 2.0e-06, 'epoch': 0.01}}\n"
+                if r == 0
+                else f"  1%|          | {i}/175200 [00:29<1:22:01,  2.83s/it]\n"
+                if r == 1
+                else f"[rank{i % 8}]:[W609 06:57:47.8 compiler_depend.ts:877] Warning: The HCCL execution timeout "
+                "was set to never timeout (function ProcessGroupHCCL)\n"
+                if r == 2
+                else f"INFO 06-09 06:57:48 [worker.py:581] Epoch {i} step {i} throughput 1234 tokens/s\n"
+            )
         fh.write((CORPUS / "vllm_ascend_486_ei0006_rank1.log").read_text())
 
 
@@ -54,10 +65,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         big = Path(tmp) / "big.log"
         big_log(big, a.lines)
-        cases = [("diagnose (default checks)", []),
-                 ("diagnose --no-import-torch", ["--no-import-torch"]),
-                 (f"--log corpus folder ({len(list(CORPUS.rglob('*.log')))} files)", ["--log", str(CORPUS)]),
-                 (f"--log {a.lines:,}-line log", ["--log", str(big)])]
+        cases = [
+            ("diagnose (default checks)", []),
+            ("diagnose --no-import-torch", ["--no-import-torch"]),
+            (f"--log corpus folder ({len(list(CORPUS.rglob('*.log')))} files)", ["--log", str(CORPUS)]),
+            (f"--log {a.lines:,}-line log", ["--log", str(big)]),
+        ]
         print(f"{repo}  ({a.runs} runs each, median)")
         print(f"{'what':<44} {'wall s':>8} {'cpu s':>8}")
         for name, args in cases:

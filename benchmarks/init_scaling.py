@@ -9,6 +9,7 @@ size (this process is rank 0), then materialized, as `titan-train run` does. Mem
 torch's MemTracker peak of tensors during init (not RSS). One intra-op thread, so the
 timings are comparable on a shared machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,9 @@ def naive_init(model, seed: int) -> int:
                 local.fill_(1.0)
                 continue
             global_shape, local_shape, offset = shard_box(param)
-            full = nn.init.trunc_normal_(torch.empty(global_shape), std=std, a=-3 * std, b=3 * std,
-                                         generator=torch.Generator().manual_seed(seed))
+            full = nn.init.trunc_normal_(
+                torch.empty(global_shape), std=std, a=-3 * std, b=3 * std, generator=torch.Generator().manual_seed(seed)
+            )
             drawn += full.numel()
             index = tuple(slice(o, o + n) for o, n in zip(offset, local_shape))
             local.copy_(full[index])
@@ -60,8 +62,13 @@ def one_rank(cfg, world: int, method: str) -> tuple[int, int, float, float]:
     try:
         with torch.device("meta"):
             model = Transformer(cfg.model)
-        apply_fsdp(model, ParallelDims(dp=world).build_mesh("cpu")["dp"], param_dtype=torch.float32,
-                   cpu_offload=False, sum_reductions_only=True)
+        apply_fsdp(
+            model,
+            ParallelDims(dp=world).build_mesh("cpu")["dp"],
+            param_dtype=torch.float32,
+            cpu_offload=False,
+            sum_reductions_only=True,
+        )
         model.to_empty(device="cpu")
         held = sum(p.to_local().numel() for p in model.parameters())
         start = time.perf_counter()
@@ -72,7 +79,7 @@ def one_rank(cfg, world: int, method: str) -> tuple[int, int, float, float]:
         tracker.track_external(model)
         with tracker:
             model.init_weights(0) if method == "tiled" else naive_init(model, 0)
-        peak = sum(v["Total"] for v in tracker.get_tracker_snapshot("peak").values()) / 2 ** 20
+        peak = sum(v["Total"] for v in tracker.get_tracker_snapshot("peak").values()) / 2**20
         return held, drawn, seconds, peak
     finally:
         dist.destroy_process_group()
@@ -97,11 +104,26 @@ def main() -> None:
     for world in a.worlds:
         held, drawn, secs, peak = one_rank(cfg, world, "tiled")
         _, naive_drawn, naive_secs, naive_peak = one_rank(cfg, world, "naive")
-        rows.append((world, f"{held / 1e6:,.1f}M", f"{drawn / 1e6:,.1f}M", f"{secs:.2f}", f"{peak:,.0f}",
-                     f"{naive_drawn / 1e6:,.1f}M", f"{naive_secs:.2f}", f"{naive_peak:,.0f}"))
+        rows.append(
+            (
+                world,
+                f"{held / 1e6:,.1f}M",
+                f"{drawn / 1e6:,.1f}M",
+                f"{secs:.2f}",
+                f"{peak:,.0f}",
+                f"{naive_drawn / 1e6:,.1f}M",
+                f"{naive_secs:.2f}",
+                f"{naive_peak:,.0f}",
+            )
+        )
         print(f"  world {world} done", flush=True)
-    print(tabulate(rows, headers=["ranks", "values held", "tiled: drawn", "s", "peak MiB",
-                                  "naive: drawn", "s", "peak MiB"], colalign=("right",) * 8))
+    print(
+        tabulate(
+            rows,
+            headers=["ranks", "values held", "tiled: drawn", "s", "peak MiB", "naive: drawn", "s", "peak MiB"],
+            colalign=("right",) * 8,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ explains fully (cause, fix, rank, device), and how long `diagnose --log` takes o
     python benchmarks/log_corpus.py --repo /tmp/main --by-text   # another checkout (older ids)
 
 Prints one line per log and the totals; a figure, never pass/fail."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,13 @@ from tests.diagnose.corpus import CORPUS, cases, judge  # noqa: E402
 def explain(repo: Path, target: Path) -> tuple[list[dict], float]:
     env = {**os.environ, "PYTHONPATH": str(repo)}
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "titan_doctor", "diagnose", "--log", str(target), "--format", "json"],
-                       cwd=repo, env=env, capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "titan_doctor", "diagnose", "--log", str(target), "--format", "json"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     dt = time.perf_counter() - t0
     try:
         return json.loads(p.stdout)["checks"], dt
@@ -45,17 +51,21 @@ def main() -> None:
         rows, dt = explain(args.repo.resolve(), CORPUS / case["path"])
         times.append(dt)
         problems = judge(case, rows, exact_id=not args.by_text)
-        partial = not problems and "partial" in case     # passes its checks, with a known gap
+        partial = not problems and "partial" in case  # passes its checks, with a known gap
         ok += not problems and not partial
         part += partial
         if not args.quiet:
             mark = "MISS" if problems else "part" if partial else "ok  "
-            print(f"{mark} {dt:5.2f}s {case['path']:<48} "
-                  + ("; ".join(problems) if problems else case.get("partial", "")))
-    print(f"\n{args.repo}: {ok}/{len(all_cases)} logs explained fully "
-          f"(cause, fix, rank, device), {part} partly (known gaps, 'partial' in expected.toml); "
-          f"diagnose --log median {sorted(times)[len(times) // 2]:.2f}s, "
-          f"max {max(times):.2f}s per log (process start included)")
+            print(
+                f"{mark} {dt:5.2f}s {case['path']:<48} "
+                + ("; ".join(problems) if problems else case.get("partial", ""))
+            )
+    print(
+        f"\n{args.repo}: {ok}/{len(all_cases)} logs explained fully "
+        f"(cause, fix, rank, device), {part} partly (known gaps, 'partial' in expected.toml); "
+        f"diagnose --log median {sorted(times)[len(times) // 2]:.2f}s, "
+        f"max {max(times):.2f}s per log (process start included)"
+    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ the analytic estimate per shipped config, and `--exact` for llama_70b at world 6
 Targets (issue 11): --exact within 5% of measured on every row, analytic within 20%;
 --exact for 70B at world 64 <= 60 s and < 4 GiB RAM; analytic <= 50 ms after imports.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,11 @@ sys.path.insert(0, str(REPO))
 
 S128, S256 = ["training.batch_size=8", "training.seq_len=128"], ["training.batch_size=8", "training.seq_len=256"]
 B16 = ["training.batch_size=16", "training.seq_len=128"]
-BF16, FULL, SEL = 'training.mixed_precision="bf16"', 'training.activation_checkpoint="full"', \
-    'training.activation_checkpoint="selective"'
+BF16, FULL, SEL = (
+    'training.mixed_precision="bf16"',
+    'training.activation_checkpoint="full"',
+    'training.activation_checkpoint="selective"',
+)
 
 # (ranks, layout name, overrides): 1 / 2 / 4 ranks; FSDP, FSDP x TP, PP=2 (GPipe, 1F1B, interleaved), FSDP x PP; AC none /
 # full / selective; fp32 and bf16; several batch x seq sizes
@@ -43,10 +47,30 @@ ROWS = [
     (2, "FSDP, accum 2, GQA", S256 + ["training.grad_accum_steps=2", "model.n_kv_heads=4"]),
     (2, "PP=2 1F1B", S128 + ["distributed.pp_size=2"]),
     (2, "PP=2 GPipe", S128 + ["distributed.pp_size=2", 'distributed.pp_schedule="gpipe"', BF16, FULL]),
-    (2, "PP=2 interleaved", S128 + ["distributed.pp_size=2", 'distributed.pp_schedule="interleaved_1f1b"',
-                                    "distributed.pp_microbatches=4", "model.n_layers=8"]),
-    (2, "PP=2 interleaved", S128 + ["distributed.pp_size=2", 'distributed.pp_schedule="interleaved_1f1b"',
-                                    "distributed.pp_microbatches=4", "model.n_layers=8", BF16, FULL]),
+    (
+        2,
+        "PP=2 interleaved",
+        S128
+        + [
+            "distributed.pp_size=2",
+            'distributed.pp_schedule="interleaved_1f1b"',
+            "distributed.pp_microbatches=4",
+            "model.n_layers=8",
+        ],
+    ),
+    (
+        2,
+        "PP=2 interleaved",
+        S128
+        + [
+            "distributed.pp_size=2",
+            'distributed.pp_schedule="interleaved_1f1b"',
+            "distributed.pp_microbatches=4",
+            "model.n_layers=8",
+            BF16,
+            FULL,
+        ],
+    ),
     (4, "FSDP", B16 + [BF16]),
     (4, "FSDP x TP", S256 + ["distributed.tp_size=2"]),
     (4, "FSDP x TP", B16 + ["distributed.tp_size=2", BF16, SEL]),
@@ -80,12 +104,36 @@ def accuracy(rows) -> None:
             ex, an = (x - m) / m, (a - m) / m
             worst_exact, worst_analytic = max(worst_exact, abs(ex)), max(worst_analytic, abs(an))
             where = f" stage {stage}" if len(measured) > 1 else ""
-            table.append([world, name + where, describe(cfg), f"{m / 2 ** 20:.2f}", f"{x / 2 ** 20:.2f}",
-                          f"{ex:+.2%}", f"{a / 2 ** 20:.2f}", f"{an:+.1%}"])
+            table.append(
+                [
+                    world,
+                    name + where,
+                    describe(cfg),
+                    f"{m / 2**20:.2f}",
+                    f"{x / 2**20:.2f}",
+                    f"{ex:+.2%}",
+                    f"{a / 2**20:.2f}",
+                    f"{an:+.1%}",
+                ]
+            )
             print(tabulate([table[-1]], tablefmt="plain"), flush=True)
     print()
-    print(tabulate(table, headers=["ranks", "layout", "precision / AC / batch", "measured MiB", "--exact MiB",
-                                   "err", "analytic MiB", "err"], tablefmt="github"))
+    print(
+        tabulate(
+            table,
+            headers=[
+                "ranks",
+                "layout",
+                "precision / AC / batch",
+                "measured MiB",
+                "--exact MiB",
+                "err",
+                "analytic MiB",
+                "err",
+            ],
+            tablefmt="github",
+        )
+    )
     print(f"\nworst error: --exact {worst_exact:.2%} (target 5%), analytic {worst_analytic:.1%} (target 20%)")
 
 
@@ -103,19 +151,25 @@ def speed() -> None:
         print(f"  {name} at world {world}: {best * 1000:.1f} ms")
     print("--exact, llama_70b at world 64 (tp 8), in a subprocess:")
     start = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "titan_doctor.diagnose._exact_worker", "--config", "llama_70b",
-                        "--world-size", "64"], cwd=REPO, capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=str(REPO)))
+    p = subprocess.run(
+        [sys.executable, "-m", "titan_doctor.diagnose._exact_worker", "--config", "llama_70b", "--world-size", "64"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     wall = time.perf_counter() - start
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2 ** 20
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     if p.returncode:
         print("  failed:", p.stderr.strip().splitlines()[-1:])
         return
     import json
 
     peak = json.loads(p.stdout.strip().splitlines()[-1])[0]
-    print(f"  {wall:.1f} s wall, peak RSS {rss:.2f} GiB; tensors {peak['peak_bytes'] / 2 ** 30:.2f} GiB per rank "
-          f"({peak['method']})\n")
+    print(
+        f"  {wall:.1f} s wall, peak RSS {rss:.2f} GiB; tensors {peak['peak_bytes'] / 2**30:.2f} GiB per rank "
+        f"({peak['method']})\n"
+    )
 
 
 def _timed(fn) -> float:

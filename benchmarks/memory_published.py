@@ -21,6 +21,7 @@ estimate is from what the user will see, not an error of the estimate's own term
     .venv/bin/python benchmarks/memory_published.py --format json
     .venv/bin/python benchmarks/memory_published.py --exact    # + the FakeTensorMode run per case
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,7 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-GiB = 2 ** 30
+GiB = 2**30
 H100_2412 = "https://github.com/pytorch/torchtitan/blob/main/benchmarks/llama3_h100_202412_torchtitan.md"
 H200_2506 = "https://github.com/pytorch/torchtitan/blob/main/benchmarks/llama3_8b_h200_2025-06_torchtitan.md"
 ISSUE_929 = "https://github.com/pytorch/torchtitan/issues/929"
@@ -46,29 +47,34 @@ class Case:
     """One published measurement and the torchtitan config that reproduces its layout."""
 
     source: str
-    label: str                # table and row, as published
+    label: str  # table and row, as published
     world: int
-    flavor: str               # torchtitan llama3 flavor
+    flavor: str  # torchtitan llama3 flavor
     local_batch: int
     seq_len: int
-    ac: str                   # torchtitan activation_checkpoint.mode
-    ac_option: str            # selective_ac_option
-    published_gib: float      # torchtitan's `memory:` (max reserved), GiB
+    ac: str  # torchtitan activation_checkpoint.mode
+    ac_option: str  # selective_ac_option
+    published_gib: float  # torchtitan's `memory:` (max reserved), GiB
     tp: int = 1
     pp: int = 1
     pp_schedule: str = "1F1B"
-    pp_microbatch: int = 1    # sequences per pipeline micro-batch
-    extras: tuple[str, ...] = ()   # what the published run used that we do not model
+    pp_microbatch: int = 1  # sequences per pipeline micro-batch
+    extras: tuple[str, ...] = ()  # what the published run used that we do not model
 
     def torchtitan_toml(self) -> dict:
         """The layout as torchtitan v0.2.x keys (bf16 params, fp32 reduce are the defaults)."""
-        return {"model": {"name": "llama3", "flavor": self.flavor, "hf_assets_path": ""},
-                "training": {"local_batch_size": self.local_batch, "seq_len": self.seq_len},
-                "parallelism": {"tensor_parallel_degree": self.tp, "pipeline_parallel_degree": self.pp,
-                                "pipeline_parallel_schedule": self.pp_schedule,
-                                "pipeline_parallel_microbatch_size": self.pp_microbatch},
-                "activation_checkpoint": {"mode": self.ac, "selective_ac_option": self.ac_option},
-                "compile": {"enable": "compile" in self.extras}}
+        return {
+            "model": {"name": "llama3", "flavor": self.flavor, "hf_assets_path": ""},
+            "training": {"local_batch_size": self.local_batch, "seq_len": self.seq_len},
+            "parallelism": {
+                "tensor_parallel_degree": self.tp,
+                "pipeline_parallel_degree": self.pp,
+                "pipeline_parallel_schedule": self.pp_schedule,
+                "pipeline_parallel_microbatch_size": self.pp_microbatch,
+            },
+            "activation_checkpoint": {"mode": self.ac, "selective_ac_option": self.ac_option},
+            "compile": {"enable": "compile" in self.extras},
+        }
 
 
 COMPILE, F8, ATP = "compile", "float8", "async TP"
@@ -81,18 +87,68 @@ CASES = [
     Case(H100_2412, "T1 8B FSDP 8 +compile+fp8", 8, "8B", 2, 8192, "selective", "op", 76.8, extras=(COMPILE, F8)),
     Case(H100_2412, "T3 8B FSDP 128", 128, "8B", 2, 8192, "selective", "op", 67.0),
     Case(H100_2412, "T3 8B FSDP 128 +compile", 128, "8B", 2, 8192, "selective", "op", 62.0, extras=(COMPILE,)),
-    Case(H100_2412, "T3 8B FSDP 128 +compile+fp8", 128, "8B", 2, 8192, "selective", "op", 61.8,
-         extras=(COMPILE, F8)),
+    Case(H100_2412, "T3 8B FSDP 128 +compile+fp8", 128, "8B", 2, 8192, "selective", "op", 61.8, extras=(COMPILE, F8)),
     Case(H100_2412, "T2 8B FSDP 8 s32k", 8, "8B", 1, 32768, "full", "op", 83.9, extras=(COMPILE, F8)),
     Case(H100_2412, "T4 70B FSDP 32 x TP 8", 256, "70B", 16, 8192, "full", "op", 71.9, tp=8, extras=(COMPILE, F8)),
-    Case(H100_2412, "T4 70B FSDP 32 x TP 8 async", 256, "70B", 16, 8192, "full", "op", 67.6, tp=8,
-         extras=(COMPILE, F8, ATP)),
-    Case(H100_2412, "T5 405B 8x8x8 1F1B", 512, "405B", 32, 8192, "full", "op", 82.5, tp=8, pp=8,
-         pp_microbatch=4, extras=(COMPILE, F8, ATP)),
-    Case(H100_2412, "T5 405B 8x8x8 interleaved", 512, "405B", 32, 8192, "full", "op", 72.7, tp=8, pp=8,
-         pp_schedule="Interleaved1F1B", pp_microbatch=4, extras=(COMPILE, F8, ATP)),
-    Case(H100_2412, "T6 405B 8x8x8 s32k 1F1B", 512, "405B", 8, 32768, "full", "op", 75.3, tp=8, pp=8,
-         pp_microbatch=1, extras=(COMPILE, F8, ATP)),
+    Case(
+        H100_2412,
+        "T4 70B FSDP 32 x TP 8 async",
+        256,
+        "70B",
+        16,
+        8192,
+        "full",
+        "op",
+        67.6,
+        tp=8,
+        extras=(COMPILE, F8, ATP),
+    ),
+    Case(
+        H100_2412,
+        "T5 405B 8x8x8 1F1B",
+        512,
+        "405B",
+        32,
+        8192,
+        "full",
+        "op",
+        82.5,
+        tp=8,
+        pp=8,
+        pp_microbatch=4,
+        extras=(COMPILE, F8, ATP),
+    ),
+    Case(
+        H100_2412,
+        "T5 405B 8x8x8 interleaved",
+        512,
+        "405B",
+        32,
+        8192,
+        "full",
+        "op",
+        72.7,
+        tp=8,
+        pp=8,
+        pp_schedule="Interleaved1F1B",
+        pp_microbatch=4,
+        extras=(COMPILE, F8, ATP),
+    ),
+    Case(
+        H100_2412,
+        "T6 405B 8x8x8 s32k 1F1B",
+        512,
+        "405B",
+        8,
+        32768,
+        "full",
+        "op",
+        75.3,
+        tp=8,
+        pp=8,
+        pp_microbatch=1,
+        extras=(COMPILE, F8, ATP),
+    ),
     # default llama3_8b.toml at 9a2f578 (local batch 1, seq 8192, op SAC) + --training.compile;
     # run_train.sh sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. The commenter's
     # `memory:` ranged 40.15 (step 1) to 47.65 GiB; the maintainer's run 39.92 to 47.32.
@@ -139,9 +195,9 @@ def loss_difference(est) -> int:
     e = {"bf16": 2, "fp16": 2}.get(lay.precision, 4)
     t, tokens_vocab = lay.dims.tp, lay.micro_batch * lay.seq_len * lay.model.vocab_size
     loss_term = next(x.bytes for x in worst.terms if x.name == "logits and loss")
-    held = (loss_term - 2 * tokens_vocab * 4) // (tokens_vocab * e)   # micro-batches whose logits are held
-    kept_logits = held * tokens_vocab * e if lay.dims.pp == 1 else 0   # a pipeline's forward cache keeps them too
-    loss_total = loss_term + held * tokens_vocab * 4                     # + log_softmax's saved fp32 output
+    held = (loss_term - 2 * tokens_vocab * 4) // (tokens_vocab * e)  # micro-batches whose logits are held
+    kept_logits = held * tokens_vocab * e if lay.dims.pp == 1 else 0  # a pipeline's forward cache keeps them too
+    loss_total = loss_term + held * tokens_vocab * 4  # + log_softmax's saved fp32 output
     return kept_logits + (loss_total - kept_logits) * (t - 1) // t
 
 
@@ -153,29 +209,44 @@ def rows(exact: bool = False) -> list[dict]:
         est = ours(case)
         worst = est.worst
         without_loss = (worst.tensor_bytes - loss_difference(est)) * (1 + ALLOCATOR_MARGIN)
-        out.append({"case": case.label, "world": case.world, "source": case.source,
-                    "published_gib": case.published_gib, "ours_gib": round(worst.peak_bytes / GiB, 2),
-                    "tensors_gib": round(worst.tensor_bytes / GiB, 2),
-                    "ratio": round(worst.peak_bytes / GiB / case.published_gib, 3),
-                    "ours_torchtitan_loss_gib": round(without_loss / GiB, 2),
-                    "ratio_torchtitan_loss": round(without_loss / GiB / case.published_gib, 3),
-                    "phase": worst.phase, "not_modelled": list(case.extras)})
-        if exact and case.pp > 1:   # one process per stage, every micro-batch: minutes per case
+        out.append(
+            {
+                "case": case.label,
+                "world": case.world,
+                "source": case.source,
+                "published_gib": case.published_gib,
+                "ours_gib": round(worst.peak_bytes / GiB, 2),
+                "tensors_gib": round(worst.tensor_bytes / GiB, 2),
+                "ratio": round(worst.peak_bytes / GiB / case.published_gib, 3),
+                "ours_torchtitan_loss_gib": round(without_loss / GiB, 2),
+                "ratio_torchtitan_loss": round(without_loss / GiB / case.published_gib, 3),
+                "phase": worst.phase,
+                "not_modelled": list(case.extras),
+            }
+        )
+        if exact and case.pp > 1:  # one process per stage, every micro-batch: minutes per case
             out[-1]["exact_tensors_gib"] = None
         elif exact:
             t0 = time.perf_counter()
             out[-1]["exact_tensors_gib"] = round(exact_tensors(case) / GiB, 2)
-            print(f"  --exact {case.label}: {out[-1]['exact_tensors_gib']} GiB tensors "
-                  f"(analytic {out[-1]['tensors_gib']}) in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+            print(
+                f"  --exact {case.label}: {out[-1]['exact_tensors_gib']} GiB tensors "
+                f"(analytic {out[-1]['tensors_gib']}) in {time.perf_counter() - t0:.0f} s",
+                file=sys.stderr,
+            )
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--format", choices=("text", "json"), default="text")
-    parser.add_argument("--exact", action="store_true", help="also run --exact (FakeTensorMode) per case but "
-                        "the pipelined ones (over 3 minutes each: one process per stage, every micro-batch); "
-                        "tensors only, to set beside 'ours tensors'")
+    parser.add_argument(
+        "--exact",
+        action="store_true",
+        help="also run --exact (FakeTensorMode) per case but "
+        "the pipelined ones (over 3 minutes each: one process per stage, every micro-batch); "
+        "tensors only, to set beside 'ours tensors'",
+    )
     args = parser.parse_args()
     table = rows(args.exact)
     if args.format == "json":
@@ -183,20 +254,45 @@ def main() -> None:
         return
     from tabulate import tabulate
 
-    print(tabulate([[r["case"], r["world"], f"{r['published_gib']:.1f}", f"{r['ours_gib']:.1f}",
-                     f"{r['tensors_gib']:.1f}" + (f" / {r['exact_tensors_gib'] or '-'}" if args.exact else ""),
-                     f"{r['ratio']:.2f}", f"{r['ours_torchtitan_loss_gib']:.1f}",
-                     f"{r['ratio_torchtitan_loss']:.2f}", ", ".join(r["not_modelled"]) or "-",
-                     r["phase"]] for r in table],
-                   headers=["case", "GPUs", "published GiB", "ours GiB",
-                            "ours tensors" + (" / --exact" if args.exact else ""), "ours/pub",
-                            "ours, tt loss", "tt loss/pub", "published run also used", "our peak phase"]))
-    print("\npublished = torchtitan `memory:` (max reserved); ours = analytic peak incl. the allocator margin; "
-          "'ours, tt loss' = ours less the loss memory torchtitan's trainer does not hold (logits freed before "
-          "backward, loss parallel over tp), plus the margin: the same layout with torchtitan's loss.\n"
-          "Not modelled on either column: torchtitan's op-level SAC recomputes every second matmul (ours keeps "
-          "all), torch.compile, Float8 (fp8 all-gather halves the gathered params), async TP.\n"
-          f"Sources: {H100_2412} ; {H200_2506} ; {ISSUE_929}")
+    print(
+        tabulate(
+            [
+                [
+                    r["case"],
+                    r["world"],
+                    f"{r['published_gib']:.1f}",
+                    f"{r['ours_gib']:.1f}",
+                    f"{r['tensors_gib']:.1f}" + (f" / {r['exact_tensors_gib'] or '-'}" if args.exact else ""),
+                    f"{r['ratio']:.2f}",
+                    f"{r['ours_torchtitan_loss_gib']:.1f}",
+                    f"{r['ratio_torchtitan_loss']:.2f}",
+                    ", ".join(r["not_modelled"]) or "-",
+                    r["phase"],
+                ]
+                for r in table
+            ],
+            headers=[
+                "case",
+                "GPUs",
+                "published GiB",
+                "ours GiB",
+                "ours tensors" + (" / --exact" if args.exact else ""),
+                "ours/pub",
+                "ours, tt loss",
+                "tt loss/pub",
+                "published run also used",
+                "our peak phase",
+            ],
+        )
+    )
+    print(
+        "\npublished = torchtitan `memory:` (max reserved); ours = analytic peak incl. the allocator margin; "
+        "'ours, tt loss' = ours less the loss memory torchtitan's trainer does not hold (logits freed before "
+        "backward, loss parallel over tp), plus the margin: the same layout with torchtitan's loss.\n"
+        "Not modelled on either column: torchtitan's op-level SAC recomputes every second matmul (ours keeps "
+        "all), torch.compile, Float8 (fp8 all-gather halves the gathered params), async TP.\n"
+        f"Sources: {H100_2412} ; {H200_2506} ; {ISSUE_929}"
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ Runs alternate for --rounds rounds and each keeps its best round, so a burst of 
 elsewhere on a shared machine does not decide the ratio. The first logged window (warm-up)
 is left out of the reported rate.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,15 @@ REPO = Path(__file__).resolve().parents[1]
 def run(nproc: int, steps: int, seq_len: int, log_every: int, save_interval: int) -> tuple[float, float, float]:
     """(reported tokens/s after the first window, wall-clock tokens/s of the whole loop, max MFU or -1)."""
     with tempfile.TemporaryDirectory() as wd:
-        sets = [f"training.seq_len={seq_len}", "training.batch_size=8", f"training.steps={steps}",
-                f"metrics.log_every={log_every}", f"checkpoint.save_interval={save_interval}",
-                "checkpoint.keep_last_n=2", "training.warmup_steps=2"]
+        sets = [
+            f"training.seq_len={seq_len}",
+            "training.batch_size=8",
+            f"training.steps={steps}",
+            f"metrics.log_every={log_every}",
+            f"checkpoint.save_interval={save_interval}",
+            "checkpoint.keep_last_n=2",
+            "training.warmup_steps=2",
+        ]
         cmd = [sys.executable, "-m", "titan_train.cli", "run", "--config", "llama_debug", "--nproc", str(nproc)]
         for s in sets:
             cmd += ["--set", s]
@@ -68,14 +75,36 @@ def main() -> None:
     best = {name: max(runs) for name, runs in got.items()}
     median = {name: statistics.median(r[0] for r in runs) for name, runs in got.items()}
     base, base_median = best["no saves (save_interval 0)"][0], median["no saves (save_interval 0)"]
-    print(f"llama_debug, {a.nproc} gloo ranks, seq_len {a.seq_len}, global batch 8, {a.steps} steps, "
-          f"log_every {a.log_every}; {a.rounds} rounds")
-    print(tabulate([(name, f"{rep:,.0f}", f"{rep / base:.2f}", f"{median[name]:,.0f}",
-                     f"{median[name] / base_median:.2f}", f"{wall:,.0f}", f"{mfu * 100:.1f}%")
-                    for name, (rep, wall, mfu) in best.items()],
-                   headers=["run", "reported tok/s (best)", "vs no saves", "reported tok/s (median)", "vs no saves",
-                            "wall-clock tok/s, saves included (best)", "max MFU"],
-                   colalign=("left", "right", "right", "right", "right", "right", "right")))
+    print(
+        f"llama_debug, {a.nproc} gloo ranks, seq_len {a.seq_len}, global batch 8, {a.steps} steps, "
+        f"log_every {a.log_every}; {a.rounds} rounds"
+    )
+    print(
+        tabulate(
+            [
+                (
+                    name,
+                    f"{rep:,.0f}",
+                    f"{rep / base:.2f}",
+                    f"{median[name]:,.0f}",
+                    f"{median[name] / base_median:.2f}",
+                    f"{wall:,.0f}",
+                    f"{mfu * 100:.1f}%",
+                )
+                for name, (rep, wall, mfu) in best.items()
+            ],
+            headers=[
+                "run",
+                "reported tok/s (best)",
+                "vs no saves",
+                "reported tok/s (median)",
+                "vs no saves",
+                "wall-clock tok/s, saves included (best)",
+                "max MFU",
+            ],
+            colalign=("left", "right", "right", "right", "right", "right", "right"),
+        )
+    )
 
 
 if __name__ == "__main__":

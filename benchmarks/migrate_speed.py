@@ -9,6 +9,7 @@ seconds are both printed: on a shared machine the CPU column is the steadier com
 Reference measured on the 2-core dev machine: TorchFix 0.7.0 over torchtitan (476 files)
 took 112 s wall with -j 2; "TorchFix/this" scales that reference to this tree's Python file count.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,7 +42,7 @@ def parse_floor(files: list[Path]) -> tuple[float, float]:
     for p in files:
         data = p.read_bytes()
         try:
-            _ = cst.parse_module(data).bytes   # parse + codegen: the floor migrate is measured against
+            _ = cst.parse_module(data).bytes  # parse + codegen: the floor migrate is measured against
         except cst.ParserSyntaxError:
             pass
     return time.perf_counter() - start, _cpu() - cpu
@@ -70,8 +71,10 @@ def main() -> int:
     files = [e.path for e in found.files]
     py = [p for p in files if p.suffix == ".py"]
     floor, floor_cpu = parse_floor(py)
-    rows = [("libcst parse+codegen (floor)", len(py), floor, floor_cpu),
-            ("discovery (walk, ignores, kinds)", len(files), walk, walk_cpu)]
+    rows = [
+        ("libcst parse+codegen (floor)", len(py), floor, floor_cpu),
+        ("discovery (walk, ignores, kinds)", len(files), walk, walk_cpu),
+    ]
     t1, c1, results = migrate(files, 1)
     rows.append(("titan-doctor migrate -j 1", len(files), t1, c1))
     if args.jobs > 1:
@@ -79,17 +82,22 @@ def main() -> int:
         rows.append((f"titan-doctor migrate -j {args.jobs}", len(files), tj, cj))
 
     print(f"tree: {args.tree}  ({len(py)} Python files, {len(files)} files in all)")
-    print(f"{'run':34} {'files':>6} {'wall s':>8} {'files/s':>8} {'vs floor':>9} {'cpu s':>7} "
-          f"{'cpu vs floor':>12} {'TorchFix/this':>14}")
+    print(
+        f"{'run':34} {'files':>6} {'wall s':>8} {'files/s':>8} {'vs floor':>9} {'cpu s':>7} "
+        f"{'cpu vs floor':>12} {'TorchFix/this':>14}"
+    )
     for name, n, wall, cpu in rows:
-        print(f"{name:34} {n:6d} {wall:8.2f} {n / wall:8.1f} {wall / floor:8.2f}x {cpu:7.2f} "
-              f"{cpu / floor_cpu:11.2f}x {tf_wall * len(py) / tf_files / wall:13.1f}x")
-    print(f"{'TorchFix 0.7.0 -j 2 (reference)':34} {tf_files:6d} {tf_wall:8.2f} "
-          f"{tf_files / tf_wall:8.1f}   (measured separately on the dev machine)")
+        print(
+            f"{name:34} {n:6d} {wall:8.2f} {n / wall:8.1f} {wall / floor:8.2f}x {cpu:7.2f} "
+            f"{cpu / floor_cpu:11.2f}x {tf_wall * len(py) / tf_files / wall:13.1f}x"
+        )
+    print(
+        f"{'TorchFix 0.7.0 -j 2 (reference)':34} {tf_files:6d} {tf_wall:8.2f} "
+        f"{tf_files / tf_wall:8.1f}   (measured separately on the dev machine)"
+    )
     states = {s: sum(r.state == s for r in results) for s in engine.STATES}
     print("migrate outcome: " + ", ".join(f"{k} {v}" for k, v in states.items()))
-    print("not read: " + (", ".join(f"{k} {len(v)}" for k, v in sorted(found.skipped.items()))
-                          or "nothing"))
+    print("not read: " + (", ".join(f"{k} {len(v)}" for k, v in sorted(found.skipped.items())) or "nothing"))
     kinds = {}
     for e in found.files:
         kinds[e.kind] = kinds.get(e.kind, 0) + 1

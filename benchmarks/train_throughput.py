@@ -9,6 +9,7 @@ The runs are interleaved for --rounds rounds and each row keeps its best round, 
 burst of load from elsewhere on the machine does not decide the ratio. The compile row's
 warm-up steps include compilation; its first-step time is printed separately.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,15 @@ FIRST_STEP_S: dict[str, float] = {}
 def trainer(nproc: int, seq_len: int, batch: int, steps: int, warmup: int, extra=(), name: str = "") -> float:
     """tokens/s over the steps after warm-up, from the run's own metrics.jsonl."""
     with tempfile.TemporaryDirectory() as wd:
-        sets = [f"training.seq_len={seq_len}", f"training.batch_size={batch}", f"training.steps={warmup + steps}",
-                "metrics.log_every=1", "checkpoint.save_interval=0", "training.mixed_precision=\"fp32\"", *extra]
+        sets = [
+            f"training.seq_len={seq_len}",
+            f"training.batch_size={batch}",
+            f"training.steps={warmup + steps}",
+            "metrics.log_every=1",
+            "checkpoint.save_interval=0",
+            'training.mixed_precision="fp32"',
+            *extra,
+        ]
         cmd = [sys.executable, "-m", "titan_train.cli", "run", "--config", "llama_debug", "--nproc", str(nproc)]
         for s in sets:
             cmd += ["--set", s]
@@ -69,7 +77,9 @@ def trainer(nproc: int, seq_len: int, batch: int, steps: int, warmup: int, extra
             raise SystemExit(f"trainer failed:\n{proc.stdout}\n{proc.stderr}")
         recs = [json.loads(line) for line in (Path(wd) / "outputs/llama_debug/metrics.jsonl").read_text().splitlines()]
         steady = [r for r in recs if r.get("step", 0) > warmup]
-        FIRST_STEP_S[name] = min(FIRST_STEP_S.get(name, float("inf")), next(r["elapsed_s"] for r in recs if "step" in r))
+        FIRST_STEP_S[name] = min(
+            FIRST_STEP_S.get(name, float("inf")), next(r["elapsed_s"] for r in recs if "step" in r)
+        )
         return len(steady) * batch * seq_len / sum(r["elapsed_s"] for r in steady)
 
 
@@ -91,21 +101,31 @@ def main() -> None:
 
     fpt = flops_per_token(config.load(REPO / "configs" / "llama_debug.toml").model, a.seq_len)
     peak32, peak16 = measure_matmul_flops("fp32", seconds=1.0), measure_matmul_flops("bf16", seconds=1.0)
-    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"measured matmul peak fp32 {peak32 / 1e9:,.0f} GFLOP/s, bf16 {peak16 / 1e9:,.0f} GFLOP/s")
-    print(f"model: llama_debug (dim 256, 6 layers, 16 heads, vocab 2048), seq_len {a.seq_len}, "
-          f"global batch {a.batch}, fp32, {a.steps} timed steps after {a.warmup} warm-up")
+    print(
+        f"machine: {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"measured matmul peak fp32 {peak32 / 1e9:,.0f} GFLOP/s, bf16 {peak16 / 1e9:,.0f} GFLOP/s"
+    )
+    print(
+        f"model: llama_debug (dim 256, 6 layers, 16 heads, vocab 2048), seq_len {a.seq_len}, "
+        f"global batch {a.batch}, fp32, {a.steps} timed steps after {a.warmup} warm-up"
+    )
+
     def run(nproc: int, *extra: str):
         return lambda name: trainer(nproc, a.seq_len, a.batch, a.steps, a.warmup, extra, name)
 
-    runs = [("raw eager PyTorch step (1 process)", 1, lambda name: raw_eager(a.seq_len, a.batch, a.steps, a.warmup)),
-            ("titan-train, 1 rank", 1, run(1)),
-            ("titan-train, 2 ranks (FSDP)", 2, run(2)),
-            ("titan-train, 1 rank, AC full", 1, run(1, 'training.activation_checkpoint="full"')),
-            ("titan-train, 1 rank, AC selective", 1, run(1, 'training.activation_checkpoint="selective"')),
-            ("titan-train, 2 ranks, PP=2 (1F1B, 2 micro-batches)", 2,
-             run(2, "distributed.pp_size=2", "distributed.pp_microbatches=2")),
-            ("titan-train, 1 rank, torch.compile per block", 1, run(1, "training.compile=true"))]
+    runs = [
+        ("raw eager PyTorch step (1 process)", 1, lambda name: raw_eager(a.seq_len, a.batch, a.steps, a.warmup)),
+        ("titan-train, 1 rank", 1, run(1)),
+        ("titan-train, 2 ranks (FSDP)", 2, run(2)),
+        ("titan-train, 1 rank, AC full", 1, run(1, 'training.activation_checkpoint="full"')),
+        ("titan-train, 1 rank, AC selective", 1, run(1, 'training.activation_checkpoint="selective"')),
+        (
+            "titan-train, 2 ranks, PP=2 (1F1B, 2 micro-batches)",
+            2,
+            run(2, "distributed.pp_size=2", "distributed.pp_microbatches=2"),
+        ),
+        ("titan-train, 1 rank, torch.compile per block", 1, run(1, "training.compile=true")),
+    ]
     best = [0.0] * len(runs)
     for r in range(a.rounds):
         for i, (name, _, fn) in enumerate(runs):
@@ -114,12 +134,21 @@ def main() -> None:
             best[i] = max(best[i], tps)
     raw = best[0]
     rows = [(name, tps, n) for (name, n, _), tps in zip(runs, best)]
-    table = [(name, f"{tps:,.0f}", f"{tps / n:,.0f}", f"{tps / raw:.2f}", f"{tps * fpt / peak32 * 100:.1f}%")
-             for name, tps, n in rows]
-    print(tabulate(table, headers=["run", "tokens/s total", "tokens/s per rank", "vs raw", "MFU (fp32 peak)"],
-                   colalign=("left", "right", "right", "right", "right")))
-    print("first step (s, best round; includes compilation for the compile row): "
-          + ", ".join(f"{name}: {secs:.1f}" for name, secs in FIRST_STEP_S.items()))
+    table = [
+        (name, f"{tps:,.0f}", f"{tps / n:,.0f}", f"{tps / raw:.2f}", f"{tps * fpt / peak32 * 100:.1f}%")
+        for name, tps, n in rows
+    ]
+    print(
+        tabulate(
+            table,
+            headers=["run", "tokens/s total", "tokens/s per rank", "vs raw", "MFU (fp32 peak)"],
+            colalign=("left", "right", "right", "right", "right"),
+        )
+    )
+    print(
+        "first step (s, best round; includes compilation for the compile row): "
+        + ", ".join(f"{name}: {secs:.1f}" for name, secs in FIRST_STEP_S.items())
+    )
 
 
 if __name__ == "__main__":

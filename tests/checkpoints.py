@@ -6,6 +6,7 @@ The HF and Meta writers here are independent of titan_train.checkpoint.formats: 
 typed out and the q/k permutation is HF's conversion-script formula, so the tests check the
 code under test against the formats, not against itself.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,11 @@ def hf_permute(w: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 
 def hf_state_dict(sd: dict[str, torch.Tensor], args: ModelArgs = TINY) -> dict[str, torch.Tensor]:
-    out = {"model.embed_tokens.weight": sd["tok_embeddings.weight"], "model.norm.weight": sd["norm.weight"],
-           "lm_head.weight": sd["output.weight"]}
+    out = {
+        "model.embed_tokens.weight": sd["tok_embeddings.weight"],
+        "model.norm.weight": sd["norm.weight"],
+        "lm_head.weight": sd["output.weight"],
+    }
     for i in range(args.n_layers):
         p, h = f"layers.{i}.", f"model.layers.{i}."
         out[h + "self_attn.q_proj.weight"] = hf_permute(sd[p + "attention.wq.weight"], args.n_heads)
@@ -54,15 +58,31 @@ def hf_state_dict(sd: dict[str, torch.Tensor], args: ModelArgs = TINY) -> dict[s
 
 
 def hf_config(args: ModelArgs = TINY, **extra) -> dict:
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": args.d_model,
-            "intermediate_size": args.ffn_dim, "num_attention_heads": args.n_heads,
-            "num_hidden_layers": args.n_layers, "num_key_value_heads": args.kv_heads, "rms_norm_eps": args.norm_eps,
-            "rope_theta": args.rope_theta, "vocab_size": args.vocab_size, "max_position_embeddings": args.max_seq_len,
-            **extra}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": args.d_model,
+        "intermediate_size": args.ffn_dim,
+        "num_attention_heads": args.n_heads,
+        "num_hidden_layers": args.n_layers,
+        "num_key_value_heads": args.kv_heads,
+        "rms_norm_eps": args.norm_eps,
+        "rope_theta": args.rope_theta,
+        "vocab_size": args.vocab_size,
+        "max_position_embeddings": args.max_seq_len,
+        **extra,
+    }
 
 
-def write_hf(folder: Path, sd: dict[str, torch.Tensor], args: ModelArgs = TINY, *, shards: int = 1,
-             dtype: torch.dtype = torch.float32, config: bool = True) -> Path:
+def write_hf(
+    folder: Path,
+    sd: dict[str, torch.Tensor],
+    args: ModelArgs = TINY,
+    *,
+    shards: int = 1,
+    dtype: torch.dtype = torch.float32,
+    config: bool = True,
+) -> Path:
     """HF layout: model.safetensors, or model-0000i-of-0000n.safetensors + index."""
     from safetensors.torch import save_file
 
@@ -87,8 +107,9 @@ def write_hf(folder: Path, sd: dict[str, torch.Tensor], args: ModelArgs = TINY, 
 META_DIM = {"wq": 0, "wk": 0, "wv": 0, "wo": 1, "w1": 0, "w3": 0, "w2": 1}
 
 
-def write_meta(folder: Path, sd: dict[str, torch.Tensor], args: ModelArgs = TINY, *, shards: int = 2,
-               llama3: bool = False) -> Path:
+def write_meta(
+    folder: Path, sd: dict[str, torch.Tensor], args: ModelArgs = TINY, *, shards: int = 2, llama3: bool = False
+) -> Path:
     """consolidated.NN.pth as Meta's model-parallel code saves them (column-parallel weights
     split on dim 0, row-parallel on dim 1, the embedding on dim 1 (LLaMA 1/2) or dim 0
     (LLaMA 3), norms replicated) + params.json (LLaMA 2 writes vocab_size -1)."""
@@ -108,8 +129,15 @@ def write_meta(folder: Path, sd: dict[str, torch.Tensor], args: ModelArgs = TINY
     for i, part in enumerate(parts):
         part["rope.freqs"] = torch.ones(args.head_dim // 2)
         torch.save(part, folder / f"consolidated.{i:02d}.pth")
-    params = {"dim": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads, "n_kv_heads": args.kv_heads,
-              "multiple_of": args.multiple_of, "norm_eps": args.norm_eps, "vocab_size": -1}
+    params = {
+        "dim": args.d_model,
+        "n_layers": args.n_layers,
+        "n_heads": args.n_heads,
+        "n_kv_heads": args.kv_heads,
+        "multiple_of": args.multiple_of,
+        "norm_eps": args.norm_eps,
+        "vocab_size": -1,
+    }
     (folder / "params.json").write_text(json.dumps(params))
     return folder
 
@@ -123,22 +151,38 @@ def write_deepspeed(folder: Path, sd: dict[str, torch.Tensor], *, step: int = 5,
     (folder / "latest").write_text(f"global_step{step}")
     shapes = [{k: v.shape for k, v in sd.items()}]
     module = {k: (torch.empty(0, dtype=v.dtype) if stage == 3 else v.to(torch.bfloat16)) for k, v in sd.items()}
-    states = {"module": module, "buffer_names": [], "optimizer": None, "param_shapes": shapes,
-              "lr_scheduler": {"last_epoch": step}, "global_steps": step, "global_samples": step * 8,
-              "dp_world_size": 2, "mp_world_size": 1, "ds_config": {"zero_optimization": {"stage": stage}},
-              "ds_version": "0.16.4", "skipped_steps": 0}
+    states = {
+        "module": module,
+        "buffer_names": [],
+        "optimizer": None,
+        "param_shapes": shapes,
+        "lr_scheduler": {"last_epoch": step},
+        "global_steps": step,
+        "global_samples": step * 8,
+        "dp_world_size": 2,
+        "mp_world_size": 1,
+        "ds_config": {"zero_optimization": {"stage": stage}},
+        "ds_version": "0.16.4",
+        "skipped_steps": 0,
+    }
     name = "zero_pp_rank_{}_mp_rank_00_model_states.pt" if stage == 3 else "mp_rank_00_model_states.pt"
     for rank in range(2 if stage == 3 else 1):
         torch.save(states, tag / name.format(rank))
     for rank in range(2):
-        torch.save({"optimizer_state_dict": {"zero_stage": stage, "partition_count": 2},
-                    "ds_config": states["ds_config"], "ds_version": "0.16.4"},
-                   tag / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt")
+        torch.save(
+            {
+                "optimizer_state_dict": {"zero_stage": stage, "partition_count": 2},
+                "ds_config": states["ds_config"],
+                "ds_version": "0.16.4",
+            },
+            tag / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt",
+        )
     return folder
 
 
-def write_trainer_dcp(folder: Path, sd: dict[str, torch.Tensor], *, step: int, legacy: bool = False,
-                      optimizer: bool = True) -> Path:
+def write_trainer_dcp(
+    folder: Path, sd: dict[str, torch.Tensor], *, step: int, legacy: bool = False, optimizer: bool = True
+) -> Path:
     """A `step-N` folder in the trainer's DCP layout, written through the trainer's own
     Stateful objects: model.<fqn>, optim.state.<fqn>.<name> (flat), progress.*. `legacy`: the
     layout before issue 8 (everything under train., the optimizer nested)."""
@@ -171,6 +215,7 @@ def write_trainer_dcp(folder: Path, sd: dict[str, torch.Tensor], *, step: int, l
 
 # ---- malicious pickles -------------------------------------------------------------------
 
+
 class Payload:
     """Unpickling this runs `touch <marker>`: the classic os.system payload."""
 
@@ -194,7 +239,7 @@ def malicious_metadata(folder: Path, marker: Path) -> Path:
     dcp.save({"model": weights()}, checkpoint_id=str(folder), no_dist=True)
     meta = folder / ".metadata"
     real = pickle.loads(meta.read_bytes())
-    real.planner_data = {"note": Payload(marker)}   # rides along with genuine metadata
+    real.planner_data = {"note": Payload(marker)}  # rides along with genuine metadata
     meta.write_bytes(pickle.dumps(real))
     return folder
 
@@ -211,7 +256,12 @@ def runs_code_when_loaded(code: str, marker: Path) -> bool:
 
 def imports_torch(code: str) -> bool:
     """Does running `code` in a fresh interpreter import torch? (the doctor's fast paths must not)"""
-    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print('torch' in sys.modules)"],
-                         capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys; print('torch' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip().splitlines()[-1] == "True"

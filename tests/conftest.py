@@ -15,6 +15,7 @@ the ranks, or with --nproc 1 the one training process), torchrun, the launcher c
 (their worker processes), a test worker script, torch.multiprocessing.spawn, or a spawned
 multiprocessing.Pool (the `--exact` planner's per-stage workers).
 """
+
 from __future__ import annotations
 
 import os
@@ -32,16 +33,16 @@ def rank_launch(args, env=None) -> str | None:
     distributed workers; None for any other process (git, a probe, `prepare-data`, ...)."""
     argv = args.split() if isinstance(args, (str, bytes)) else [os.fsdecode(a) for a in args]
     names = [Path(a).name for a in argv]
-    if env is not None and env.get("TITAN_TRAIN_LAUNCHED") == "1" and "RANK" in env:   # start_ranks' mark
+    if env is not None and env.get("TITAN_TRAIN_LAUNCHED") == "1" and "RANK" in env:  # start_ranks' mark
         return "rank"
     if "torch.distributed.run" in argv or "torchrun" in names:
         return "torchrun"
     if any(n in WORKER_SCRIPTS for n in names) or "titan_doctor.diagnose._exact_worker" in argv:
         return "worker"
     trainer = any(a in ("titan_train", "titan_train.cli") for a in argv) or "titan-train" in names
-    if trainer and "run" in argv and not {"--print-config", "--help"} & set(argv):   # those exit at once
+    if trainer and "run" in argv and not {"--print-config", "--help"} & set(argv):  # those exit at once
         return "trainer"
-    code = argv[argv.index("-c") + 1] if "-c" in argv[:-1] else ""   # python -c: what the code calls
+    code = argv[argv.index("-c") + 1] if "-c" in argv[:-1] else ""  # python -c: what the code calls
     if any(s in code for s in ("launch.run_and_report", "launch.start_ranks", "launch.spawn", *WORKER_SCRIPTS)):
         return "launcher"
     if "titan_train.cli" in code and ("main(['run'" in code or 'main(["run"' in code):
@@ -73,8 +74,9 @@ def _record(kind: str, what: str) -> None:
         with open(log, "a") as f:
             f.write(f"{_current_test}\t{kind}\t{what[:300]}\n")
     if os.environ.get("TITAN_TEST_NO_RANKS") == "1":
-        raise RuntimeError(f"TITAN_TEST_NO_RANKS=1: {_current_test} starts {kind} processes ({what[:200]}); "
-                           "mark it `multirank`")
+        raise RuntimeError(
+            f"TITAN_TEST_NO_RANKS=1: {_current_test} starts {kind} processes ({what[:200]}); mark it `multirank`"
+        )
 
 
 def _install_watch() -> None:
@@ -108,4 +110,4 @@ def pytest_configure(config):
 
 def pytest_runtest_protocol(item, nextitem):
     global _current_test
-    _current_test = item.nodeid   # session fixtures' starts count for the first test that needs them
+    _current_test = item.nodeid  # session fixtures' starts count for the first test that needs them

@@ -2,6 +2,7 @@
 from the package registry into ~/.cache/titan-npu ($TITAN_NPU_CACHE), shared by the tests
 that check our NPU-side names and calls against it. Skips only when the registry is
 unreachable."""
+
 from __future__ import annotations
 
 import os
@@ -26,9 +27,21 @@ def torch_npu_wheel() -> Path:
         CACHE.mkdir(parents=True, exist_ok=True)
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                 f"torch-npu=={VERSION}", "-d", str(CACHE)],
-                capture_output=True, text=True, timeout=600)
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--quiet",
+                    f"torch-npu=={VERSION}",
+                    "-d",
+                    str(CACHE),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
         except subprocess.TimeoutExpired:
             pytest.skip("package registry unreachable (pip download timed out)")
         wheels = sorted(CACHE.glob(f"torch_npu-{VERSION}-*.whl"))
@@ -44,6 +57,7 @@ def read_member(wheel: Path, name: str) -> str:
 
 
 # ---------------------------------------------------------------- op schemas
+
 
 @dataclass(frozen=True)
 class Param:

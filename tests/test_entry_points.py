@@ -1,5 +1,6 @@
 """Both tools start the same three ways: the console script, `python -m <package>`, and
 `python -m <package>.cli` (what torchrun and the launcher use for the trainer)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -11,8 +12,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("module, prog", [("titan_train", "titan-train"), ("titan_train.cli", "titan-train"),
-                                          ("titan_doctor", "titan-doctor"), ("titan_doctor.cli", "titan-doctor")])
+@pytest.mark.parametrize(
+    "module, prog",
+    [
+        ("titan_train", "titan-train"),
+        ("titan_train.cli", "titan-train"),
+        ("titan_doctor", "titan-doctor"),
+        ("titan_doctor.cli", "titan-doctor"),
+    ],
+)
 def test_python_dash_m_runs_the_cli(module, prog):
     if module.endswith(".cli"):
         code = f"import sys; sys.argv[0] = {prog!r}; from {module} import main; main()"
@@ -25,7 +33,8 @@ def test_python_dash_m_runs_the_cli(module, prog):
 
 
 def test_python_dash_m_titan_train_refuses_an_unknown_command_as_the_script_does():
-    proc = subprocess.run([sys.executable, "-m", "titan_train", "trian"], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "titan_train", "trian"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2
     assert "No such command 'trian'" in proc.stderr

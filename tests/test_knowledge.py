@@ -1,5 +1,6 @@
 """titan_knowledge: one check for every rules/ entry, whether it is read as a typed rule
 (migrate) or as a dict (diagnose, the trainer's device table)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,7 +21,8 @@ def rules_dir(tmp_path, monkeypatch):
 def test_every_problem_of_a_dict_table_is_one_line_and_all_are_reported(rules_dir):
     (rules_dir / "devices.toml").write_text(
         '[[device]]\nname = "Ascend 910B3"\nmatch = ["910B3"]\nmemory_gib = 64\nsource = "spec"\n'
-        '[[device]]\nname = "A100"\nmatch = ["A100"]\nmemory_gib = 80\npeak_tflops = 312\nsource = ""\n')
+        '[[device]]\nname = "A100"\nmatch = ["A100"]\nmemory_gib = 80\npeak_tflops = 312\nsource = ""\n'
+    )
     with pytest.raises(knowledge.KnowledgeError) as e:
         knowledge.devices()
     assert str(e.value).splitlines() == [
@@ -34,7 +36,8 @@ def test_dict_tables_allow_keys_beyond_their_schema_and_expand_sources(rules_dir
         '[sources]\ncann = "CANN env reference"\n'
         '[[range]]\nname = "HCCL_X"\nmin = 1\nmax = 2\ndefault = 1\nunit = "s"\nwhy = "w"\n'
         'warn_above = 2\nsource = "cann; page 7"\n'
-        '[[other]]\nanything = 1\nsource = "s"\n')
+        '[[other]]\nanything = 1\nsource = "s"\n'
+    )
     data = knowledge.load("hccl_env")
     assert data["range"][0]["warn_above"] == 2
     assert data["range"][0]["source"] == "CANN env reference; page 7"
@@ -52,12 +55,15 @@ class _Rule:
 
 
 def test_typed_tables_use_the_same_check_and_refuse_unknown_keys():
-    rule, errors = knowledge.typed_entry({"code": "X1", "words": ["a"], "strict": "yes", "wrods": []},
-                                         _Rule, "mine.toml: rule 0")
+    rule, errors = knowledge.typed_entry(
+        {"code": "X1", "words": ["a"], "strict": "yes", "wrods": []}, _Rule, "mine.toml: rule 0"
+    )
     assert rule is None
-    assert errors == ["mine.toml: rule 0 lacks source",
-                      "mine.toml: rule 0: unknown key 'wrods' (known: code, source, strict, words)",
-                      "mine.toml: rule 0: 'strict' must be true or false, not 'yes'"]
+    assert errors == [
+        "mine.toml: rule 0 lacks source",
+        "mine.toml: rule 0: unknown key 'wrods' (known: code, source, strict, words)",
+        "mine.toml: rule 0: 'strict' must be true or false, not 'yes'",
+    ]
     rule, errors = knowledge.typed_entry({"code": "X1", "source": "s", "words": ["a"]}, _Rule, "w")
     assert errors == [] and rule == _Rule(code="X1", source="s", words=("a",))
 

@@ -8,6 +8,7 @@
 - Only titan_train/runtime/device.py talks to torch.npu / torch.cuda, and only device.py and
   models/kernels.py (the fused NPU ops) import torch_npu, inside a function, so importing
   any trainer module works on a machine without CANN."""
+
 from __future__ import annotations
 
 import ast
@@ -73,8 +74,11 @@ def _attribute_chains(path: Path) -> set[str]:
 
 
 def test_trainer_never_imports_the_doctor():
-    offenders = [str(p.relative_to(REPO)) for p in (REPO / "titan_train").rglob("*.py")
-                 if any(m.split(".")[0] == "titan_doctor" for m in _imported_modules(p))]
+    offenders = [
+        str(p.relative_to(REPO))
+        for p in (REPO / "titan_train").rglob("*.py")
+        if any(m.split(".")[0] == "titan_doctor" for m in _imported_modules(p))
+    ]
     assert offenders == []
 
 
@@ -89,7 +93,9 @@ TORCH_NPU_IMPORTERS = {"runtime/device.py", "models/kernels.py"}
 def test_only_the_device_and_kernels_modules_touch_npu_or_cuda_apis():
     offenders = []
     for p in (REPO / "titan_train").rglob("*.py"):
-        if p.relative_to(REPO / "titan_train").as_posix() not in TORCH_NPU_IMPORTERS and "torch_npu" in {m.split(".")[0] for m in _imported_modules(p)}:
+        if p.relative_to(REPO / "titan_train").as_posix() not in TORCH_NPU_IMPORTERS and "torch_npu" in {
+            m.split(".")[0] for m in _imported_modules(p)
+        }:
             offenders.append(f"{p.name}: imports torch_npu")
         if p.relative_to(REPO / "titan_train").as_posix() != "runtime/device.py":
             offenders += [f"{p.name}: {c}" for c in _attribute_chains(p) & {"torch.npu", "torch.cuda"}]
@@ -100,11 +106,17 @@ def test_torch_npu_is_never_imported_at_module_level():
     offenders = []
     for p in (REPO / "titan_train").rglob("*.py"):
         tree = ast.parse(p.read_text(encoding="utf-8"))
-        in_functions = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                        for n in ast.walk(f)}
+        in_functions = {
+            id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(f)
+        }
         for node in ast.walk(tree):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             if id(node) not in in_functions:
                 offenders += [f"{p.name}:{node.lineno}" for n in names if n.split(".")[0] == "torch_npu"]
     assert offenders == []
@@ -151,7 +163,7 @@ def _layer_violations(package: str) -> tuple[list[str], list[str]]:
                 continue
             there = _unit(imported, tiers)
             if there is None or there[0] == here[0] or here[0].startswith(there[0] + "."):
-                continue          # not a module (a name from a package), its own unit, or its parent's __init__
+                continue  # not a module (a name from a package), its own unit, or its parent's __init__
             if there[1] >= here[1]:
                 how = "a sibling on its layer" if there[1] == here[1] else "up a layer"
                 wrong.append(f"{name} imports {imported} ({how}: {there[0]})")

@@ -1,4 +1,5 @@
 """rules/ and configs/ must be inside a plain (non-editable) install, not only in a checkout."""
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,12 @@ def wheel(tmp_path_factory) -> Path:
         pytest.skip("needs a git checkout to know the tracked files")
     src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
     _tracked_copy(src)
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (whl,) = out.glob("titan_npu-*.whl")
     return whl
@@ -45,19 +50,31 @@ def test_wheel_carries_every_rules_and_configs_file(wheel):
 
 def test_installed_copy_finds_its_data_without_the_checkout(wheel, tmp_path):
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(site)
-    code = ("import titan_knowledge as k, titan_train.config.paths as r, titan_train.components.metrics as m; "
-            "print(k.rules_dir()); print(r.configs_dir()); print(m.lookup_device('Ascend910B3')['name'])")
-    out = subprocess.run([sys.executable, "-c", code],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout.splitlines()
+    code = (
+        "import titan_knowledge as k, titan_train.config.paths as r, titan_train.components.metrics as m; "
+        "print(k.rules_dir()); print(r.configs_dir()); print(m.lookup_device('Ascend910B3')['name'])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     assert out[0] == str(site / "titan_knowledge" / "rules")
     assert out[1] == str(site / "titan_train" / "_data" / "configs")
     assert out[2] == "Ascend 910B3"
-    proc = subprocess.run([sys.executable, "-m", "titan_train.cli", "run", "--config", "llama_13b", "--print-config"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "titan_train.cli", "run", "--config", "llama_13b", "--print-config"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0 and '"d_model": 5120' in proc.stdout, proc.stderr
 
 
@@ -65,6 +82,9 @@ def test_wheel_carries_every_module_of_every_subpackage(wheel):
     """pyproject lists the packages by hand: a new subpackage missing there would vanish
     from an installed copy while every test in a checkout still passes."""
     names = set(zipfile.ZipFile(wheel).namelist())
-    modules = {p.relative_to(REPO).as_posix() for pkg in ("titan_train", "titan_doctor", "titan_knowledge")
-               for p in (REPO / pkg).rglob("*.py")}
+    modules = {
+        p.relative_to(REPO).as_posix()
+        for pkg in ("titan_train", "titan_doctor", "titan_knowledge")
+        for p in (REPO / pkg).rglob("*.py")
+    }
     assert sorted(modules - names) == []

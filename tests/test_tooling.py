@@ -1,5 +1,6 @@
 """The tree stays as `ruff check` and `ruff format` leave it (configured in pyproject.toml,
 also run by .pre-commit-config.yaml), and the pre-commit pin matches the test extra's."""
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,9 @@ def _ruff() -> list[str]:
     pytest.skip("ruff is not installed (pip install -e '.[test]' brings it)")
 
 
-@pytest.mark.parametrize("args", [["check", "--no-cache", "."], ["format", "--check", "--no-cache", "."]],
-                         ids=["check", "format"])
+@pytest.mark.parametrize(
+    "args", [["check", "--no-cache", "."], ["format", "--check", "--no-cache", "."]], ids=["check", "format"]
+)
 def test_ruff_is_clean_on_the_tree(args):
     proc = subprocess.run(_ruff() + args, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -1,5 +1,6 @@
 """`titan-doctor`: the command group. Subcommands load lazily so that `diagnose` never
 pays for importing libcst (migrate) and nothing here imports torch."""
+
 from __future__ import annotations
 
 import importlib
@@ -10,12 +11,21 @@ from titan_doctor import __version__
 
 # name -> (module, attribute, one-line help shown by `titan-doctor --help`)
 SUBCOMMANDS = {
-    "migrate": ("titan_doctor.migrate.command", "migrate",
-                "Rewrite CUDA PyTorch code for Ascend NPU (torch_npu / HCCL)."),
-    "diagnose": ("titan_doctor.diagnose.command", "diagnose",
-                 "Check versions, CANN install, HCCL setup; explain crash logs."),
-    "convert": ("titan_doctor.convert.command", "convert",
-                "Convert a checkpoint between DCP, torch.save, HF safetensors and Meta."),
+    "migrate": (
+        "titan_doctor.migrate.command",
+        "migrate",
+        "Rewrite CUDA PyTorch code for Ascend NPU (torch_npu / HCCL).",
+    ),
+    "diagnose": (
+        "titan_doctor.diagnose.command",
+        "diagnose",
+        "Check versions, CANN install, HCCL setup; explain crash logs.",
+    ),
+    "convert": (
+        "titan_doctor.convert.command",
+        "convert",
+        "Convert a checkpoint between DCP, torch.save, HF safetensors and Meta.",
+    ),
 }
 
 

@@ -3,6 +3,7 @@
 Checks and rules only build `Finding`s; printing, JSON/SARIF and exit codes are decided
 here so both subcommands look and behave alike.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,12 +36,22 @@ EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 
 _MARKS_UNICODE = {
-    Status.OK: "✓", Status.INFO: "•", Status.WARN: "!", Status.FAIL: "✗",
-    Status.FIXED: "✓", Status.MANUAL: "!", Status.SKIP: "-",
+    Status.OK: "✓",
+    Status.INFO: "•",
+    Status.WARN: "!",
+    Status.FAIL: "✗",
+    Status.FIXED: "✓",
+    Status.MANUAL: "!",
+    Status.SKIP: "-",
 }
 _MARKS_ASCII = {
-    Status.OK: "[ok]", Status.INFO: "[i]", Status.WARN: "[!]", Status.FAIL: "[x]",
-    Status.FIXED: "[ok]", Status.MANUAL: "[!]", Status.SKIP: "[-]",
+    Status.OK: "[ok]",
+    Status.INFO: "[i]",
+    Status.WARN: "[!]",
+    Status.FAIL: "[x]",
+    Status.FIXED: "[ok]",
+    Status.MANUAL: "[!]",
+    Status.SKIP: "[-]",
 }
 
 
@@ -124,8 +135,9 @@ def count_table(findings: Sequence[Finding]) -> str:
     for f in findings:
         counts.setdefault(f.code, {}).setdefault(f.status, 0)
         counts[f.code][f.status] += 1
-    rows = [[code] + [counts[code].get(s, 0) for s in statuses] + [sum(counts[code].values())]
-            for code in sorted(counts)]
+    rows = [
+        [code] + [counts[code].get(s, 0) for s in statuses] + [sum(counts[code].values())] for code in sorted(counts)
+    ]
     return tabulate(rows, headers=["code"] + [s.value for s in statuses] + ["total"])
 
 
@@ -149,13 +161,17 @@ def to_json(findings: Sequence[Finding], key: str = "findings", **extra: Any) ->
 
 
 _SARIF_LEVEL = {
-    Status.FAIL: "error", Status.MANUAL: "warning", Status.WARN: "warning",
-    Status.FIXED: "note", Status.INFO: "note", Status.OK: "none", Status.SKIP: "none",
+    Status.FAIL: "error",
+    Status.MANUAL: "warning",
+    Status.WARN: "warning",
+    Status.FIXED: "note",
+    Status.INFO: "note",
+    Status.OK: "none",
+    Status.SKIP: "none",
 }
 
 
-def to_sarif(findings: Sequence[Finding], *, tool: str, version: str,
-             rule_help: dict[str, str] | None = None) -> str:
+def to_sarif(findings: Sequence[Finding], *, tool: str, version: str, rule_help: dict[str, str] | None = None) -> str:
     """SARIF 2.1.0, for code-scanning UIs."""
     rule_help = rule_help or {}
     codes = sorted({f.code for f in findings})
@@ -182,10 +198,12 @@ def to_sarif(findings: Sequence[Finding], *, tool: str, version: str,
     doc = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {"name": tool, "version": version, "rules": rules}},
-            "results": results,
-        }],
+        "runs": [
+            {
+                "tool": {"driver": {"name": tool, "version": version, "rules": rules}},
+                "results": results,
+            }
+        ],
     }
     return json.dumps(doc, indent=2)
 
@@ -210,8 +228,14 @@ def to_checks_json(findings: Sequence[Finding], **extra: Any) -> str:
     """Doctor JSON: `{checks: [{id, status, title, detail, fix, data}]}` (+ location when set)."""
     rows = []
     for f in findings:
-        row: dict[str, Any] = {"id": f.code, "status": f.status.value, "title": f.message,
-                               "detail": f.detail, "fix": f.fix, "data": f.data}
+        row: dict[str, Any] = {
+            "id": f.code,
+            "status": f.status.value,
+            "title": f.message,
+            "detail": f.detail,
+            "fix": f.fix,
+            "data": f.data,
+        }
         if f.path is not None:
             row["location"] = f.location
         rows.append(row)

@@ -12,6 +12,7 @@ key of the file's [sources] table, which is expanded here). A file that fails to
 breaks its schema is a `KnowledgeError` naming the file and entry, which the tools turn
 into exit 2 instead of a traceback.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,7 +57,7 @@ def load_toml(path: Path) -> dict[str, Any]:
 # rules are read AS their schema (typed_entry: frozen dataclasses, unknown keys refused);
 # the other tables stay dicts for their readers and are checked by a `record` schema that
 # names the keys they need (other keys allowed, so a new optional key needs no change here).
-_OPEN = "__titan_open__"   # a record: keys beyond its fields are allowed
+_OPEN = "__titan_open__"  # a record: keys beyond its fields are allowed
 
 
 def record(name: str, *keys: str) -> type:
@@ -68,7 +69,7 @@ def record(name: str, *keys: str) -> type:
     return schema
 
 
-ENTRY = record("Entry")   # any table not named below: a source is enough
+ENTRY = record("Entry")  # any table not named below: a source is enough
 
 # (file, table) -> schema. Checked at load so a broken entry is one clear line, not a
 # KeyError deep inside a check.
@@ -143,13 +144,15 @@ def check_entry(entry: dict[str, Any], schema: type, where: str) -> tuple[dict[s
     hints = typing.get_type_hints(schema)
     fields = {f.name: f for f in dataclasses.fields(schema) if f.init}
     errors = []
-    missing = [name for name, f in fields.items() if name not in entry
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [
+        name
+        for name, f in fields.items()
+        if name not in entry and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     if missing:
         errors.append(f"{where} lacks {', '.join(missing)}")
     if not getattr(schema, _OPEN, False):
-        errors += [f"{where}: unknown key '{k}' (known: {', '.join(sorted(fields))})"
-                   for k in entry if k not in fields]
+        errors += [f"{where}: unknown key '{k}' (known: {', '.join(sorted(fields))})" for k in entry if k not in fields]
     values: dict[str, Any] = {}
     for name in fields:
         if name not in entry:
@@ -208,8 +211,13 @@ def coerce(value: Any, hint: Any) -> tuple[Any, bool]:
 
 
 # What a rules/ value must be, in the words of an error (rules never mean an empty string).
-_EXPECTED = {bool: "true or false", int: "an integer", str: "a non-empty string",
-             tuple: "a list of strings", dict: "a table of strings"}
+_EXPECTED = {
+    bool: "true or false",
+    int: "an integer",
+    str: "a non-empty string",
+    tuple: "a list of strings",
+    dict: "a table of strings",
+}
 
 
 def _entry_value(value: Any, hint: Any) -> tuple[Any, str]:
@@ -219,7 +227,10 @@ def _entry_value(value: Any, hint: Any) -> tuple[Any, str]:
         ok = False
     if ok:
         return converted, ""
-    inner = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in (
-        typing.Union, types.UnionType) else [hint]
+    inner = (
+        [a for a in typing.get_args(hint) if a is not type(None)]
+        if typing.get_origin(hint) in (typing.Union, types.UnionType)
+        else [hint]
+    )
     base = typing.get_origin(inner[0]) or inner[0]
     return None, f"must be {_EXPECTED.get(base, getattr(base, '__name__', base))}, not {value!r}"

@@ -10,4 +10,5 @@ docs/architecture.md draws it):
     distributed/  checkpoint/                   parallelism applied; checkpoints and formats
     step.py < build.py < train.py < cli.py      one step, the parts, the loop, the commands
 """
+
 __version__ = "0.1.0"

@@ -1,4 +1,5 @@
 """`titan-train`: the reference LLaMA trainer (FSDP2 + tensor + pipeline parallel) on npu / cuda / cpu."""
+
 from __future__ import annotations
 
 import contextlib
@@ -38,8 +39,10 @@ def _require_fsdp2() -> None:
     try:
         from torch.distributed.fsdp import fully_shard  # noqa: F401
     except ImportError:
-        raise _UserError(f"torch {torch.__version__} has no FSDP2 (torch.distributed.fsdp.fully_shard); "
-                         "install torch >= 2.6 with its matching torch_npu") from None
+        raise _UserError(
+            f"torch {torch.__version__} has no FSDP2 (torch.distributed.fsdp.fully_shard); "
+            "install torch >= 2.6 with its matching torch_npu"
+        ) from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,34 +62,79 @@ def main():
 
 
 @main.command()
-@click.option("--config", "config_spec", default="llama_debug", show_default=True,
-              help="Trainer TOML file, or the name of a shipped config (llama_debug, llama_7b, llama_13b, llama_70b, "
-                   "llama_70b_long). A torchtitan v0.2 llama3 TOML (train_configs/*.toml) is converted; what it "
-                   "cannot use is listed at start.")
-@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
-              help="Override a config value, e.g. --set training.steps=20 (repeatable; values are TOML).")
-@click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Ranks to start on this node (torchrun's --nproc-per-node).")
+@click.option(
+    "--config",
+    "config_spec",
+    default="llama_debug",
+    show_default=True,
+    help="Trainer TOML file, or the name of a shipped config (llama_debug, llama_7b, llama_13b, llama_70b, "
+    "llama_70b_long). A torchtitan v0.2 llama3 TOML (train_configs/*.toml) is converted; what it "
+    "cannot use is listed at start.",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="SECTION.KEY=VALUE",
+    help="Override a config value, e.g. --set training.steps=20 (repeatable; values are TOML).",
+)
+@click.option(
+    "--nproc",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Ranks to start on this node (torchrun's --nproc-per-node).",
+)
 @click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes in the job.")
-@click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True,
-              help="This node's rank (with --master-addr).")
+@click.option(
+    "--node-rank",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="This node's rank (with --master-addr).",
+)
 @click.option("--master-addr", default="", help="Address of node 0 (static multi-node rendezvous).")
 @click.option("--master-port", type=click.IntRange(0, 65535), default=0, help="Port on node 0 (default 29500).")
 @click.option("--rdzv-endpoint", default="", help="HOST:PORT for c10d rendezvous (elastic multi-node).")
 @click.option("--rdzv-id", default="titan-train", show_default=True, help="Rendezvous id shared by all nodes.")
-@click.option("--stop-after", type=click.IntRange(min=0), default=0,
-              help="Stop after this many steps in this run and save a checkpoint there (even with "
-                   "checkpoint.save_interval = 0); the next run resumes from it.")
-@click.option("--fresh", is_flag=True,
-              help="Start a new run in a checkpoint folder that holds checkpoints: move every step-N into "
-                   "<folder>/previous-<time>/ (nothing is deleted) instead of resuming or refusing.")
-@click.option("--ignore-memory", is_flag=True,
-              help="Start even when the memory estimate says the job does not fit "
-                   "(see `titan-doctor diagnose --config`).")
-@click.option("--print-config", is_flag=True, help="Print the resolved config (defaults and overrides applied) as JSON and exit.")
+@click.option(
+    "--stop-after",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Stop after this many steps in this run and save a checkpoint there (even with "
+    "checkpoint.save_interval = 0); the next run resumes from it.",
+)
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Start a new run in a checkpoint folder that holds checkpoints: move every step-N into "
+    "<folder>/previous-<time>/ (nothing is deleted) instead of resuming or refusing.",
+)
+@click.option(
+    "--ignore-memory",
+    is_flag=True,
+    help="Start even when the memory estimate says the job does not fit (see `titan-doctor diagnose --config`).",
+)
+@click.option(
+    "--print-config", is_flag=True, help="Print the resolved config (defaults and overrides applied) as JSON and exit."
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id,
-        stop_after, fresh, ignore_memory, print_config, debug):
+def run(
+    config_spec,
+    overrides,
+    nproc,
+    nnodes,
+    node_rank,
+    master_addr,
+    master_port,
+    rdzv_endpoint,
+    rdzv_id,
+    stop_after,
+    fresh,
+    ignore_memory,
+    print_config,
+    debug,
+):
     """Train with the given config. Starts the ranks itself, and also runs unchanged as the
     script of a `torchrun` you start yourself:
 
@@ -119,23 +167,35 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
                 return
             _require_fsdp2()
             if not launch.under_torchrun():
-                opts = launch.LaunchOptions(nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_id=rdzv_id,
-                                            rdzv_endpoint=rdzv_endpoint, master_addr=master_addr,
-                                            master_port=master_port)
+                opts = launch.LaunchOptions(
+                    nproc=nproc,
+                    nnodes=nnodes,
+                    node_rank=node_rank,
+                    rdzv_id=rdzv_id,
+                    rdzv_endpoint=rdzv_endpoint,
+                    master_addr=master_addr,
+                    master_port=master_port,
+                )
                 _preflight(cfg, opts, ignore_memory, path)
                 early.check()
                 if opts.world_size > 1:
                     with _owning_folder(cfg, opts, fresh, stop_after):
-                        sys.exit(launch.spawn(opts, _worker_argv(path, overrides, stop_after, debug),
-                                              config_mod.run_dir(cfg), stop_signals=early))
+                        sys.exit(
+                            launch.spawn(
+                                opts,
+                                _worker_argv(path, overrides, stop_after, debug),
+                                config_mod.run_dir(cfg),
+                                stop_signals=early,
+                            )
+                        )
                 launch.single_process_env()
         if isinstance(early, launch.StopSignals):
-            early.check()   # one process: the loop's own handlers take over from here
+            early.check()  # one process: the loop's own handlers take over from here
         from titan_train.train import train
 
         train(cfg, stop_after, fresh)
-    except KeyboardInterrupt:   # Ctrl-C before the loop could stop gracefully; first, so that no
-        if debug:               # except clause below imports torch after a half-done import of it
+    except KeyboardInterrupt:  # Ctrl-C before the loop could stop gracefully; first, so that no
+        if debug:  # except clause below imports torch after a half-done import of it
             traceback.print_exc()
         click.echo("titan-train: interrupted (Ctrl-C); nothing was saved after the last checkpoint", err=True)
         sys.exit(EXIT_SIGINT)
@@ -144,11 +204,11 @@ def run(config_spec, overrides, nproc, nnodes, node_rank, master_addr, master_po
         sys.exit(e.exit_code)
     except _user_errors() as e:
         _fail(_user_message(e), debug)
-    except NonFinite as e:   # diverged: every rank stopped at the same check; nothing saved after it
-        if os.environ.get("RANK", "0") == "0" or os.environ.get("TITAN_TRAIN_LAUNCHED"):   # each rank log says why
+    except NonFinite as e:  # diverged: every rank stopped at the same check; nothing saved after it
+        if os.environ.get("RANK", "0") == "0" or os.environ.get("TITAN_TRAIN_LAUNCHED"):  # each rank log says why
             click.echo(f"titan-train: error: {e}", err=True)
         sys.exit(EXIT_NON_FINITE)
-    except Stopped as e:   # preempted: the checkpoint is saved; say so once, no traceback
+    except Stopped as e:  # preempted: the checkpoint is saved; say so once, no traceback
         if os.environ.get("RANK", "0") == "0":
             click.echo(f"titan-train: {e}", err=True)
         sys.exit(e.exit_code)
@@ -166,19 +226,41 @@ def _load_config(path: Path, overrides: list[str], world_size: int, announce: bo
 
 @main.command("prepare-data")
 @click.argument("sources", nargs=-1, required=True, metavar="SRC...")
-@click.option("--tokenizer", required=True, metavar="T",
-              help="A HuggingFace tokenizer.json (or a folder holding one), or \"byte\"; the trainer's "
-                   "data.tokenizer must be the same tokenizer (its sha256 is checked).")
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
-              help="Folder to create; set data.dataset = DIR to train on it.")
+@click.option(
+    "--tokenizer",
+    required=True,
+    metavar="T",
+    help='A HuggingFace tokenizer.json (or a folder holding one), or "byte"; the trainer\'s '
+    "data.tokenizer must be the same tokenizer (its sha256 is checked).",
+)
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Folder to create; set data.dataset = DIR to train on it.",
+)
 @click.option("--text-field", default="text", show_default=True, help="JSONL field / parquet column with the text.")
-@click.option("--workers", type=click.IntRange(min=0), default=0,
-              help="Tokenizing processes (0 = one per available core).")
-@click.option("--shard-tokens", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Token ids per shard file (default 134,217,728).")
+@click.option(
+    "--workers", type=click.IntRange(min=0), default=0, help="Tokenizing processes (0 = one per available core)."
+)
+@click.option(
+    "--shard-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Token ids per shard file (default 134,217,728).",
+)
 @click.option("--force", is_flag=True, help="Replace DIR if it is an existing prepared dataset.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="json: print the written index as JSON on stdout.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: print the written index as JSON on stdout.",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def prepare_data(sources, tokenizer, out, text_field, workers, shard_tokens, force, fmt, debug):
     """Tokenize a corpus once into memory-mapped token shards that every rank maps at start,
@@ -209,8 +291,16 @@ def prepare_data(sources, tokenizer, out, text_field, workers, shard_tokens, for
     try:
         total = sum(p.stat().st_size for p in corpus.find_sources(list(sources)))
         with _progress(total, "tokenizing") as advance:
-            index = prepare.prepare(list(sources), tokenizer, out, text_field=text_field, workers=workers,
-                                    force=force, on_progress=advance, **extra)
+            index = prepare.prepare(
+                list(sources),
+                tokenizer,
+                out,
+                text_field=text_field,
+                workers=workers,
+                force=force,
+                on_progress=advance,
+                **extra,
+            )
     except KeyboardInterrupt:
         click.echo(f"titan-train: interrupted; {out} was not written", err=True)
         sys.exit(130)
@@ -266,13 +356,20 @@ def _check_memory(cfg, opts, dev, ignore_memory: bool, config_ref=None) -> None:
     from titan_train.runtime import device
 
     memory, source = device.memory_per_rank(dev, opts.nproc)
-    target = mr.Target(opts.world_size, memory, dev.backend, accelerator=dev.type != "cpu",
-                       hccl_buffsize_mb=hccl_buffsize_mb(os.environ))
+    target = mr.Target(
+        opts.world_size,
+        memory,
+        dev.backend,
+        accelerator=dev.type != "cpu",
+        hccl_buffsize_mb=hccl_buffsize_mb(os.environ),
+    )
     status, line = mr.preflight(cfg, target, source)
     if status == mr.OVER and not ignore_memory:
-        raise _UserError(f"{line}; details: titan-doctor diagnose --config {config_ref or cfg.name} --world-size "
-                         f"{opts.world_size} --device-memory {memory / 2 ** 30:.1f}GiB (and your --set lines); "
-                         "--ignore-memory starts anyway")
+        raise _UserError(
+            f"{line}; details: titan-doctor diagnose --config {config_ref or cfg.name} --world-size "
+            f"{opts.world_size} --device-memory {memory / 2**30:.1f}GiB (and your --set lines); "
+            "--ignore-memory starts anyway"
+        )
     if status != mr.FITS:
         click.echo(f"titan-train: warning: memory may not fit: {line}", err=True)
 
@@ -288,8 +385,9 @@ def _owning_folder(cfg, opts, fresh: bool, stop_after: int):
         yield
         return
     with run_lock.RunLock(cfg.checkpoint.folder, say=click.echo):
-        run_lock.prepare_folder(cfg, fresh=fresh, saves=cfg.checkpoint.save_interval > 0 or stop_after > 0,
-                                say=click.echo)
+        run_lock.prepare_folder(
+            cfg, fresh=fresh, saves=cfg.checkpoint.save_interval > 0 or stop_after > 0, say=click.echo
+        )
         os.environ[run_lock.HELD_ENV] = str(os.getpid())
         yield
 
@@ -315,14 +413,30 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from titan_train.data import stream as data
     from titan_train.runtime import device, launch
 
-    return (config_mod.ConfigError, device.DeviceError, data.DataError, CheckpointError, metrics.MissingExtra,
-            launch.LaunchError, run_lock.FolderLocked, lineage.FolderInUse, resume_compare.ShapeChanged, _UserError)
+    return (
+        config_mod.ConfigError,
+        device.DeviceError,
+        data.DataError,
+        CheckpointError,
+        metrics.MissingExtra,
+        launch.LaunchError,
+        run_lock.FolderLocked,
+        lineage.FolderInUse,
+        resume_compare.ShapeChanged,
+        _UserError,
+    )
 
 
 @main.command()
 @click.argument("runs", nargs=-1, required=True, metavar="RUN_DIR...")
-@click.option("-o", "--output", "out", default="", metavar="PNG",
-              help="Where to write the PNG (default: <first RUN_DIR>/metrics.png).")
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    default="",
+    metavar="PNG",
+    help="Where to write the PNG (default: <first RUN_DIR>/metrics.png).",
+)
 def plot(runs, out):
     """Plot loss, tokens/s, MFU and peak memory over steps for one or more runs, one line
     per run, from each RUN_DIR/metrics.jsonl (a run folder such as outputs/llama_debug, or
@@ -341,6 +455,7 @@ def plot(runs, out):
     except (plot_mod.PlotError, metrics.MissingExtra) as e:
         _fail(str(e), debug=False)
     click.echo(f"wrote {written} ({len(runs)} run(s))")
+
 
 if __name__ == "__main__":
     main()

@@ -7,6 +7,7 @@ planner run it under FakeTensorMode. How forward + backward runs is the part's o
 callable: eager here, the pipeline schedule with pipeline parallel (pipeline.py). The
 phases are `span`s: named ranges in a profiler trace, and the phase the hang watchdog reports.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,11 +26,11 @@ from titan_train.runtime.profiling import span
 
 @dataclass
 class StepStats:
-    loss: torch.Tensor        # this rank's share of the step's mean loss, not yet reduced over ranks
-    grad_norm: torch.Tensor   # global gradient norm (unscaled), already reduced over every mesh dim
-    lr: float                 # the learning rate this step used
+    loss: torch.Tensor  # this rank's share of the step's mean loss, not yet reduced over ranks
+    grad_norm: torch.Tensor  # global gradient norm (unscaled), already reduced over every mesh dim
+    lr: float  # the learning rate this step used
     loss_scale: float | None  # the fp16 loss scale this step used (None without fp16)
-    skipped: bool = False     # fp16 overflow: the optimizer did not step
+    skipped: bool = False  # fp16 overflow: the optimizer did not step
 
 
 @dataclass
@@ -50,8 +51,9 @@ class Progress(Stateful):
         self.step, self.samples = int(sd["step"]), int(sd["samples"])
 
 
-def eager_forward_backward(model: nn.Module, autocast, accum: int, scaler, inputs: torch.Tensor,
-                           targets: torch.Tensor) -> torch.Tensor:
+def eager_forward_backward(
+    model: nn.Module, autocast, accum: int, scaler, inputs: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
     """One micro-batch through the whole model; returns its (detached) loss / accum."""
     with span("forward"):
         with autocast():
@@ -82,5 +84,6 @@ def train_step(parts, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> StepS
         lr = parts.schedulers.last_lr
         parts.schedulers.step()
         parts.optimizers.zero_grad()
-    return StepStats(loss=loss, grad_norm=norm / scale, lr=lr, loss_scale=scale if parts.scaler.enabled else None,
-                     skipped=skipped)
+    return StepStats(
+        loss=loss, grad_norm=norm / scale, lr=lr, loss_scale=scale if parts.scaler.enabled else None, skipped=skipped
+    )

@@ -6,6 +6,7 @@ one context manager: the layout (parallel_dims), `build` (model, parallelism, op
 on SIGTERM / SIGINT (signals), the hang watchdog, the profiler, the run's lock on its
 checkpoint folder (run_lock) and the NaN / inf stop (finite_guard).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -62,8 +63,7 @@ def _quiet_known_warnings() -> None:
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
 
 
-def _batches(tokens: data.TokenStream, layout: data.BatchLayout, samples: int, dp_rank: int, seq_len: int,
-             torch_dev):
+def _batches(tokens: data.TokenStream, layout: data.BatchLayout, samples: int, dp_rank: int, seq_len: int, torch_dev):
     """The micro-batches of one optimizer step for this data-parallel rank; every pipeline
     and tensor-parallel rank of the group reads the same ones."""
     out = []
@@ -73,8 +73,9 @@ def _batches(tokens: data.TokenStream, layout: data.BatchLayout, samples: int, d
     return out
 
 
-def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, local_rank: int, say,
-           stop_after: int) -> None:
+def _train(
+    cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, local_rank: int, say, stop_after: int
+) -> None:
     _quiet_known_warnings()
     t = cfg.training
     torch_dev = device.torch_device(dev, local_rank)
@@ -86,17 +87,26 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
     dp_rank = parts.mesh["dp"].get_local_rank()
     progress = Progress()
     guard = finite_guard.FiniteGuard(torch_dev, every=cfg.metrics.log_every, last_step=t.steps, params=parts.parameters)
-    checkpointer = Checkpointer(cfg.checkpoint, train_states(parts, progress), say=say, model_args=cfg.model, job=cfg,
-                                before_save=guard.before_save, data_identity=tokens.identity)
+    checkpointer = Checkpointer(
+        cfg.checkpoint,
+        train_states(parts, progress),
+        say=say,
+        model_args=cfg.model,
+        job=cfg,
+        before_save=guard.before_save,
+        data_identity=tokens.identity,
+    )
     checkpointer.resume()  # the run's own newest checkpoint, else [checkpoint] initial_load_path
 
     peak, peak_src = metrics.peak_flops(dev.type, device.device_name(dev), t.mixed_precision, cfg.metrics.peak_tflops)
     d = cfg.distributed
     pp = f" | pp {d.pp_schedule} x {pipeline_microbatches(d)} micro-batches" if dims.pp > 1 else ""
-    say(f"[titan-train] {cfg.name}: {count_params(cfg.model)['total'] / 1e6:.1f}M params | {dev.type}+{dev.backend} | "
+    say(
+        f"[titan-train] {cfg.name}: {count_params(cfg.model)['total'] / 1e6:.1f}M params | {dev.type}+{dev.backend} | "
         f"world {dims.world_size} = {dims.describe()}{pp} | fsdp {parts.precision.fsdp} | {t.mixed_precision} | "
         f"ac {t.activation_checkpoint} | compile {t.compile} | global batch {t.batch_size} x {t.seq_len} tokens | "
-        f"data {tokens.description}")
+        f"data {tokens.description}"
+    )
     say(f"[titan-train] peak {peak / 1e12:.3f} TFLOP/s per device ({peak_src})")
     if progress.step >= t.steps:
         say(f"[titan-train] already at step {progress.step} >= training.steps = {t.steps}; nothing to train")
@@ -107,14 +117,33 @@ def _train(cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, lo
 
     last_step = min(t.steps, progress.step + stop_after) if stop_after > 0 else t.steps
     guard.last_step, checkpointer.stop_step = last_step, (last_step if stop_after > 0 else None)  # saved regardless
-    logger = metrics.MetricsLogger(metrics.open_sinks(cfg.metrics, rank, progress.step), every=cfg.metrics.log_every,
-                                   dims=dims, dev=dev, tokens_per_step=t.batch_size * t.seq_len,
-                                   flops_per_token=flops_per_token(cfg.model, t.seq_len), peak=peak,
-                                   last_step=last_step, total_steps=t.steps, say=say)
-    logger.start({"config": to_dict(cfg), "world_size": dims.world_size, "device": dev.type,
-                  "backend": dev.backend, "resumed_from": progress.step})
-    with signals.GracefulStop() as stop, watchdog.Watchdog(cfg.watchdog, run_dir(cfg), rank) as wd, \
-            profiling.Profiler(cfg.profiling, dev, rank) as prof, contextlib.closing(logger):
+    logger = metrics.MetricsLogger(
+        metrics.open_sinks(cfg.metrics, rank, progress.step),
+        every=cfg.metrics.log_every,
+        dims=dims,
+        dev=dev,
+        tokens_per_step=t.batch_size * t.seq_len,
+        flops_per_token=flops_per_token(cfg.model, t.seq_len),
+        peak=peak,
+        last_step=last_step,
+        total_steps=t.steps,
+        say=say,
+    )
+    logger.start(
+        {
+            "config": to_dict(cfg),
+            "world_size": dims.world_size,
+            "device": dev.type,
+            "backend": dev.backend,
+            "resumed_from": progress.step,
+        }
+    )
+    with (
+        signals.GracefulStop() as stop,
+        watchdog.Watchdog(cfg.watchdog, run_dir(cfg), rank) as wd,
+        profiling.Profiler(cfg.profiling, dev, rank) as prof,
+        contextlib.closing(logger),
+    ):
         prof.announce(say)
         while progress.step < last_step:
             with wd.watch(progress.step + 1):  # a step far slower than the median dumps every rank's stack

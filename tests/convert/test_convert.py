@@ -2,6 +2,7 @@
 round trips, HF naming and q/k permutation, sharded safetensors with an index, dtype cast,
 prefix removal, and the failure modes (missing source, unsafe source, existing DST, a
 failure halfway) that must leave nothing behind."""
+
 from __future__ import annotations
 
 import json
@@ -24,15 +25,23 @@ from safetensors.torch import load_file  # noqa: E402
 
 def convert(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-m", "titan_doctor", "convert", *map(str, args)], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "titan_doctor", "convert", *map(str, args)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
     return proc
 
 
 def _config(path: Path) -> Path:
-    path.write_text("[model]\nvocab_size = 64\nd_model = 32\nn_layers = 2\nn_heads = 4\nn_kv_heads = 2\n"
-                    "multiple_of = 16\nmax_seq_len = 16\n")
+    path.write_text(
+        "[model]\nvocab_size = 64\nd_model = 32\nn_layers = 2\nn_heads = 4\nn_kv_heads = 2\n"
+        "multiple_of = 16\nmax_seq_len = 16\n"
+    )
     return path
 
 
@@ -54,7 +63,7 @@ def test_meta_to_hf_to_meta_is_identical(tmp_path):
     p = convert(tmp_path / "meta", tmp_path / "hf", "--to", "hf")
     assert p.returncode == 0 and "-> " in p.stdout and "21 model weights" in p.stdout
     hf = _hf_tensors(tmp_path / "hf")
-    reference = hf_state_dict(sd)       # transformers' conversion, written out independently
+    reference = hf_state_dict(sd)  # transformers' conversion, written out independently
     assert hf.keys() == reference.keys() and all(torch.equal(hf[k], reference[k]) for k in reference)
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert (config["num_attention_heads"], config["num_key_value_heads"], config["intermediate_size"]) == (4, 2, 96)
@@ -69,13 +78,23 @@ def test_meta_to_hf_to_meta_is_identical(tmp_path):
 def test_sharded_hf_output_with_index_and_bf16_cast(tmp_path):
     sd = weights()
     torch.save(sd, tmp_path / "w.pt")
-    p = convert(tmp_path / "w.pt", tmp_path / "hf", "--to", "hf", "--config", _config(tmp_path / "c.toml"),
-                "--dtype", "bf16", "--max-shard-size", "20KB")
+    p = convert(
+        tmp_path / "w.pt",
+        tmp_path / "hf",
+        "--to",
+        "hf",
+        "--config",
+        _config(tmp_path / "c.toml"),
+        "--dtype",
+        "bf16",
+        "--max-shard-size",
+        "20KB",
+    )
     assert p.returncode == 0, p.stderr
     index = json.loads((tmp_path / "hf" / "model.safetensors.index.json").read_text())
     shards = sorted((tmp_path / "hf").glob("model-*-of-*.safetensors"))
     assert len(shards) > 2 and {s.name for s in shards} == set(index["weight_map"].values())
-    assert all(s.stat().st_size <= 20_000 + 8_192 for s in shards)   # tensor bytes per shard + header
+    assert all(s.stat().st_size <= 20_000 + 8_192 for s in shards)  # tensor bytes per shard + header
     assert {t.dtype for f in shards for t in read_header(f)[0].values()} == {"bfloat16"}
     hf = _hf_tensors(tmp_path / "hf")
     assert all(torch.equal(hf[k], v.to(torch.bfloat16)) for k, v in hf_state_dict(sd).items())
@@ -114,7 +133,7 @@ def test_prefixes_are_removed_for_a_bare_state_dict(tmp_path):
     assert clean.keys() == sd.keys() and all(torch.equal(clean[k], sd[k]) for k in sd)
     from titan_train.models.llama import Transformer
 
-    Transformer(TINY).load_state_dict(clean)   # strict load of the converted file works
+    Transformer(TINY).load_state_dict(clean)  # strict load of the converted file works
 
 
 def test_dcp_and_torch_round_trip_keeps_every_entry(tmp_path):
@@ -196,15 +215,37 @@ def test_without_the_safetensors_package_hf_data_is_one_clear_error(tmp_path):
     (blocker / "__init__.py").write_text("raise ImportError('No module named safetensors (blocked by the test)')\n")
     write_hf(tmp_path / "hf", weights())
     env = dict(os.environ, PYTHONPATH=f"{tmp_path / 'blocker'}{os.pathsep}{REPO}")
-    diagnose = subprocess.run([sys.executable, "-m", "titan_doctor", "diagnose", "--checkpoint", str(tmp_path / "hf")],
-                              env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    diagnose = subprocess.run(
+        [sys.executable, "-m", "titan_doctor", "diagnose", "--checkpoint", str(tmp_path / "hf")],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert diagnose.returncode == 0 and "[ok] HuggingFace safetensors" in diagnose.stdout
-    p = subprocess.run([sys.executable, "-m", "titan_doctor", "convert", str(tmp_path / "hf"), str(tmp_path / "out.pt"),
-                        "--to", "torch"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "titan_doctor",
+            "convert",
+            str(tmp_path / "hf"),
+            str(tmp_path / "out.pt"),
+            "--to",
+            "torch",
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert p.stderr.splitlines() == [
         "titan-doctor convert: error: HF safetensors data needs the 'safetensors' package, which is not installed",
-        "  fix: pip install 'titan-npu[hf]'   (or: pip install safetensors)"]
+        "  fix: pip install 'titan-npu[hf]'   (or: pip install safetensors)",
+    ]
     assert not (tmp_path / "out.pt").exists()
 
 
@@ -218,6 +259,7 @@ def test_tied_hf_checkpoint_converts_back_to_hf(tmp_path):
     (tmp_path / "src").mkdir()
     save_file(hf, str(tmp_path / "src" / "model.safetensors"), metadata={"format": "pt"})
     from ..checkpoints import hf_config
+
     (tmp_path / "src" / "config.json").write_text(json.dumps(hf_config(tie_word_embeddings=True)))
     p = convert(tmp_path / "src", tmp_path / "hf", "--to", "hf")
     assert p.returncode == 0, p.stderr
@@ -234,8 +276,11 @@ def test_destination_holding_the_source_is_refused_even_with_force(tmp_path):
     for dst in (tmp_path / "meta", tmp_path):
         p = convert(tmp_path / "meta" / "consolidated.00.pth", dst, "--to", "hf", "--force")
         assert p.returncode == 1 and "delete the source" in p.stderr, p.stderr
-    assert sorted(f.name for f in (tmp_path / "meta").iterdir()) == ["consolidated.00.pth", "params.json",
-                                                                     "tokenizer.model"]
+    assert sorted(f.name for f in (tmp_path / "meta").iterdir()) == [
+        "consolidated.00.pth",
+        "params.json",
+        "tokenizer.model",
+    ]
 
 
 def _hf_bin_folder(folder: Path, *, shards: int, tied: bool = False, extra_files: bool = False) -> dict:
@@ -247,7 +292,7 @@ def _hf_bin_folder(folder: Path, *, shards: int, tied: bool = False, extra_files
     hf = hf_state_dict(weights())
     if tied:
         hf.pop("lm_head.weight")
-    hf["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(4)   # transformers < 4.31 saved it
+    hf["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(4)  # transformers < 4.31 saved it
     names = list(hf)
     if shards == 1:
         torch.save(hf, folder / "pytorch_model.bin")
@@ -258,9 +303,10 @@ def _hf_bin_folder(folder: Path, *, shards: int, tied: bool = False, extra_files
             torch.save({n: hf[n] for n in names[i::shards]}, folder / file)
             weight_map.update({n: file for n in names[i::shards]})
         (folder / "pytorch_model.bin.index.json").write_text(
-            json.dumps({"metadata": {"total_size": sum(v.numel() * 4 for v in hf.values())}, "weight_map": weight_map}))
+            json.dumps({"metadata": {"total_size": sum(v.numel() * 4 for v in hf.values())}, "weight_map": weight_map})
+        )
     (folder / "config.json").write_text(json.dumps(hf_config(tie_word_embeddings=tied, rope_theta=500000.0)))
-    if extra_files:   # an HF Trainer checkpoint-N folder
+    if extra_files:  # an HF Trainer checkpoint-N folder
         torch.save({"state": {}, "param_groups": []}, folder / "optimizer.pt")
         torch.save({"last_epoch": 3}, folder / "scheduler.pt")
         (folder / "training_args.bin").write_bytes(b"not read")
@@ -275,7 +321,7 @@ def test_hf_pytorch_model_bin_folders_convert_with_config_json(tmp_path, shards,
     info = detect.describe(tmp_path / "src")
     assert (info.declared_by, info.declared["rope_theta"], info.declared["n_heads"]) == ("config.json", 500000.0, 4)
     assert len(info.model) == len(sd)
-    p = convert(tmp_path / "src", tmp_path / "out.pt", "--to", "torch")     # no --config: config.json has the heads
+    p = convert(tmp_path / "src", tmp_path / "out.pt", "--to", "torch")  # no --config: config.json has the heads
     assert p.returncode == 0, p.stderr
     out = torch.load(tmp_path / "out.pt", weights_only=True)
     if tied:
@@ -288,7 +334,9 @@ def test_rope_scaling_the_output_does_not_carry_is_said(tmp_path):
 
     write_hf(tmp_path / "src", weights())
     config = json.loads((tmp_path / "src" / "config.json").read_text())
-    (tmp_path / "src" / "config.json").write_text(json.dumps({**config, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}))
+    (tmp_path / "src" / "config.json").write_text(
+        json.dumps({**config, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})
+    )
     p = convert(tmp_path / "src", tmp_path / "meta", "--to", "meta", "--format", "json")
     assert p.returncode == 0, p.stderr
     notes = json.loads(p.stdout)["notes"]

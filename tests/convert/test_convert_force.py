@@ -1,6 +1,7 @@
 """`convert --force` replaces an earlier output of the same format and nothing else: a
 folder holding a person's files, or a file that is not a checkpoint, is refused in one line
 with everything left as it was."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,14 @@ pytest.importorskip("safetensors")
 
 def convert(*args) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-m", "titan_doctor", "convert", *map(str, args)], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "titan_doctor", "convert", *map(str, args)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
     return proc
 

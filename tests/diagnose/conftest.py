@@ -1,5 +1,6 @@
 """Shared helpers: run the real CLI in a subprocess, build CANN-like directory trees,
 and (once per session) virtualenvs with a broken torch_npu and with no torch at all."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -23,8 +24,14 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "titan_doctor", "diagnose", *args], cwd=REPO,
-                          env=env or clean_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "titan_doctor", "diagnose", *args],
+        cwd=REPO,
+        env=env or clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def run_json(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, dict]]:
@@ -37,8 +44,16 @@ def run_json(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[s
     return p.returncode, rows
 
 
-def make_cann(root: Path, version: str | None, *, layout: str = "ascend-toolkit", arch: str = "x86_64",
-              info: str | None = None, set_env: bool = True, name: str | None = None) -> Path:
+def make_cann(
+    root: Path,
+    version: str | None,
+    *,
+    layout: str = "ascend-toolkit",
+    arch: str = "x86_64",
+    info: str | None = None,
+    set_env: bool = True,
+    name: str | None = None,
+) -> Path:
     """A CANN toolkit tree as the installer leaves it:
     <root>/ascend-toolkit/<version>/<arch>-linux/ascend_toolkit_install.info, 'latest'
     symlink, and <root>/ascend-toolkit/set_env.sh."""
@@ -54,9 +69,14 @@ def make_cann(root: Path, version: str | None, *, layout: str = "ascend-toolkit"
         home.mkdir(parents=True, exist_ok=True)
         script_dir = home
     (home / "lib64").mkdir(exist_ok=True)
-    text = info if info is not None else (
-        f"package_name=Ascend-cann-toolkit\nversion={version}\ninnerversion=V100R001C19\narch={arch}\nos=linux\n"
-        f"path={home}/{arch}-linux\n")
+    text = (
+        info
+        if info is not None
+        else (
+            f"package_name=Ascend-cann-toolkit\nversion={version}\ninnerversion=V100R001C19\narch={arch}\nos=linux\n"
+            f"path={home}/{arch}-linux\n"
+        )
+    )
     if text != "<none>":
         d = home / f"{arch}-linux"
         d.mkdir(exist_ok=True)
@@ -79,8 +99,12 @@ def _bare_venv(path: Path) -> Path:
 
 
 def _site(python: Path) -> Path:
-    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return Path(out.stdout.strip())
 
 
@@ -99,9 +123,23 @@ def npu_venv(tmp_path_factory) -> Path:
     py = _bare_venv(tmp_path_factory.mktemp("npu-venv") / "v")
     site = _site(py)
     (site / "titan_torch_site.pth").write_text(str(torch_site) + "\n")
-    p = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        "--no-deps", "--target", str(site), "torch-npu==2.13.0"],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--target",
+            str(site),
+            "torch-npu==2.13.0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if p.returncode != 0:
         pytest.skip(f"cannot fetch torch-npu==2.13.0 from the package registry: {p.stderr.strip()[-300:]}")
     return py

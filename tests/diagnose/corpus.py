@@ -1,6 +1,7 @@
 """The real crash-log corpus (tests/diagnose/real_logs) and how an explanation of one
 log is judged. Shared by the test and by benchmarks/log_corpus.py, which scores any
 checkout of the doctor (main vs this branch) through its CLI's JSON."""
+
 from __future__ import annotations
 
 import sys

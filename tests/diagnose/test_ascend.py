@@ -16,7 +16,7 @@ def test_reads_version_from_install_info(tmp_path):
 
 
 def test_the_toolkit_latest_points_to_is_reported_not_the_newest(tmp_path):
-    make_cann(tmp_path, "7.0.0")                  # 'latest' points at the first one made
+    make_cann(tmp_path, "7.0.0")  # 'latest' points at the first one made
     newest = make_cann(tmp_path, "8.1.RC1")
     make_cann(tmp_path, "8.0.0")
     inst = ascend.discover({}, [tmp_path])
@@ -25,8 +25,9 @@ def test_the_toolkit_latest_points_to_is_reported_not_the_newest(tmp_path):
     assert f.status is Status.FAIL and f.message.startswith("CANN 7.0.0 is older than 8.0")
     assert "ascend-toolkit/latest -> 7.0.0, what set_env.sh activates" in f.message
     assert "8.1.RC1" in f.detail and "8.0.0" in f.detail and f.data["newer_installed"] == ["8.1.RC1", "8.0.0"]
-    assert f.fix.startswith(f"CANN 8.1.RC1 is installed but not active: ln -sfn {newest.resolve()} "
-                            f"{tmp_path / 'ascend-toolkit' / 'latest'}")
+    assert f.fix.startswith(
+        f"CANN 8.1.RC1 is installed but not active: ln -sfn {newest.resolve()} {tmp_path / 'ascend-toolkit' / 'latest'}"
+    )
 
 
 def test_latest_repointed_to_an_older_toolkit_is_what_runs(tmp_path):
@@ -106,7 +107,7 @@ def test_ld_library_path_is_matched_by_path_not_substring(tmp_path):
     env = {"ASCEND_HOME_PATH": str(latest), "LD_LIBRARY_PATH": f"{latest}-old/lib64:/usr/lib"}
     f = ascend.check_cann_env(ascend.discover(env, [tmp_path]), env)[0]
     assert f.status is Status.FAIL and f"{latest}/lib64 not on LD_LIBRARY_PATH" in f.detail
-    env["LD_LIBRARY_PATH"] = f"{home}/lib64:/usr/lib"           # the real dir behind 'latest' counts
+    env["LD_LIBRARY_PATH"] = f"{home}/lib64:/usr/lib"  # the real dir behind 'latest' counts
     assert ascend.check_cann_env(ascend.discover(env, [tmp_path]), env)[0].status is Status.OK
 
 
@@ -114,13 +115,16 @@ def test_an_older_cann_first_on_ld_library_path_is_flagged(tmp_path):
     make_cann(tmp_path, "8.2.RC1")
     old = make_cann(tmp_path, "7.0.0")
     latest = tmp_path / "ascend-toolkit" / "latest"
-    env = {"ASCEND_HOME_PATH": str(latest),
-           "LD_LIBRARY_PATH": f"{old}/lib64:{latest}/lib64:{latest}/lib64/plugin/opskernel"}
+    env = {
+        "ASCEND_HOME_PATH": str(latest),
+        "LD_LIBRARY_PATH": f"{old}/lib64:{latest}/lib64:{latest}/lib64/plugin/opskernel",
+    }
     f = ascend.check_cann_env(ascend.discover(env, [tmp_path]), env)[0]
-    assert f.status is Status.FAIL and f.message == ("LD_LIBRARY_PATH lists an older CANN (7.0.0) before the one "
-                                                     "in use (8.2.RC1)")
+    assert f.status is Status.FAIL and f.message == (
+        "LD_LIBRARY_PATH lists an older CANN (7.0.0) before the one in use (8.2.RC1)"
+    )
     assert f.data["first"] == f"{old}/lib64" and f.fix.endswith(f"source {tmp_path / 'ascend-toolkit' / 'set_env.sh'}")
-    env["LD_LIBRARY_PATH"] = f"{latest}/lib64:{old}/lib64"     # the active one first: it wins
+    env["LD_LIBRARY_PATH"] = f"{latest}/lib64:{old}/lib64"  # the active one first: it wins
     assert ascend.check_cann_env(ascend.discover(env, [tmp_path]), env)[0].status is Status.OK
 
 

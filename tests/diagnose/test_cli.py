@@ -1,5 +1,6 @@
 """The command as users run it: exit codes, --help, --list-checks, --check, JSON, and
 real broken interpreters (torch_npu without CANN; no torch at all)."""
+
 import re
 
 from titan_doctor.diagnose import registry
@@ -10,8 +11,19 @@ from .conftest import clean_env, make_cann, run_cli, run_json
 def test_help_documents_checks_options_and_exit_codes():
     p = run_cli("--help")
     assert p.returncode == 0
-    for text in ("Exit codes: 0 all good", "1 problems found", "2 usage error", "--comm", "--log", "--list-checks",
-                 "--check ID", "--strict", "--format", "versions.*", "dist.*"):
+    for text in (
+        "Exit codes: 0 all good",
+        "1 problems found",
+        "2 usage error",
+        "--comm",
+        "--log",
+        "--list-checks",
+        "--check ID",
+        "--strict",
+        "--format",
+        "versions.*",
+        "dist.*",
+    ):
         assert text in p.stdout, text
 
 
@@ -35,13 +47,13 @@ def test_default_run_on_a_clean_host_is_all_good(tmp_path):
     for row in rows.values():
         assert set(row) >= {"id", "status", "title", "detail", "fix", "data"}
     p = run_cli("--ascend-root", str(tmp_path))
-    assert "[ok] torch " in p.stdout and "✓" not in p.stdout        # not a terminal: ASCII marks
+    assert "[ok] torch " in p.stdout and "✓" not in p.stdout  # not a terminal: ASCII marks
     assert re.fullmatch(r"\d+ checks: \d+ ok, .*0 problems.*", p.stdout.rstrip().splitlines()[-1])
 
 
 def test_warnings_fail_only_with_strict(tmp_path):
     env = clean_env(NCCL_DEBUG="INFO")
-    make_cann(tmp_path, "8.1.RC1")          # an Ascend host: leftovers become warnings
+    make_cann(tmp_path, "8.1.RC1")  # an Ascend host: leftovers become warnings
     args = ("--ascend-root", str(tmp_path), "--check", "dist.leftovers")
     rc, rows = run_json(*args, env=env)
     assert rc == 0 and rows["dist.leftovers"]["status"] == "warn"
@@ -94,9 +106,11 @@ def test_interpreter_that_does_not_exist(tmp_path):
 
 def test_cli_never_imports_torch_or_libcst(tmp_path):
     """`import torch` alone costs ~1.6 s; the doctor probes it in a subprocess instead."""
-    code = ("import sys; from click.testing import CliRunner; from titan_doctor.cli import main; "
-            f"r = CliRunner().invoke(main, ['diagnose', '--ascend-root', {str(tmp_path)!r}]); "
-            "print(r.exit_code, 'torch' in sys.modules, 'libcst' in sys.modules)")
+    code = (
+        "import sys; from click.testing import CliRunner; from titan_doctor.cli import main; "
+        f"r = CliRunner().invoke(main, ['diagnose', '--ascend-root', {str(tmp_path)!r}]); "
+        "print(r.exit_code, 'torch' in sys.modules, 'libcst' in sys.modules)"
+    )
     import subprocess
     import sys
 
@@ -109,9 +123,11 @@ def test_torch_whose_import_fails(tmp_path):
     site = tmp_path / "site"
     (site / "torch" / "distributed" / "fsdp").mkdir(parents=True)
     (site / "torch" / "version.py").write_text(
-        "from typing import Optional\n__version__ = '2.6.0+cu124'\ncuda: Optional[str] = '12.4'\n")
+        "from typing import Optional\n__version__ = '2.6.0+cu124'\ncuda: Optional[str] = '12.4'\n"
+    )
     (site / "torch" / "__init__.py").write_text(
-        "raise ImportError('libcudart.so.12: cannot open shared object file: No such file or directory')\n")
+        "raise ImportError('libcudart.so.12: cannot open shared object file: No such file or directory')\n"
+    )
     (site / "torch" / "distributed" / "fsdp" / "__init__.py").write_text("__all__ = ['fully_shard']\n")
     env = clean_env(PYTHONPATH=f"{site}:{clean_env()['PYTHONPATH']}")
     rc, rows = run_json("--check", "versions", env=env)
@@ -119,7 +135,7 @@ def test_torch_whose_import_fails(tmp_path):
     t = rows["versions.torch"]
     assert t["status"] == "fail" and t["title"].startswith("torch 2.6.0+cu124 fails to import: ImportError: libcudart")
     assert t["data"]["build"] == "cuda 12.4"
-    assert rows["versions.fsdp2"]["status"] == "ok"       # read from the file, no import needed
+    assert rows["versions.fsdp2"]["status"] == "ok"  # read from the file, no import needed
 
 
 def test_every_finding_code_belongs_to_its_check(tmp_path):

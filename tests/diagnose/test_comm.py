@@ -1,4 +1,5 @@
 """The live collective test, for real on gloo with 2 local ranks."""
+
 import socket
 import sys
 
@@ -9,15 +10,16 @@ from titan_doctor.findings import Status
 
 from .conftest import clean_env, run_json
 
-pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
+pytestmark = pytest.mark.multirank  # every test here starts trainer ranks or worker processes
 
 
 def test_comm_nproc_2_passes_on_gloo():
     with socket.socket() as s:
         s.bind(("", 0))
         port = s.getsockname()[1]
-    rc, rows = run_json("--comm", "--nproc", "2", "--check", "comm", "--comm-timeout", "60",
-                        env=clean_env(MASTER_PORT=str(port)))
+    rc, rows = run_json(
+        "--comm", "--nproc", "2", "--check", "comm", "--comm-timeout", "60", env=clean_env(MASTER_PORT=str(port))
+    )
     assert rc == 0, rows
     assert rows["comm.init"]["status"] == "ok" and rows["comm.init"]["data"]["backend"] == "gloo"
     assert rows["comm.init"]["data"]["MASTER_PORT"] == str(port)

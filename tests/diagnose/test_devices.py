@@ -1,5 +1,6 @@
 """Devices: a real `npu-smi` process (a script on PATH printing a real table),
 /dev/davinci* nodes in a directory, ASCEND_RT_VISIBLE_DEVICES against --nproc."""
+
 import os
 import stat
 
@@ -41,7 +42,9 @@ def smi_env(tmp_path, health="OK", used=3380):
 def test_parse_real_table():
     npus = devices.parse_npu_smi(NPU_SMI.format(health="OK", used=3380))
     assert [(n["id"], n["name"], n["health"], n["hbm_used_mb"], n["hbm_total_mb"]) for n in npus] == [
-        (0, "910B3", "OK", 3389, 65536), (1, "910B3", "OK", 3380, 65536)]
+        (0, "910B3", "OK", 3389, 65536),
+        (1, "910B3", "OK", 3380, 65536),
+    ]
 
 
 def test_healthy_npus_via_real_process(tmp_path):
@@ -58,7 +61,11 @@ def test_unhealthy_and_busy(tmp_path):
 
 
 def test_npu_smi_failing(tmp_path):
-    env = fake_tool(tmp_path, "npu-smi", "echo 'dcmi model initialized failed, because the device is used. ret is -8020' >&2\nexit 1\n")
+    env = fake_tool(
+        tmp_path,
+        "npu-smi",
+        "echo 'dcmi model initialized failed, because the device is used. ret is -8020' >&2\nexit 1\n",
+    )
     (f,) = devices.check_npus(devices.run_npu_smi(env), [0])
     assert f.status is Status.FAIL and "ret is -8020" in f.message
 
@@ -88,11 +95,17 @@ def test_visible_devices_vs_nproc():
 
 
 def test_accelerator_follows_trainer_rule():
-    probe = {"torch": {"installed": True, "cuda_count": 0}, "torch_npu": {"installed": True, "imported": True, "npu_count": 8}}
+    probe = {
+        "torch": {"installed": True, "cuda_count": 0},
+        "torch_npu": {"installed": True, "imported": True, "npu_count": 8},
+    }
     (f,) = devices.check_accelerator(probe, 8)
     assert f.status is Status.OK and f.data == {"type": "npu", "backend": "hccl", "count": 8, "note": ""}
     (f,) = devices.check_accelerator(probe, 16)
     assert f.status is Status.FAIL
-    broken = {"torch": {"installed": True}, "torch_npu": {"installed": True, "imported": False, "error": "ImportError: x"}}
+    broken = {
+        "torch": {"installed": True},
+        "torch_npu": {"installed": True, "imported": False, "error": "ImportError: x"},
+    }
     (f,) = devices.check_accelerator(broken, None)
     assert f.data["type"] == "cpu" and "torch_npu failed to import: ImportError: x" in f.detail

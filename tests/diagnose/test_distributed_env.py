@@ -1,4 +1,5 @@
 """Distributed settings with real sockets and crafted environments."""
+
 import socket
 
 import pytest
@@ -51,15 +52,18 @@ def test_loopback_master_with_several_nodes():
     assert f.status is Status.FAIL and "unset" in f.message
 
 
-@pytest.mark.parametrize("env,nproc,ok,text", [
-    ({}, None, True, "unset"),
-    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}, 2, True, "consistent"),
-    ({"RANK": "2", "WORLD_SIZE": "2"}, None, False, "RANK=2 >= WORLD_SIZE=2"),
-    ({"RANK": "0"}, None, False, "RANK set without WORLD_SIZE"),
-    ({"WORLD_SIZE": "4"}, 2, False, "WORLD_SIZE=4 but --nproc 2 x --nnodes 1 = 2"),
-    ({"LOCAL_RANK": "a"}, None, False, "not a non-negative integer"),
-    ({"LOCAL_RANK": "2", "WORLD_SIZE": "2"}, 2, False, "LOCAL_RANK=2 >= --nproc 2 (local ranks are 0..1)"),
-])
+@pytest.mark.parametrize(
+    "env,nproc,ok,text",
+    [
+        ({}, None, True, "unset"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}, 2, True, "consistent"),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, None, False, "RANK=2 >= WORLD_SIZE=2"),
+        ({"RANK": "0"}, None, False, "RANK set without WORLD_SIZE"),
+        ({"WORLD_SIZE": "4"}, 2, False, "WORLD_SIZE=4 but --nproc 2 x --nnodes 1 = 2"),
+        ({"LOCAL_RANK": "a"}, None, False, "not a non-negative integer"),
+        ({"LOCAL_RANK": "2", "WORLD_SIZE": "2"}, 2, False, "LOCAL_RANK=2 >= --nproc 2 (local ranks are 0..1)"),
+    ],
+)
 def test_rank_variables(env, nproc, ok, text):
     (f,) = d.check_ranks(env, nproc)
     assert (f.status is Status.OK) == ok and text in f.message
@@ -68,13 +72,20 @@ def test_rank_variables(env, nproc, ok, text):
 def test_hccl_ranges():
     fs = d.check_hccl_env({"HCCL_CONNECT_TIMEOUT": "60", "HCCL_EXEC_TIMEOUT": "1800", "HCCL_BUFFSIZE": "abc"})
     msgs = {f.data.get("var"): f for f in fs}
-    assert msgs["HCCL_CONNECT_TIMEOUT"].status is Status.FAIL and "outside [120, 7200]" in msgs["HCCL_CONNECT_TIMEOUT"].message
+    assert (
+        msgs["HCCL_CONNECT_TIMEOUT"].status is Status.FAIL
+        and "outside [120, 7200]" in msgs["HCCL_CONNECT_TIMEOUT"].message
+    )
     assert msgs["HCCL_CONNECT_TIMEOUT"].fix == "export HCCL_CONNECT_TIMEOUT=120"
     assert msgs["HCCL_EXEC_TIMEOUT"].status is Status.OK
     assert msgs["HCCL_BUFFSIZE"].status is Status.FAIL and "not an integer" in msgs["HCCL_BUFFSIZE"].message
     (big,) = d.check_hccl_env({"HCCL_BUFFSIZE": "65536"})
-    assert big.status is Status.WARN and "2 x HCCL_BUFFSIZE" in big.message and big.fix.startswith("export HCCL_BUFFSIZE=200")
-    (never,) = d.check_hccl_env({"HCCL_EXEC_TIMEOUT": "0"})      # 0 = never time out on Atlas A2/A3
+    assert (
+        big.status is Status.WARN
+        and "2 x HCCL_BUFFSIZE" in big.message
+        and big.fix.startswith("export HCCL_BUFFSIZE=200")
+    )
+    (never,) = d.check_hccl_env({"HCCL_EXEC_TIMEOUT": "0"})  # 0 = never time out on Atlas A2/A3
     assert never.status is Status.OK
 
 
@@ -83,7 +94,7 @@ def test_hccl_buffsize_that_can_only_be_bytes_is_a_failure():
     (f,) = d.check_hccl_env({"HCCL_BUFFSIZE": "4194304"})
     assert f.status is Status.FAIL and "given in bytes" in f.message
     assert f.fix.startswith("export HCCL_BUFFSIZE=4   (the same 4194304 bytes in MB)") and f.data["as_mb"] == 4
-    assert d.largest_device_mb() >= 64 * 1024          # from rules/devices.toml, not a constant here
+    assert d.largest_device_mb() >= 64 * 1024  # from rules/devices.toml, not a constant here
 
 
 def test_master_addr_needed_without_a_launcher():
@@ -122,23 +133,28 @@ def test_leftovers_named_with_equivalents():
     assert f.status is Status.INFO
 
 
-@pytest.mark.parametrize("var,value,fix", [
-    ("NCCL_DEBUG", "INFO", "export ASCEND_GLOBAL_LOG_LEVEL=1; unset NCCL_DEBUG"),
-    ("NCCL_DEBUG", "warn", "export ASCEND_GLOBAL_LOG_LEVEL=2; unset NCCL_DEBUG"),
-    ("NCCL_DEBUG", "SUBSYS", "unset NCCL_DEBUG; set ASCEND_GLOBAL_LOG_LEVEL by hand: 'SUBSYS' has no equivalent"),
-    ("NCCL_BUFFSIZE", "4194304", "export HCCL_BUFFSIZE=4; unset NCCL_BUFFSIZE"),
-    ("NCCL_ALGO", "Ring", "unset NCCL_ALGO; set HCCL_ALGO by hand: its syntax differs"),
-])
+@pytest.mark.parametrize(
+    "var,value,fix",
+    [
+        ("NCCL_DEBUG", "INFO", "export ASCEND_GLOBAL_LOG_LEVEL=1; unset NCCL_DEBUG"),
+        ("NCCL_DEBUG", "warn", "export ASCEND_GLOBAL_LOG_LEVEL=2; unset NCCL_DEBUG"),
+        ("NCCL_DEBUG", "SUBSYS", "unset NCCL_DEBUG; set ASCEND_GLOBAL_LOG_LEVEL by hand: 'SUBSYS' has no equivalent"),
+        ("NCCL_BUFFSIZE", "4194304", "export HCCL_BUFFSIZE=4; unset NCCL_BUFFSIZE"),
+        ("NCCL_ALGO", "Ring", "unset NCCL_ALGO; set HCCL_ALGO by hand: its syntax differs"),
+    ],
+)
 def test_leftover_values_are_translated_or_left_to_a_person(var, value, fix):
     (f,) = d.check_leftovers({var: value}, on_npu=True)
     assert f.fix.startswith(fix), f.fix
-    if "by hand" not in fix:       # a suggested value must be one the Ascend variable accepts
+    if "by hand" not in fix:  # a suggested value must be one the Ascend variable accepts
         assert f.data["value"].isdigit()
 
 
 def test_hccn_tool(tmp_path):
-    body = ('case "$3" in -link) echo "link status: $( [ "$2" = 1 ] && echo DOWN || echo UP )";; '
-            '-net_health) echo "net health status: Success";; esac\n')
+    body = (
+        'case "$3" in -link) echo "link status: $( [ "$2" = 1 ] && echo DOWN || echo UP )";; '
+        '-net_health) echo "net health status: Success";; esac\n'
+    )
     env = fake_tool(tmp_path, "hccn_tool", body)
     (f,) = d.check_hccn(env, [0, 1])
     assert f.status is Status.FAIL and f.data["bad"] == [1] and "NPU 1: link DOWN" in f.detail
@@ -183,15 +199,28 @@ def test_leftover_advice_is_migrates_env_mapping():
             assert f.data["value"] is None and "by hand" in f.fix, rule.old
 
 
-@pytest.mark.parametrize("var,value,fix", [
-    ("NCCL_ASYNC_ERROR_HANDLING", "1", "export TORCH_HCCL_ASYNC_ERROR_HANDLING=1; unset NCCL_ASYNC_ERROR_HANDLING"),
-    ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True",
-     "export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True; unset PYTORCH_CUDA_ALLOC_CONF"),
-    ("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync",
-     "unset PYTORCH_CUDA_ALLOC_CONF; set PYTORCH_NPU_ALLOC_CONF by hand: torch_npu does not accept the setting 'backend'"),
-    ("NCCL_BUFFSIZE", "1000000", "unset NCCL_BUFFSIZE; set HCCL_BUFFSIZE by hand: 1000000 bytes is not a whole number of MB"),
-    ("NCCL_IB_HCA", "mlx5", "unset NCCL_IB_HCA   (no Ascend equivalent); HCCL uses RoCE"),
-])
+@pytest.mark.parametrize(
+    "var,value,fix",
+    [
+        ("NCCL_ASYNC_ERROR_HANDLING", "1", "export TORCH_HCCL_ASYNC_ERROR_HANDLING=1; unset NCCL_ASYNC_ERROR_HANDLING"),
+        (
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "expandable_segments:True",
+            "export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True; unset PYTORCH_CUDA_ALLOC_CONF",
+        ),
+        (
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "backend:cudaMallocAsync",
+            "unset PYTORCH_CUDA_ALLOC_CONF; set PYTORCH_NPU_ALLOC_CONF by hand: torch_npu does not accept the setting 'backend'",
+        ),
+        (
+            "NCCL_BUFFSIZE",
+            "1000000",
+            "unset NCCL_BUFFSIZE; set HCCL_BUFFSIZE by hand: 1000000 bytes is not a whole number of MB",
+        ),
+        ("NCCL_IB_HCA", "mlx5", "unset NCCL_IB_HCA   (no Ascend equivalent); HCCL uses RoCE"),
+    ],
+)
 def test_leftover_values_follow_the_migrate_rules(var, value, fix):
     (f,) = d.check_leftovers({var: value}, on_npu=True)
     assert f.fix.startswith(fix), f.fix

@@ -1,6 +1,7 @@
 """`--exact`: the trainer's own build + train_step under FakeTensorMode on a fake process group.
 It must run the very functions `titan-train run` runs, agree with a real run, and its depth
 extrapolation must agree with running every layer."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,8 +15,16 @@ from titan_train.memory import estimate as me  # noqa: E402
 
 from .conftest import run_json  # noqa: E402
 
-TINY = ["model.d_model=64", "model.n_heads=4", "model.n_kv_heads=4", "model.vocab_size=256", "model.multiple_of=32",
-        "model.max_seq_len=64", "training.seq_len=32", "training.batch_size=8"]
+TINY = [
+    "model.d_model=64",
+    "model.n_heads=4",
+    "model.n_kv_heads=4",
+    "model.vocab_size=256",
+    "model.multiple_of=32",
+    "model.max_seq_len=64",
+    "training.seq_len=32",
+    "training.batch_size=8",
+]
 
 
 def tiny(*overrides: str):
@@ -36,7 +45,7 @@ def test_a_change_to_the_trainers_step_or_build_changes_the_plan(monkeypatch):
 
     cfg = tiny("model.n_layers=2")
     before = mx.exact_peaks(cfg, 2)[0].peak_bytes
-    extra = 4 * 2 ** 20
+    extra = 4 * 2**20
     real_step, real_build, builds = step_mod.train_step, build_mod.build, []
 
     def step_holding_more(parts, batches):
@@ -57,10 +66,13 @@ def test_a_change_to_the_trainers_step_or_build_changes_the_plan(monkeypatch):
 
 
 @pytest.mark.multirank
-@pytest.mark.parametrize("world,overrides", [
-    (2, ['training.mixed_precision="bf16"', 'training.activation_checkpoint="selective"']),
-    (2, ["distributed.pp_size=2"]),
-])
+@pytest.mark.parametrize(
+    "world,overrides",
+    [
+        (2, ['training.mixed_precision="bf16"', 'training.activation_checkpoint="selective"']),
+        (2, ["distributed.pp_size=2"]),
+    ],
+)
 def test_exact_equals_the_same_step_with_real_tensors_on_real_ranks(world, overrides):
     cfg = tiny("model.n_layers=4", *overrides)
     validate(cfg, world)
@@ -69,11 +81,14 @@ def test_exact_equals_the_same_step_with_real_tensors_on_real_ranks(world, overr
     assert exact == measured
 
 
-@pytest.mark.parametrize("world,overrides", [
-    (2, []),
-    (2, ['training.mixed_precision="bf16"', 'training.activation_checkpoint="full"']),
-    (2, ["distributed.tp_size=2", "training.grad_accum_steps=2"]),
-])
+@pytest.mark.parametrize(
+    "world,overrides",
+    [
+        (2, []),
+        (2, ['training.mixed_precision="bf16"', 'training.activation_checkpoint="full"']),
+        (2, ["distributed.tp_size=2", "training.grad_accum_steps=2"]),
+    ],
+)
 def test_depth_extrapolation_matches_running_every_layer(world, overrides):
     cfg = tiny("model.n_layers=8", *overrides)
     assert mx.can_extrapolate(cfg, 1)
@@ -86,15 +101,19 @@ def test_depth_extrapolation_matches_running_every_layer(world, overrides):
 
 
 def test_extrapolation_is_only_used_where_it_holds():
-    assert not mx.can_extrapolate(tiny("model.n_layers=6"), 1)          # not deeper than the small runs
-    assert not mx.can_extrapolate(tiny("model.n_layers=12", 'training.activation_checkpoint="full"',
-                                       "training.ac_every=2"), 1)      # which blocks are checkpointed varies
+    assert not mx.can_extrapolate(tiny("model.n_layers=6"), 1)  # not deeper than the small runs
+    assert not mx.can_extrapolate(
+        tiny("model.n_layers=12", 'training.activation_checkpoint="full"', "training.ac_every=2"), 1
+    )  # which blocks are checkpointed varies
     assert mx.can_extrapolate(tiny("model.n_layers=14", "distributed.pp_size=2"), 2)
 
 
 def test_exact_and_analytic_agree_on_small_layouts():
-    for world, overrides in ((2, []), (4, ["distributed.tp_size=2", 'training.mixed_precision="bf16"']),
-                             (2, ['training.activation_checkpoint="full"'])):
+    for world, overrides in (
+        (2, []),
+        (4, ["distributed.tp_size=2", 'training.mixed_precision="bf16"']),
+        (2, ['training.activation_checkpoint="full"']),
+    ):
         cfg = tiny("model.n_layers=3", *overrides)
         exact = mx.exact_peaks(cfg, world)[0].peak_bytes
         analytic = me.estimate(me.layout(cfg, world, "gloo"), accelerator=False).peak_bytes
@@ -109,8 +128,16 @@ def test_scalar_reads_of_fake_values_take_the_every_step_path():
 
 @pytest.mark.multirank
 def test_doctor_exact_reports_both_methods():
-    code, rows = run_json("--config", "llama_debug", "--world-size", "2", "--device-memory", "4GiB", "--exact",
-                          *[a for o in TINY + ["model.n_layers=2"] for a in ("--set", o)])
+    code, rows = run_json(
+        "--config",
+        "llama_debug",
+        "--world-size",
+        "2",
+        "--device-memory",
+        "4GiB",
+        "--exact",
+        *[a for o in TINY + ["model.n_layers=2"] for a in ("--set", o)],
+    )
     assert code == 0
     exact = rows["memory.exact"]
     assert exact["status"] == "ok" and exact["data"]["verdict"] == "fits"
@@ -124,8 +151,9 @@ def test_doctor_exact_reports_both_methods():
 @pytest.mark.multirank
 @pytest.mark.parametrize("layers", [4, 14])
 def test_1f1b_micro_batch_extrapolation_matches_running_them_all(layers):
-    cfg = tiny(f"model.n_layers={layers}", "distributed.pp_size=2", "distributed.pp_microbatches=8",
-               "training.batch_size=16")
+    cfg = tiny(
+        f"model.n_layers={layers}", "distributed.pp_size=2", "distributed.pp_microbatches=8", "training.batch_size=16"
+    )
     guess = mx.exact_peaks(cfg, 2)
     assert all("3 and 4 of 8 pipeline micro-batches" in p.method for p in guess)
     assert ("layers per stage" in guess[0].method) == (layers == 14)
@@ -140,8 +168,12 @@ def test_interleaved_stages_are_measured_and_the_estimate_follows_them():
     statistics while the other runs forward (it raised KeyError in the first stage's backward),
     and the analytic estimate must hold what torch's schedule holds per stage (it counted
     (pp - rank) micro-batches on every stage: +12% here)."""
-    cfg = tiny("model.n_layers=8", "distributed.pp_size=2", 'distributed.pp_schedule="interleaved_1f1b"',
-               "distributed.pp_microbatches=4")
+    cfg = tiny(
+        "model.n_layers=8",
+        "distributed.pp_size=2",
+        'distributed.pp_schedule="interleaved_1f1b"',
+        "distributed.pp_microbatches=4",
+    )
     validate(cfg, 2)
     measured = {p.stage: p.peak_bytes for p in mx.measured_peaks(cfg, 2)}
     exact = {p.stage: p.peak_bytes for p in mx.exact_peaks(cfg, 2, extrapolate=False)}

@@ -1,5 +1,6 @@
 """Every real crash log of tests/diagnose/real_logs (each posted on a public tracker; the
 source is in expected.toml) gets the right root cause, rank, device and fix."""
+
 import json
 
 import pytest
@@ -13,8 +14,10 @@ CASES = cases()
 
 
 def _rows(target):
-    return [{"id": f.code, "title": f.message, "detail": f.detail, "fix": f.fix, "data": f.data}
-            for f in logs.explain([target])]
+    return [
+        {"id": f.code, "title": f.message, "detail": f.detail, "fix": f.fix, "data": f.data}
+        for f in logs.explain([target])
+    ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["path"] for c in CASES])
@@ -33,8 +36,9 @@ def test_the_corpus_is_large_diverse_and_sourced():
 def test_judge_can_fail():
     """The checker itself: a wrong root, rank or fix is reported."""
     case = {"root": "ecode.EI0006", "cause_has": "EI0006", "fix_has": "HCCL_CONNECT_TIMEOUT", "rank": 1}
-    good = [{"id": "log.ecode.EI0006", "title": "EI0006", "detail": "", "fix": "HCCL_CONNECT_TIMEOUT",
-             "data": {"rank": 1}}]
+    good = [
+        {"id": "log.ecode.EI0006", "title": "EI0006", "detail": "", "fix": "HCCL_CONNECT_TIMEOUT", "data": {"rank": 1}}
+    ]
     assert judge(case, good) == []
     bad = [dict(good[0], data={"rank": 0}, fix="retry")]
     assert judge(case, bad) == ["fix lacks 'HCCL_CONNECT_TIMEOUT'", "rank 0, expected 1"]

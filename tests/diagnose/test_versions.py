@@ -1,5 +1,6 @@
 """Version verdicts: the matrix on real (torch, torch_npu, CANN, Python) combinations,
 and classification of real torch_npu import errors from probe output."""
+
 import pytest
 
 from titan_doctor.diagnose import versions
@@ -42,7 +43,7 @@ def test_torch_npu_released_for_newer_cann_warns_and_names_alternatives():
     (f,) = fs
     assert f.status is Status.WARN
     assert "released for CANN 8.3.RC1, found CANN 8.1.RC1" in f.message
-    assert "2.5.1" in f.fix and "2.4.0.post4" in f.fix      # what CANN 8.1.RC1 does ship with
+    assert "2.5.1" in f.fix and "2.4.0.post4" in f.fix  # what CANN 8.1.RC1 does ship with
 
 
 def test_python_outside_the_shipped_set_warns():
@@ -54,7 +55,7 @@ def test_python_outside_the_shipped_set_warns():
 def test_torch_npu_without_cann_is_not_called_a_fit():
     fs = verdicts("2.13.0+cpu", "2.13.0", None, "3.11.7")
     (f,) = fs
-    assert f.status is Status.INFO and "CANN not found" in f.message   # ascend.cann reports the failure
+    assert f.status is Status.INFO and "CANN not found" in f.message  # ascend.cann reports the failure
 
 
 def test_unlisted_torch_npu_is_info_not_a_guess():
@@ -79,42 +80,73 @@ PINS = TABLE["pins"]
 
 
 def probe(torch=None, npu=None, py="3.11.7"):
-    return {"python": {"version": py, "executable": "/x/python"},
-            "torch": torch or {"installed": False}, "torch_npu": npu or {"installed": False}}
+    return {
+        "python": {"version": py, "executable": "/x/python"},
+        "torch": torch or {"installed": False},
+        "torch_npu": npu or {"installed": False},
+    }
 
 
 TORCH = {"installed": True, "version": "2.13.0+cpu", "cuda": None, "imported": True, "fsdp2_public": True}
 
 
-@pytest.mark.parametrize("error,sig,fix_part", [
-    ("ImportError: libhccl.so: cannot open shared object file: No such file or directory",
-     "import.cann_missing", "source /opt/Ascend/ascend-toolkit/set_env.sh"),
-    ("ImportError: /usr/local/lib/python3.9/site-packages/torch_npu/lib/libtorch_npu.so: undefined symbol: "
-     "_ZN5torch10ValueErrorC1EPKcz", "import.undefined_symbol", "pip install torch-npu==2.13.0"),
-    ("RuntimeError: Two accelerators cannot be used at the same time in PyTorch: npu and cuda. You can install "
-     "the cpu version of PyTorch to use your npu device, or use the cuda device with 'export "
-     "TORCH_DEVICE_BACKEND_AUTOLOAD=0'.", "import.two_accelerators", "download.pytorch.org/whl/cpu"),
-])
+@pytest.mark.parametrize(
+    "error,sig,fix_part",
+    [
+        (
+            "ImportError: libhccl.so: cannot open shared object file: No such file or directory",
+            "import.cann_missing",
+            "source /opt/Ascend/ascend-toolkit/set_env.sh",
+        ),
+        (
+            "ImportError: /usr/local/lib/python3.9/site-packages/torch_npu/lib/libtorch_npu.so: undefined symbol: "
+            "_ZN5torch10ValueErrorC1EPKcz",
+            "import.undefined_symbol",
+            "pip install torch-npu==2.13.0",
+        ),
+        (
+            "RuntimeError: Two accelerators cannot be used at the same time in PyTorch: npu and cuda. You can install "
+            "the cpu version of PyTorch to use your npu device, or use the cuda device with 'export "
+            "TORCH_DEVICE_BACKEND_AUTOLOAD=0'.",
+            "import.two_accelerators",
+            "download.pytorch.org/whl/cpu",
+        ),
+    ],
+)
 def test_torch_npu_import_errors_are_classified(error, sig, fix_part):
-    npu = {"installed": True, "dist_version": "2.13.0", "imported": False, "error": error,
-           "error_text": "Traceback (most recent call last):\n  File \"x.py\", line 1\n" + error}
+    npu = {
+        "installed": True,
+        "dist_version": "2.13.0",
+        "imported": False,
+        "error": error,
+        "error_text": 'Traceback (most recent call last):\n  File "x.py", line 1\n' + error,
+    }
     (f,) = versions.check_torch_npu(probe(TORCH, npu), True, ["/opt/Ascend/ascend-toolkit/set_env.sh"])
     assert f.status is Status.FAIL and f.data["cause"] == sig
     assert fix_part in f.fix
 
 
 def test_cann_missing_is_named_as_such():
-    npu = {"installed": True, "dist_version": "2.13.0", "imported": False,
-           "error": "ImportError: libascendcl.so: cannot open shared object file: No such file or directory",
-           "error_text": "ImportError: libascendcl.so: cannot open shared object file: No such file or directory"}
+    npu = {
+        "installed": True,
+        "dist_version": "2.13.0",
+        "imported": False,
+        "error": "ImportError: libascendcl.so: cannot open shared object file: No such file or directory",
+        "error_text": "ImportError: libascendcl.so: cannot open shared object file: No such file or directory",
+    }
     (f,) = versions.check_torch_npu(probe(TORCH, npu), False, [])
     assert "CANN missing / set_env.sh not sourced" in f.message
     assert "libascendcl.so" in f.detail and "Install the CANN toolkit" in f.fix
 
 
 def test_unknown_import_error_shows_the_text():
-    npu = {"installed": True, "dist_version": "2.13.0", "imported": False, "error": "OSError: boom",
-           "error_text": "OSError: boom"}
+    npu = {
+        "installed": True,
+        "dist_version": "2.13.0",
+        "imported": False,
+        "error": "OSError: boom",
+        "error_text": "OSError: boom",
+    }
     (f,) = versions.check_torch_npu(probe(TORCH, npu), True, [])
     assert f.status is Status.FAIL and "OSError: boom" in f.message
 
@@ -142,21 +174,29 @@ def test_missing_torch_npu_beside_cuda_torch_asks_for_the_cpu_build():
     assert f.status is Status.INFO and f.fix == ""
 
 
-@pytest.mark.parametrize("torch,cann,advice", [
-    ("2.6.0+cpu", "8.3.RC1", "pip install torch-npu==2.6.0.post3   (built for torch 2.6.0 and CANN 8.3.RC1)"),
-    ("2.6.0", "8.2.RC1", "pip install torch-npu==2.6.0   (built for torch 2.6.0 and CANN 8.2.RC1)"),
-    ("2.4.0", "8.0.RC3.alpha002", "pip install torch-npu==2.4.0   (built for torch 2.4.0 and CANN 8.0.RC3)"),
-    ("2.9.0", "8.2.RC1", "pip install torch==2.6.0 torch-npu==2.6.0   (no torch_npu release pairs torch 2.9.0 "
-                         "with CANN 8.2.RC1"),
-    ("2.13.0", None, "pip install torch-npu==2.13.0   (not in titan-npu's table"),
-])
+@pytest.mark.parametrize(
+    "torch,cann,advice",
+    [
+        ("2.6.0+cpu", "8.3.RC1", "pip install torch-npu==2.6.0.post3   (built for torch 2.6.0 and CANN 8.3.RC1)"),
+        ("2.6.0", "8.2.RC1", "pip install torch-npu==2.6.0   (built for torch 2.6.0 and CANN 8.2.RC1)"),
+        ("2.4.0", "8.0.RC3.alpha002", "pip install torch-npu==2.4.0   (built for torch 2.4.0 and CANN 8.0.RC3)"),
+        (
+            "2.9.0",
+            "8.2.RC1",
+            "pip install torch==2.6.0 torch-npu==2.6.0   (no torch_npu release pairs torch 2.9.0 with CANN 8.2.RC1",
+        ),
+        ("2.13.0", None, "pip install torch-npu==2.13.0   (not in titan-npu's table"),
+    ],
+)
 def test_torch_npu_advice_respects_the_installed_cann(torch, cann, advice):
     assert versions.torch_npu_advice(torch, cann, versions.table()).startswith(advice)
 
 
 def test_install_advice_in_the_checks_uses_the_cann_found():
     (f,) = versions.check_torch_npu(probe(dict(TORCH, version="2.5.1")), True, [], cann="8.1.RC1")
-    assert f.status is Status.WARN and f.fix.startswith("pip install torch-npu==2.5.1   (built for torch 2.5.1 and CANN 8.1.RC1)")
+    assert f.status is Status.WARN and f.fix.startswith(
+        "pip install torch-npu==2.5.1   (built for torch 2.5.1 and CANN 8.1.RC1)"
+    )
     (f,) = versions.check_torch(probe(), PINS, cann="8.3.RC1")
     assert "torch==2.8.0" in f.fix and "torch-npu==2.8.0" in f.fix and "CANN 8.3.RC1" in f.fix
     (f,) = versions.check_fsdp2(probe(dict(TORCH, version="2.5.1", fsdp2_public=False)), PINS, cann="8.1.RC1")

@@ -1,5 +1,6 @@
 """Shared by the migrate tests: run the codemod on one fixture and render its findings
 the way the fixture files store them (path-free `line:col CODE [status] message`)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,6 +40,7 @@ def run(*args):
     from click.testing import CliRunner
 
     from titan_doctor.cli import main
+
     return CliRunner().invoke(main, ["migrate", *map(str, args)])
 
 

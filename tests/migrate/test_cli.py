@@ -1,4 +1,5 @@
 """`titan-doctor migrate` end to end through click: modes, exit codes, formats, errors."""
+
 from __future__ import annotations
 
 import json
@@ -26,10 +27,10 @@ def tree(tmp_path):
 def test_in_place_rewrite_exit_0_and_report(tree):
     res = run(tree)
     assert res.exit_code == 0, res.output
-    assert (tree / "train.py").read_text() == \
-        "import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n"
-    assert "src/train.py:3:1 NPU101 [fixed] torch.cuda.synchronize -> torch.npu.synchronize" \
-        in res.output.replace(str(tree.parent) + "/", "")
+    assert (tree / "train.py").read_text() == "import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n"
+    assert "src/train.py:3:1 NPU101 [fixed] torch.cuda.synchronize -> torch.npu.synchronize" in res.output.replace(
+        str(tree.parent) + "/", ""
+    )
     assert "changed (rewritten)" in res.output and "NPU101" in res.output
 
 
@@ -128,22 +129,28 @@ def test_select_and_ignore(tree):
 
 def test_user_rules_file(tree, tmp_path):
     extra = tmp_path / "mine.toml"
-    extra.write_text('[[rule]]\ncode = "ACME001"\nkind = "report"\nmatch = "acme.gpu"\n'
-                     'message = "{old} is our CUDA helper"\nfix = "use acme.npu"\n'
-                     'source = "team wiki"\n')
+    extra.write_text(
+        '[[rule]]\ncode = "ACME001"\nkind = "report"\nmatch = "acme.gpu"\n'
+        'message = "{old} is our CUDA helper"\nfix = "use acme.npu"\n'
+        'source = "team wiki"\n'
+    )
     (tree / "acme_use.py").write_text("import acme.gpu\nacme.gpu.run()\n")
     res = run("--check", "--rules", extra, tree)
     assert "ACME001 [manual] acme.gpu is our CUDA helper" in res.output
 
 
-@pytest.mark.parametrize("content, needle", [
-    ('[[rule]]\ncode = "NPU999"\nkind = "rename"\nold = "a"\nmessage = "m"\nsource = "s"\n',
-     "lacks new"),
-    ('[[rule]]\ncode = "bad"\nkind = "report"\nmatch = "a"\nmessage = "m"\nsource = "s"\n',
-     "must look like NPU101"),
-    ('[[rule]]\ncode = "NPU999"\nkind = "report"\nmatch = "a"\nmessage = "m"\n', "lacks source"),
-    ("not toml [", "invalid TOML"),
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ('[[rule]]\ncode = "NPU999"\nkind = "rename"\nold = "a"\nmessage = "m"\nsource = "s"\n', "lacks new"),
+        (
+            '[[rule]]\ncode = "bad"\nkind = "report"\nmatch = "a"\nmessage = "m"\nsource = "s"\n',
+            "must look like NPU101",
+        ),
+        ('[[rule]]\ncode = "NPU999"\nkind = "report"\nmatch = "a"\nmessage = "m"\n', "lacks source"),
+        ("not toml [", "invalid TOML"),
+    ],
+)
 def test_bad_rules_file_is_one_line_exit_2(tree, tmp_path, content, needle):
     bad = tmp_path / "bad.toml"
     bad.write_text(content)
@@ -179,13 +186,11 @@ def test_parse_failure_exit_1_and_file_untouched(tree):
     assert (tree / "broken.py").read_text() == "import torch\ntorch.cuda.x(\n"
 
 
-@pytest.mark.parametrize("mode", [["--check"], ["--diff"], [], ["--output", "OUT"],
-                                  ["--format", "json"]])
+@pytest.mark.parametrize("mode", [["--check"], ["--diff"], [], ["--output", "OUT"], ["--format", "json"]])
 def test_positions_are_input_lines_in_every_mode(tree, tmp_path, mode):
     """One convention for pre-commit, CI and editors: the line in the file as it was read,
     even when an inserted or split import moves it in the output."""
-    src = ("import torch\nfrom torch.cuda import synchronize, jiterator\n"
-           "torch.backends.cudnn.benchmark = True\n")
+    src = "import torch\nfrom torch.cuda import synchronize, jiterator\ntorch.backends.cudnn.benchmark = True\n"
     (tree / "flags.py").write_text(src)
     args = [a if a != "OUT" else str(tmp_path / "out") for a in mode]
     res = run(*args, tree)
@@ -211,6 +216,7 @@ def test_progress_bar_on_a_terminal(tree, monkeypatch):
     from titan_doctor.migrate import command
     from titan_doctor.migrate.engine import runner as engine
     from titan_doctor.migrate.rules import load_rules
+
     files = [(p, p.name) for p in sorted(tree.iterdir())]
     monkeypatch.setattr(command, "PROGRESS_MIN_FILES", 1)
     monkeypatch.setattr(command.sys.stderr, "isatty", lambda: True, raising=False)
@@ -238,6 +244,7 @@ def test_pre_commit_hook_runs_check():
 
 def test_help_readme_and_hook_say_the_same_about_check_exit_1():
     from titan_doctor.migrate.command import CHECK_EXIT_1
+
     sentence = _flat(CHECK_EXIT_1)
     help_text = _flat(run("--help").output)
     readme = _flat((ROOT / "README.md").read_text())
@@ -245,21 +252,59 @@ def test_help_readme_and_hook_say_the_same_about_check_exit_1():
     assert sentence in help_text
     assert sentence in readme
     assert _flat(description) == sentence
-    for case in ("would change", "[manual]", "parsed or decoded", "titan-doctor: ignore[CODE]",
-                 "Suppressed lines do not count", "shell and Slurm scripts"):
+    for case in (
+        "would change",
+        "[manual]",
+        "parsed or decoded",
+        "titan-doctor: ignore[CODE]",
+        "Suppressed lines do not count",
+        "shell and Slurm scripts",
+    ):
         assert case in sentence
 
 
-@pytest.mark.parametrize("name", [
-    "a.py", "nb/x.ipynb", "run.sh", "r.bash", "r.zsh", "job.sbatch", "job.slurm", "c.json",
-    "c.yaml", "c.yml", "c.toml", "setup.cfg", "t.ini", "k.cu", "k.cuh", "Dockerfile",
-    "docker/Containerfile", ".env", ".env.local", "prod.env", "README.md", "notes.txt",
-    "x.pyc", "Makefile", "a.py.bak", "data.jsonl", "lib.so", "docker/Dockerfile.dev",
-    "requirements.txt", "requirements-dev.txt", "ci/constraints.txt", "requirements.in",
-    "docs/requirements/notes.txt"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a.py",
+        "nb/x.ipynb",
+        "run.sh",
+        "r.bash",
+        "r.zsh",
+        "job.sbatch",
+        "job.slurm",
+        "c.json",
+        "c.yaml",
+        "c.yml",
+        "c.toml",
+        "setup.cfg",
+        "t.ini",
+        "k.cu",
+        "k.cuh",
+        "Dockerfile",
+        "docker/Containerfile",
+        ".env",
+        ".env.local",
+        "prod.env",
+        "README.md",
+        "notes.txt",
+        "x.pyc",
+        "Makefile",
+        "a.py.bak",
+        "data.jsonl",
+        "lib.so",
+        "docker/Dockerfile.dev",
+        "requirements.txt",
+        "requirements-dev.txt",
+        "ci/constraints.txt",
+        "requirements.in",
+        "docs/requirements/notes.txt",
+    ],
+)
 def test_hook_files_pattern_matches_exactly_what_migrate_reads(name):
     from titan_doctor.migrate.engine import filekinds as kinds
     from titan_doctor.migrate.rules import load_rules
+
     [pattern] = re.findall(r"^  files: '(.*)'$", _hook(), re.M)
     reads = kinds.kind_of(PurePosixPath(name), load_rules()) is not None
     assert bool(re.search(pattern, name)) == reads
@@ -280,8 +325,7 @@ def test_summary_says_what_was_skipped_and_why(tmp_path):
     res = run("--check", src)
     assert "dist/launch.sh:1:8 NPU301" in res.output  # dist/ is not skipped by name
     assert re.search(r"skipped \(not read\)\s+2\n", res.output)
-    rows = {ln.split()[0]: ln for ln in res.output.splitlines()
-            if ln.startswith(("ignored", "virtualenv"))}
+    rows = {ln.split()[0]: ln for ln in res.output.splitlines() if ln.startswith(("ignored", "virtualenv"))}
     assert "git ignores it" in rows["ignored"] and "wandb/" in rows["ignored"]
     assert "pyvenv.cfg" in rows["virtualenv"] and ".venv/" in rows["virtualenv"]
     data = json.loads(run("--check", "--format", "json", src).output)
@@ -300,7 +344,8 @@ def test_a_closed_pipe_is_not_an_internal_error():
     exe = Path(sys.executable).with_name("titan-doctor")
     if not exe.exists() or shutil.which("head") is None:
         pytest.skip("needs the installed titan-doctor script and head")
-    proc = subprocess.run(f"'{exe}' migrate --list-rules | head -1", shell=True,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        f"'{exe}' migrate --list-rules | head -1", shell=True, capture_output=True, text=True, timeout=120
+    )
     assert proc.stdout.startswith("NPU")
     assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

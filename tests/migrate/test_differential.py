@@ -7,6 +7,7 @@ finding's line:col and every resolved name must agree with them; and with statem
 skipping off, every use that QualifiedNameProvider ties to a rule must be one the
 transformer resolved (no misses).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,10 +37,16 @@ def _walk(data: bytes, skipping: bool):
     lazy = wrapper.resolve(QualifiedNameProvider)
     qnames = {node: (v() if isinstance(v, LazyValue) else v) for node, v in lazy.items()}
     statements = statement_map(data, rules())
-    kernel_lines = (gates.kernel_gate_lines(rules(), statements.tree)
-                    if gates.may_gate_kernels(rules(), data) else {})
-    migrator = build(rules(), "x.py", data.decode("utf-8"), statements if skipping else None,
-                     suppressions(data), kernel_lines, trace=True)
+    kernel_lines = gates.kernel_gate_lines(rules(), statements.tree) if gates.may_gate_kernels(rules(), data) else {}
+    migrator = build(
+        rules(),
+        "x.py",
+        data.decode("utf-8"),
+        statements if skipping else None,
+        suppressions(data),
+        kernel_lines,
+        trace=True,
+    )
     wrapper.module.visit(migrator)
     return migrator.ctx, positions, qnames
 
@@ -66,8 +73,9 @@ def _local_fallback(node: cst.CSTNode, theirs) -> bool:
     return bool(theirs) and all(q.source is QualifiedNameSource.LOCAL and q.name == spelled for q in theirs)
 
 
-@pytest.mark.parametrize("src", [p for p in SOURCES if "shadowing" not in p.name],
-                         ids=[i for i in IDS if "shadowing" not in i])
+@pytest.mark.parametrize(
+    "src", [p for p in SOURCES if "shadowing" not in p.name], ids=[i for i in IDS if "shadowing" not in i]
+)
 def test_every_rule_name_libcst_resolves_is_seen(src):
     ctx, _, qnames = _walk(src.read_bytes(), skipping=False)
     seen = {id(node) for node, _ in ctx.trace_names}

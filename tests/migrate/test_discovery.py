@@ -1,6 +1,7 @@
 """Which files migrate reads: git's ignore rules (asked of git, or read from .gitignore
 outside a work tree), environments and site-packages, symlinks, duplicates; and that every
 left-out path is counted under its reason."""
+
 from __future__ import annotations
 
 import os
@@ -17,14 +18,14 @@ from .helpers import rules
 TREE = {
     ".gitignore": "outputs/\n*.log\n/data\n!keep.log\n",
     "train.py": "x = 1\n",
-    "build/gen.py": "x = 1\n",           # not skipped by name
-    "dist/launch.sh": "echo\n",          # not skipped by name
+    "build/gen.py": "x = 1\n",  # not skipped by name
+    "dist/launch.sh": "echo\n",  # not skipped by name
     ".github/workflows/ci.yml": "on: push\n",
     "outputs/run1/cfg.yaml": "a: 1\n",
     "run.log": "x\n",
     "keep.log": "x\n",
     "data/x.json": "{}\n",
-    "src/data/y.json": "{}\n",            # /data is anchored: this one is read
+    "src/data/y.json": "{}\n",  # /data is anchored: this one is read
     "notes.txt": "hi\n",
     "env/pyvenv.cfg": "home = /usr\n",
     "env/lib/python3.11/site-packages/torch/x.py": "x = 1\n",
@@ -42,8 +43,7 @@ def rels(found):
 
 
 def reasons(found, tmp_path):
-    return {r: sorted(p.replace(str(tmp_path) + "/", "") for p in ps)
-            for r, ps in found.skipped.items()}
+    return {r: sorted(p.replace(str(tmp_path) + "/", "") for p in ps) for r, ps in found.skipped.items()}
 
 
 @pytest.mark.parametrize("with_git", [True, False])
@@ -53,9 +53,16 @@ def test_walk_skips_ignored_envs_packages_not_build_or_dist(tmp_path, monkeypatc
         git(tmp_path, "init", "-q")
     monkeypatch.chdir(tmp_path)
     found = discovery.discover([tmp_path], rules())
-    assert rels(found) == [".github/workflows/ci.yml", "build/gen.py", "dist/launch.sh",
-                           "job.sbatch", "k/kernel.cu", "nb/demo.ipynb", "src/data/y.json",
-                           "train.py"]
+    assert rels(found) == [
+        ".github/workflows/ci.yml",
+        "build/gen.py",
+        "dist/launch.sh",
+        "job.sbatch",
+        "k/kernel.cu",
+        "nb/demo.ipynb",
+        "src/data/y.json",
+        "train.py",
+    ]
     skipped = reasons(found, tmp_path)
     assert skipped["ignored"] == ["data/", "outputs/", "run.log"]
     assert skipped["virtualenv"] == ["conda/", "env/"]
@@ -67,8 +74,10 @@ def test_walk_skips_ignored_envs_packages_not_build_or_dist(tmp_path, monkeypatc
 
 
 def test_nested_gitignore_and_git_info_exclude(tmp_path):
-    make(tmp_path, {"a/.gitignore": "*.yaml\n!keep.yaml\n", "a/x.yaml": "", "a/keep.yaml": "",
-                    "b/x.yaml": "", "c/t.py": ""})
+    make(
+        tmp_path,
+        {"a/.gitignore": "*.yaml\n!keep.yaml\n", "a/x.yaml": "", "a/keep.yaml": "", "b/x.yaml": "", "c/t.py": ""},
+    )
     git(tmp_path, "init", "-q")
     (tmp_path / ".git" / "info" / "exclude").write_text("c/\n")
     found = discovery.discover([tmp_path], rules())
@@ -92,10 +101,31 @@ spaced\\ name.py
 trailing.py   
 dir_only/
 """
-PATHS = ["a.log", "sub/a.log", "important.log", "sub/important.log", "root_only.py",
-         "sub/root_only.py", "build", "sub/build", "x/gen/g.py", "gen/g.py", "docs/a/b/c.md",
-         "docs/c.md", "a/b", "a/x/y/b", "xyz.txt", "xz.txt", "a_1.py", "d_1.py", "#hash.py",
-         "spaced name.py", "trailing.py", "dir_only", "file_not_dir/dir_only"]
+PATHS = [
+    "a.log",
+    "sub/a.log",
+    "important.log",
+    "sub/important.log",
+    "root_only.py",
+    "sub/root_only.py",
+    "build",
+    "sub/build",
+    "x/gen/g.py",
+    "gen/g.py",
+    "docs/a/b/c.md",
+    "docs/c.md",
+    "a/b",
+    "a/x/y/b",
+    "xyz.txt",
+    "xz.txt",
+    "a_1.py",
+    "d_1.py",
+    "#hash.py",
+    "spaced name.py",
+    "trailing.py",
+    "dir_only",
+    "file_not_dir/dir_only",
+]
 
 
 def test_gitignore_reader_agrees_with_git(tmp_path):
@@ -110,22 +140,35 @@ def test_gitignore_reader_agrees_with_git(tmp_path):
         else:
             p.write_text("")
     git(tmp_path, "init", "-q")
-    out = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=tmp_path,
-                         input="\n".join(PATHS) + "\n", capture_output=True, text=True, env=GIT_ENV)
+    out = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin"],
+        cwd=tmp_path,
+        input="\n".join(PATHS) + "\n",
+        capture_output=True,
+        text=True,
+        env=GIT_ENV,
+    )
     by_git = set(out.stdout.split("\n")) - {""}
     reader = IgnoreReader(tmp_path)
     for folder in sorted({(tmp_path / r).parent for r in PATHS}):
         reader.enter(folder)
     by_us = {r for r in PATHS if reader.ignored(tmp_path / r, (tmp_path / r).is_dir())}
     assert by_us == by_git
-    assert {"a.log", "sub/a.log", "build", "sub/build", "x/gen/g.py", "docs/a/b/c.md",
-            "#hash.py", "dir_only"} <= by_us  # the test exercises both verdicts
+    assert {
+        "a.log",
+        "sub/a.log",
+        "build",
+        "sub/build",
+        "x/gen/g.py",
+        "docs/a/b/c.md",
+        "#hash.py",
+        "dir_only",
+    } <= by_us  # the test exercises both verdicts
     assert {"important.log", "xz.txt", "file_not_dir/dir_only", "d_1.py"}.isdisjoint(by_us)
 
 
 def test_a_named_ignored_folder_is_walked(tmp_path, monkeypatch):
-    make(tmp_path, {".gitignore": "build/\n", "build/gen.py": "x\n", "build/.gitignore": "*.tmp\n",
-                    "build/a.tmp": ""})
+    make(tmp_path, {".gitignore": "build/\n", "build/gen.py": "x\n", "build/.gitignore": "*.tmp\n", "build/a.tmp": ""})
     git(tmp_path, "init", "-q")
     found = discovery.discover([tmp_path / "build"], rules())
     assert rels(found) == ["gen.py"]
@@ -133,8 +176,7 @@ def test_a_named_ignored_folder_is_walked(tmp_path, monkeypatch):
 
 
 def test_nested_repository_uses_its_own_ignore_rules(tmp_path):
-    make(tmp_path, {"vendor/lib/.gitignore": "gen/\n", "vendor/lib/gen/x.py": "",
-                    "vendor/lib/y.py": "", "z.py": ""})
+    make(tmp_path, {"vendor/lib/.gitignore": "gen/\n", "vendor/lib/gen/x.py": "", "vendor/lib/y.py": "", "z.py": ""})
     git(tmp_path, "init", "-q")
     git(tmp_path / "vendor" / "lib", "init", "-q")
     found = discovery.discover([tmp_path], rules())
@@ -157,8 +199,7 @@ def test_symlinks_are_never_followed_and_files_are_read_once(tmp_path):
     (tree / "AGENTS.md").symlink_to("README.md")  # not a kind migrate reads: not counted
     found = discovery.discover([tree, tree / "real.py"], rules())
     # real.py and hard.py are one file (a hard link): read once, under the first name met
-    assert [e.path for e in found.files] == [(tree / "hard.py").resolve(),
-                                             (tree / "sub" / "cfg.yaml").resolve()]
+    assert [e.path for e in found.files] == [(tree / "hard.py").resolve(), (tree / "sub" / "cfg.yaml").resolve()]
     sk = reasons(found, tmp_path)
     assert sk["symlink"] == ["tree/alias.py", "tree/sub/up.yaml"]
     assert sk["symlink-outside"] == ["tree/out.py", "tree/outdir"]

@@ -1,5 +1,6 @@
 """Engine safety: untouched bytes, unparseable or undecodable input, output re-parse,
 parallel runs, the input-line convention of findings."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,9 @@ def test_crlf_and_encoding_kept_when_changed(tmp_path):
     data = b"# -*- coding: latin-1 -*-\r\nimport torch\r\ns = 'caf\xe9'\r\ntorch.cuda.synchronize()\r\n"
     res = _process(tmp_path, "crlf.py", data)
     assert res.state == engine.CHANGED
-    assert res.new == (b"# -*- coding: latin-1 -*-\r\nimport torch\r\nimport torch_npu\r\n"
-                       b"s = 'caf\xe9'\r\ntorch.npu.synchronize()\r\n")
+    assert res.new == (
+        b"# -*- coding: latin-1 -*-\r\nimport torch\r\nimport torch_npu\r\ns = 'caf\xe9'\r\ntorch.npu.synchronize()\r\n"
+    )
 
 
 def test_unparseable_file_is_reported_and_untouched(tmp_path):
@@ -57,6 +59,7 @@ def test_unparseable_file_is_reported_and_untouched(tmp_path):
 def test_output_that_would_not_parse_is_not_written(tmp_path, monkeypatch):
     def bad(data, rules, path, suppressed=None):
         return data + b"\n)(\n", []
+
     monkeypatch.setattr(engine, "migrate_python", bad)
     data = b"import torch\ntorch.cuda.synchronize()\n"
     res = _process(tmp_path, "x.py", data)
@@ -71,12 +74,15 @@ def test_cuda_source_file_reported(tmp_path):
     assert [(f.code, f.status) for f in res.findings] == [("NPU706", Status.MANUAL)]
 
 
-@pytest.mark.parametrize("name, data, where", [
-    ("run.sh", b"export CUDA_VISIBLE_DEVICES=0 # caf\xe9\n", (1, 36)),
-    ("cfg.yaml", b"a: 1\nbackend: nccl  \xff\n", (2, 16)),
-    ("train.py", b"import torch\ns = 'caf\xe9'\ntorch.cuda.synchronize()\n", (2, 9)),
-    ("nb.ipynb", b'{"cells": [{"source": "x.cuda() \xe9"}]}', (1, 33)),
-])
+@pytest.mark.parametrize(
+    "name, data, where",
+    [
+        ("run.sh", b"export CUDA_VISIBLE_DEVICES=0 # caf\xe9\n", (1, 36)),
+        ("cfg.yaml", b"a: 1\nbackend: nccl  \xff\n", (2, 16)),
+        ("train.py", b"import torch\ns = 'caf\xe9'\ntorch.cuda.synchronize()\n", (2, 9)),
+        ("nb.ipynb", b'{"cells": [{"source": "x.cuda() \xe9"}]}', (1, 33)),
+    ],
+)
 def test_undecodable_file_is_a_failed_finding_with_its_position(tmp_path, name, data, where):
     res = _process(tmp_path, name, data)
     assert res.state == engine.FAILED and res.new == data
@@ -92,10 +98,13 @@ def test_latin1_python_with_its_cookie_is_read(tmp_path):
     assert b"torch.npu.synchronize()" in res.new and b"'caf\xe9'" in res.new
 
 
-@pytest.mark.parametrize("data", [
-    "export CUDA_VISIBLE_DEVICES=0\n".encode("utf-16"),     # with a BOM
-    "export CUDA_VISIBLE_DEVICES=0\n".encode("utf-16-le"),  # without: NUL bytes
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        "export CUDA_VISIBLE_DEVICES=0\n".encode("utf-16"),  # with a BOM
+        "export CUDA_VISIBLE_DEVICES=0\n".encode("utf-16-le"),  # without: NUL bytes
+    ],
+)
 def test_wide_or_binary_text_file_is_reported_not_skipped_silently(tmp_path, data):
     res = _process(tmp_path, "run.sh", data)
     assert res.state == engine.FAILED
@@ -123,14 +132,15 @@ def test_toml_device_and_backend_keys_rewritten_and_parsed_again(tmp_path):
     tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
     data = b'[training]\ndevice = "cuda:0"\ndevice_map = "cuda"\n[comm]\nbackend = "nccl"\n'
     res = _process(tmp_path, "job.toml", data)
-    assert tomllib.loads(res.new.decode()) == {"training": {"device": "npu:0", "device_map": "cuda"},
-                                               "comm": {"backend": "hccl"}}
+    assert tomllib.loads(res.new.decode()) == {
+        "training": {"device": "npu:0", "device_map": "cuda"},
+        "comm": {"backend": "hccl"},
+    }
     assert [(f.code, f.line) for f in res.findings] == [("NPU901", 2), ("NPU802", 5)]
 
 
 def test_inserted_import_is_reported_at_an_input_line(tmp_path):
-    src = (b'"""doc."""\nfrom torch.cuda import synchronize, jiterator\nimport torch\n\n'
-           b"torch.cuda.manual_seed(0)\n")
+    src = b'"""doc."""\nfrom torch.cuda import synchronize, jiterator\nimport torch\n\ntorch.cuda.manual_seed(0)\n'
     res = _process(tmp_path, "m.py", src)
     lines = res.new.splitlines()
     [f] = [f for f in res.findings if f.code == "NPU100"]
@@ -149,8 +159,7 @@ def test_parallel_run_matches_serial(tmp_path):
         files.append((p, p.name))
     serial = engine.run(files, rules(), jobs=1)
     parallel = engine.run(files, rules(), jobs=2)
-    assert [(r.state, r.new, r.findings) for r in serial] == \
-        [(r.state, r.new, r.findings) for r in parallel]
+    assert [(r.state, r.new, r.findings) for r in serial] == [(r.state, r.new, r.findings) for r in parallel]
     assert all(r.state == engine.CHANGED for r in serial)
 
 
@@ -158,8 +167,9 @@ def test_every_changed_output_parses(tmp_path):
     src = b"from torch.cuda import synchronize, jiterator\nimport torch as th\nth.cuda.synchronize()\n"
     res = _process(tmp_path, "s.py", src)
     cst.parse_module(res.new)
-    assert res.new.startswith(b"import torch_npu\nfrom torch.npu import synchronize\n"
-                              b"from torch.cuda import jiterator\n")
+    assert res.new.startswith(
+        b"import torch_npu\nfrom torch.npu import synchronize\nfrom torch.cuda import jiterator\n"
+    )
 
 
 def test_bom_and_missing_final_newline_kept(tmp_path):
@@ -170,6 +180,7 @@ def test_bom_and_missing_final_newline_kept(tmp_path):
 def test_a_crash_on_one_file_is_a_failed_file_not_a_crash(tmp_path, monkeypatch):
     def boom(data, rules, path, suppressed=None):
         raise RecursionError("maximum recursion depth exceeded")
+
     monkeypatch.setattr(engine, "migrate_python", boom)
     data = b"import torch\ntorch.cuda.synchronize()\n"
     res = _process(tmp_path, "deep.py", data)
@@ -178,15 +189,16 @@ def test_a_crash_on_one_file_is_a_failed_file_not_a_crash(tmp_path, monkeypatch)
     assert "RecursionError" in res.findings[0].message
 
 
-SCRIPT_WORDS = (b'# job template: "#SBATCH --gres=gpu:8" and srun --gpus-per-node=8\n'
-                b'JOB = "#SBATCH --nodes=2"\n')
+SCRIPT_WORDS = b'# job template: "#SBATCH --gres=gpu:8" and srun --gpus-per-node=8\nJOB = "#SBATCH --nodes=2"\n'
 
 
 def test_script_only_words_do_not_make_a_python_file_worth_parsing(tmp_path, monkeypatch):
     """SBATCH, gres, gpus are markers of script rules only: a Python file that spells
     them (and nothing a Python rule reads) is not parsed at all."""
+
     def no_parse(*args, **kwargs):
         raise AssertionError("parsed a file no Python rule can match")
+
     monkeypatch.setattr(cst, "parse_module", no_parse)
     res = _process(tmp_path, "make_job.py", SCRIPT_WORDS)
     assert (res.state, res.findings) == (engine.UNCHANGED, [])
@@ -195,8 +207,14 @@ def test_script_only_words_do_not_make_a_python_file_worth_parsing(tmp_path, mon
 def test_the_same_words_are_read_in_scripts_and_notebook_shell_lines(tmp_path):
     res = _process(tmp_path, "job.sbatch", b"#SBATCH --gres=gpu:8\nsrun --gpus=8 python t.py\n")
     assert [f.code for f in res.findings] == ["NPU902", "NPU903"]
-    cell = {"cell_type": "code", "execution_count": None, "id": "a", "metadata": {},
-            "outputs": [], "source": ["!srun --gpus=8 python train.py"]}
+    cell = {
+        "cell_type": "code",
+        "execution_count": None,
+        "id": "a",
+        "metadata": {},
+        "outputs": [],
+        "source": ["!srun --gpus=8 python train.py"],
+    }
     nb = json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
     res = _process(tmp_path, "launch.ipynb", nb.encode())
     assert [f.code for f in res.findings] == ["NPU903"]
@@ -205,6 +223,7 @@ def test_the_same_words_are_read_in_scripts_and_notebook_shell_lines(tmp_path):
 def test_each_rewriter_prefilter_holds_only_its_rules_words():
     from titan_doctor.migrate.rules.kind import PYTHON_CODE, SCRIPT_LINES
     from titan_doctor.migrate.rules.registry import KINDS
+
     rs = rules()
     py, lines = rs.prefilters[PYTHON_CODE], rs.prefilters[SCRIPT_LINES]
     script_only = {w for r in (rule for _, rule in rs.text) for w in KINDS[r.kind].markers(r)}
@@ -220,14 +239,27 @@ def test_kernel_gate_explanation_is_the_same_in_every_process(tmp_path):
     """A function reaching a kernel by two routes is explained by the first call in source
     order, not by whichever a set of names (hash-seeded per process) yields first."""
     src = tmp_path / "two_routes.py"
-    src.write_text("import triton\n\n\n@triton.jit\ndef _a(x):\n    pass\n\n\n@triton.jit\ndef _b(x):\n    pass\n\n\n"
-                   "def _route_z(x):\n    _a(x)\n\n\ndef _route_y(x):\n    _b(x)\n\n\n"
-                   "def fused(x):\n    _route_z(x)\n    _route_y(x)\n\n\n"
-                   "def f(x):\n    if x.is_cuda:\n        return fused(x)\n    return x\n")
-    code = ("import sys; from titan_doctor.migrate.engine import runner as engine; from tests.migrate.helpers import rules; "
-            "from pathlib import Path; r = engine.process_file(Path(sys.argv[1]), rules(), 'two_routes.py'); "
-            "print([f.message for f in r.findings if 'CUDA-only kernel' in f.message])")
+    src.write_text(
+        "import triton\n\n\n@triton.jit\ndef _a(x):\n    pass\n\n\n@triton.jit\ndef _b(x):\n    pass\n\n\n"
+        "def _route_z(x):\n    _a(x)\n\n\ndef _route_y(x):\n    _b(x)\n\n\n"
+        "def fused(x):\n    _route_z(x)\n    _route_y(x)\n\n\n"
+        "def f(x):\n    if x.is_cuda:\n        return fused(x)\n    return x\n"
+    )
+    code = (
+        "import sys; from titan_doctor.migrate.engine import runner as engine; from tests.migrate.helpers import rules; "
+        "from pathlib import Path; r = engine.process_file(Path(sys.argv[1]), rules(), 'two_routes.py'); "
+        "print([f.message for f in r.findings if 'CUDA-only kernel' in f.message])"
+    )
     repo = Path(__file__).resolve().parents[2]
-    seen = {subprocess.run([sys.executable, "-c", code, str(src)], capture_output=True, text=True, check=True, cwd=repo,
-                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(6)}
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", code, str(src)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=repo,
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+        ).stdout
+        for seed in range(6)
+    }
     assert len(seen) == 1 and "fused -> _route_z -> _a" in seen.pop()

@@ -1,5 +1,6 @@
 """examples/ is the quickstart's demo input: its migration is pinned here, and the
 migrated copy written by --output must equal the reviewed expectation."""
+
 from __future__ import annotations
 
 import json

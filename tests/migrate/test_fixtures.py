@@ -1,5 +1,6 @@
 """Fixture pairs: every X.in.* under fixtures/ must migrate to X.out.* with exactly the
 findings in X.findings.txt, and migrating the output again must change nothing."""
+
 from __future__ import annotations
 
 import pytest
@@ -64,6 +65,10 @@ def test_every_rule_code_has_a_fixture(code):
 def test_alias_matrix_is_complete():
     """The alias cases the issue makes mandatory each have their own fixture."""
     names = {p.name for p in (FIXTURES / "alias").glob("*.in.py")}
-    assert {"import_torch_as.in.py", "from_torch_import_cuda.in.py",
-            "from_cuda_import_as.in.py", "distributed_as.in.py",
-            "shadowing.in.py"} <= names
+    assert {
+        "import_torch_as.in.py",
+        "from_torch_import_cuda.in.py",
+        "from_cuda_import_as.in.py",
+        "distributed_as.in.py",
+        "shadowing.in.py",
+    } <= names

@@ -5,6 +5,7 @@ A VALID example gets no finding of its kind, an INVALID one at least one; either
 file comes out as the example says (`fixed`, or unchanged). So a kind's module documents
 what its rules catch, and a new kind cannot join the registry without showing it.
 """
+
 from __future__ import annotations
 
 import sys
@@ -32,21 +33,23 @@ def _codes_by_kind() -> dict[str, set[str]]:
 
 
 CODES = _codes_by_kind()
-CASES = [(kind.name, verdict, i, example)
-         for kind in registry.KINDS.values()
-         for verdict, examples in (("valid", kind.valid), ("invalid", kind.invalid))
-         for i, example in enumerate(examples)]
+CASES = [
+    (kind.name, verdict, i, example)
+    for kind in registry.KINDS.values()
+    for verdict, examples in (("valid", kind.valid), ("invalid", kind.invalid))
+    for i, example in enumerate(examples)
+]
 
 
-@pytest.mark.parametrize("kind, verdict, i, example", CASES,
-                         ids=[f"{k}-{v}-{i}" for k, v, i, _ in CASES])
+@pytest.mark.parametrize("kind, verdict, i, example", CASES, ids=[f"{k}-{v}-{i}" for k, v, i, _ in CASES])
 def test_example(tmp_path, kind, verdict, i, example):
     path = tmp_path / example.name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(example.source)
     result = runner.process_file(path, rules(), example.name)
-    ours = [f"{f.line}:{f.col} {f.code} [{f.status.value}] {f.message}" for f in result.findings
-            if f.code in CODES[kind]]
+    ours = [
+        f"{f.line}:{f.col} {f.code} [{f.status.value}] {f.message}" for f in result.findings if f.code in CODES[kind]
+    ]
     if verdict == "valid":
         assert ours == [], f"a VALID {kind} example has findings of its kind"
     else:
@@ -65,10 +68,12 @@ def test_every_builtin_kind_is_registered():
 
 def test_the_registry_docstring_lists_its_families_in_order():
     """The table in rules/registry.py's docstring is the walk order; keep it true."""
-    listed = [line.split()[0] for line in registry.__doc__.splitlines()
-              if line.startswith("    ") and line.split()]
-    module_of = {id(m.FAMILY): name.rsplit(".", 1)[-1] for name, m in list(sys.modules.items())
-                 if name.startswith("titan_doctor.migrate.rules.kinds.") and hasattr(m, "FAMILY")}
+    listed = [line.split()[0] for line in registry.__doc__.splitlines() if line.startswith("    ") and line.split()]
+    module_of = {
+        id(m.FAMILY): name.rsplit(".", 1)[-1]
+        for name, m in list(sys.modules.items())
+        if name.startswith("titan_doctor.migrate.rules.kinds.") and hasattr(m, "FAMILY")
+    }
     assert listed == [module_of[id(f)] for f in registry.FAMILIES]
 
 
@@ -76,8 +81,11 @@ def test_the_walk_docstring_lists_its_pieces_in_order():
     """python/transform.py's docstring names every piece of a walk, in walk order."""
     from titan_doctor.migrate.python import transform
 
-    listed = [line.split()[0] for line in transform.__doc__.splitlines()
-              if line.startswith("    ") and line.split()[0][:1].isupper()]
+    listed = [
+        line.split()[0]
+        for line in transform.__doc__.splitlines()
+        if line.startswith("    ") and line.split()[0][:1].isupper()
+    ]
     source = "import torch\n\nbig = torch.cuda.get_device_properties(0).major >= 8\n"  # Capabilities too
     migrator = transform.build(rules(), "x.py", source)
     assert listed == [type(p).__name__ for p in migrator.pieces]

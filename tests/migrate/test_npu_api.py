@@ -3,6 +3,7 @@
 torch_npu cannot be imported without CANN, so its wheel is read statically (tests/npu_wheel.py).
 Skipped only when the registry is unreachable.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -54,8 +55,7 @@ def test_gated_names_resolve(sources):
     its __all__ (the legacy *Tensor types are created by the C extension)."""
     data = load_toml(rules_dir() / "migrate" / NPU_API_FILE)["torch_npu"]
     promised = set(npu_api.declared_all(sources))
-    missing = [n for n in data["npu"]
-               if n not in promised and not npu_api.resolves(sources, f"torch.npu.{n}")]
+    missing = [n for n in data["npu"] if n not in promised and not npu_api.resolves(sources, f"torch.npu.{n}")]
     assert missing == []
 
 

@@ -1,6 +1,7 @@
 """In-place safety, end to end through the CLI on real git repositories: the guard sees
 every file (odd names too), ignored files need --allow-ignored, links are never replaced
 or written through, writes are atomic, --output copies links as links."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,7 @@ def repo(tmp_path):
     return root
 
 
-@pytest.mark.parametrize("name", ["模型 训练.py", "caf\u00e9 (copy).py", 'quote"d.py', "tab\tname.py",
-                                  "new\nline.py"])
+@pytest.mark.parametrize("name", ["模型 训练.py", "caf\u00e9 (copy).py", 'quote"d.py', "tab\tname.py", "new\nline.py"])
 def test_dirty_guard_sees_files_git_would_quote(repo, name):
     (repo / name).write_text(CUDA)
     commit(repo)
@@ -129,10 +129,31 @@ def test_a_file_edited_during_the_run_is_not_overwritten(tmp_path, monkeypatch):
 
 
 def test_output_copy_keeps_links_and_leaves_out_ignored(repo, tmp_path):
-    make(repo, {"scratch/big.bin": "x", "cfg/base.yaml": "backend: nccl\n", "nb.ipynb": json.dumps(
-        {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-                    "source": ["import torch\n", "x = torch.ones(1).cuda()"]}],
-         "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n"})
+    make(
+        repo,
+        {
+            "scratch/big.bin": "x",
+            "cfg/base.yaml": "backend: nccl\n",
+            "nb.ipynb": json.dumps(
+                {
+                    "cells": [
+                        {
+                            "cell_type": "code",
+                            "metadata": {},
+                            "outputs": [],
+                            "execution_count": None,
+                            "source": ["import torch\n", "x = torch.ones(1).cuda()"],
+                        }
+                    ],
+                    "metadata": {},
+                    "nbformat": 4,
+                    "nbformat_minor": 5,
+                },
+                indent=1,
+            )
+            + "\n",
+        },
+    )
     (repo / "cfg" / "run.yaml").symlink_to("base.yaml")
     (repo / "abs.yaml").symlink_to(repo / "cfg" / "base.yaml")
     out = tmp_path / "out"

@@ -1,5 +1,6 @@
 """One rank of the async-save test (started through titan_train.runtime.launch): FSDP2 on gloo,
 save step 2 asynchronously, train on while it is written, then load it back and compare."""
+
 import json
 import os
 import sys
@@ -56,7 +57,7 @@ def main():
     at_save = full(model)
     pending = checkpoint.start_async_save(folder, 2, state, group)
     named_early = (folder / "step-2").exists()
-    for _ in range(2):                       # training goes on while the write is in flight
+    for _ in range(2):  # training goes on while the write is in flight
         train_step(model, opt, progress, rank)
     moved = any(not torch.equal(at_save[k], v) for k, v in full(model).items())
     final = checkpoint.finish_async_save(pending)
@@ -64,8 +65,14 @@ def main():
     checkpoint.load(final, state2)
     loaded = full(model2)
     same = all(torch.equal(at_save[k], loaded[k]) for k in at_save)
-    report = {"named_early": named_early, "moved": moved, "same": same, "step": progress2.step,
-              "final": str(final), "tmp_left": (folder / "step-2.tmp").exists()}
+    report = {
+        "named_early": named_early,
+        "moved": moved,
+        "same": same,
+        "step": progress2.step,
+        "final": str(final),
+        "tmp_left": (folder / "step-2.tmp").exists(),
+    }
     (folder.parent / f"async_rank{rank}.json").write_text(json.dumps(report))
     dist.destroy_process_group()
 

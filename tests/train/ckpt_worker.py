@@ -15,6 +15,7 @@ hf_logits  (with OUT/hf and OUT/native.pt present) the model loaded from OUT/hf 
            load_initial vs the same weights loaded natively (torch's set_model_state_dict):
            the logits of both, on this layout.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,15 +41,17 @@ def batch(i: int, world_dp: int, dp_rank: int):
     g = torch.Generator().manual_seed(1000 + i)
     tokens = torch.randint(0, ARGS.vocab_size, (4, 9), generator=g)
     per = tokens.shape[0] // world_dp
-    mine = tokens[dp_rank * per:(dp_rank + 1) * per]
+    mine = tokens[dp_rank * per : (dp_rank + 1) * per]
     return mine[:, :-1], mine[:, 1:]
 
 
 def build(tp: int, seed: int = SEED):
     """The trainer's own build() (FSDP2 over dp, TP over tp, its OptimizerParts) of ARGS."""
-    cfg = JobConfig(model=ARGS, optimizer=OptimizerConfig(lr=1e-2),
-                    training=TrainingConfig(batch_size=4, seq_len=8, warmup_steps=0, lr_schedule="constant",
-                                            seed=seed))
+    cfg = JobConfig(
+        model=ARGS,
+        optimizer=OptimizerConfig(lr=1e-2),
+        training=TrainingConfig(batch_size=4, seq_len=8, warmup_steps=0, lr_schedule="constant", seed=seed),
+    )
     return build_parts(cfg, ParallelDims.for_world(dist.get_world_size(), tp=tp), torch.device("cpu"))
 
 
@@ -118,8 +121,9 @@ def fsdp2(out: Path) -> None:
     save(out / "trainer", 1, states)
     torch.save(parts.model_parts[0].state_dict(), out / f"dtensor_rank{dist.get_rank()}.pt")
     for fmt in ("torch", "hf"):
-        Checkpointer(CheckpointConfig(folder=str(out / f"export_{fmt}"), export_final=fmt), states,
-                     model_args=ARGS).finish(1, complete=True)
+        Checkpointer(
+            CheckpointConfig(folder=str(out / f"export_{fmt}"), export_final=fmt), states, model_args=ARGS
+        ).finish(1, complete=True)
     _record(parts, out, "fsdp2")
     hf_logits(out)
 
@@ -162,11 +166,12 @@ def hf_logits(out: Path) -> None:
 
     tp = int(os.environ.get("TP", "1"))
     tokens = torch.randint(0, ARGS.vocab_size, (2, 8), generator=torch.Generator().manual_seed(3))
-    via_hf = build(tp, seed=SEED + 1).model_parts   # anything but the checkpoint's values
+    via_hf = build(tp, seed=SEED + 1).model_parts  # anything but the checkpoint's values
     load_initial(via_hf, out / "hf", args=ARGS)
     native = build(tp).model_parts[0]
-    set_model_state_dict(native, torch.load(out / "native.pt", weights_only=True),
-                         options=StateDictOptions(full_state_dict=True))
+    set_model_state_dict(
+        native, torch.load(out / "native.pt", weights_only=True), options=StateDictOptions(full_state_dict=True)
+    )
     with torch.no_grad():
         a, b = via_hf[0](tokens), native(tokens)
     if dist.get_rank() == 0:

@@ -1,4 +1,5 @@
 """Helpers that run the real trainer in real processes and read what it wrote."""
+
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+
 
 def _shared_data() -> Path:
     """The read-only test assets: $TITAN_SHARED_DATA, else `shared/data` beside the checkout
@@ -29,8 +31,13 @@ TINYSHAKESPEARE = SHARED_DATA / "tinyshakespeare" / "input.txt"
 needs_tokenizer_2k = pytest.mark.skipif(not TOKENIZER_2K.is_file(), reason="shared test assets absent")
 
 # The debug model's shape with short sequences: real multi-rank runs in seconds on 2 cores.
-FAST = ["training.seq_len=64", "training.batch_size=8", "metrics.log_every=1",
-        "training.warmup_steps=2", "checkpoint.save_interval=0"]
+FAST = [
+    "training.seq_len=64",
+    "training.batch_size=8",
+    "metrics.log_every=1",
+    "training.warmup_steps=2",
+    "checkpoint.save_interval=0",
+]
 
 
 def trainer_env() -> dict[str, str]:
@@ -47,20 +54,44 @@ def trainer_cmd(nproc: int = 1, overrides=(), extra=(), torchrun: bool = False) 
     for o in overrides:
         args += ["--set", o]
     if torchrun:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-                "-m", "titan_train.cli", *args]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(nproc),
+            "-m",
+            "titan_train.cli",
+            *args,
+        ]
     return [sys.executable, "-m", "titan_train.cli", *args, "--nproc", str(nproc)]
 
 
-def run_trainer(workdir: Path, *, nproc: int = 1, overrides=(), torchrun: bool = False,
-                extra=(), timeout: int = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_trainer(
+    workdir: Path,
+    *,
+    nproc: int = 1,
+    overrides=(),
+    torchrun: bool = False,
+    extra=(),
+    timeout: int = 300,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
     """Run the trainer to its end in `workdir`; `env`: extra variables (a fault to inject)."""
-    return subprocess.run(trainer_cmd(nproc, overrides, extra, torchrun), cwd=workdir, env={**trainer_env(), **(env or {})},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        trainer_cmd(nproc, overrides, extra, torchrun),
+        cwd=workdir,
+        env={**trainer_env(), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
-def run_in_process(workdir: Path, monkeypatch, *, nproc: int = 1, overrides=(),
-                   extra=()) -> subprocess.CompletedProcess:
+def run_in_process(
+    workdir: Path, monkeypatch, *, nproc: int = 1, overrides=(), extra=()
+) -> subprocess.CompletedProcess:
     """`titan-train run` called in this process (click's CliRunner) for a refusal that comes
     before any rank starts (preflight, the launcher's folder checks): the exit code, stdout and
     stderr run_trainer would give, without a trainer process start. Getting past the refusal
@@ -76,11 +107,11 @@ def run_in_process(workdir: Path, monkeypatch, *, nproc: int = 1, overrides=(),
 
     monkeypatch.setattr("titan_train.runtime.launch.spawn", no_ranks)
     monkeypatch.setattr("titan_train.train.train", no_ranks)
-    for var in (run_lock.HELD_ENV, "RANK", "WORLD_SIZE", "LOCAL_RANK"):   # restored as they were afterwards
+    for var in (run_lock.HELD_ENV, "RANK", "WORLD_SIZE", "LOCAL_RANK"):  # restored as they were afterwards
         monkeypatch.setenv(var, "")
         monkeypatch.delenv(var)
     monkeypatch.chdir(workdir)
-    args = trainer_cmd(nproc, overrides, extra)[3:]   # the same arguments, without `python -m titan_train.cli`
+    args = trainer_cmd(nproc, overrides, extra)[3:]  # the same arguments, without `python -m titan_train.cli`
     result = CliRunner().invoke(main, args)
     if isinstance(result.exception, AssertionError):
         raise result.exception
@@ -154,8 +185,9 @@ class Run:
 def parity_run(tmp_path_factory, name: str, nproc: int, overrides=(), torchrun: bool = False) -> Run:
     """The debug model for PARITY_STEPS fp32 steps on a layout; shared runs are session fixtures."""
     wd = tmp_path_factory.mktemp(name)
-    proc = ok(run_trainer(wd, nproc=nproc, torchrun=torchrun,
-                          overrides=FAST + [f"training.steps={PARITY_STEPS}", *overrides]))
+    proc = ok(
+        run_trainer(wd, nproc=nproc, torchrun=torchrun, overrides=FAST + [f"training.steps={PARITY_STEPS}", *overrides])
+    )
     return Run(wd, proc)
 
 

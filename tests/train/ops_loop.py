@@ -7,6 +7,7 @@ Settings come as JSON in $OPS_CFG: steps, run_dir, step_sleep, profile (dict for
 ProfilingConfig), watchdog (dict for WatchdogConfig), grace_s.
 Writes <run_dir>/result_rank<N>.json: losses per step, the step it stopped at.
 """
+
 import json
 import os
 import sys
@@ -40,8 +41,11 @@ def main() -> int:
     losses, stopped_at = {}, None
     prof_cfg = ProfilingConfig(**cfg.get("profile", {"enabled": False}))
     wd_cfg = WatchdogConfig(**cfg.get("watchdog", {}))
-    with Profiler(prof_cfg, dev, rank) as prof, Watchdog(wd_cfg, run_dir, rank, grace_s=cfg.get("grace_s", 2.0)) as wd, \
-            signals.GracefulStop() as stop:
+    with (
+        Profiler(prof_cfg, dev, rank) as prof,
+        Watchdog(wd_cfg, run_dir, rank, grace_s=cfg.get("grace_s", 2.0)) as wd,
+        signals.GracefulStop() as stop,
+    ):
         for step in range(1, cfg["steps"] + 1):
             with wd.watch(step):
                 g = torch.Generator().manual_seed(1000 * step + rank)
@@ -64,7 +68,7 @@ def main() -> int:
                     print(f"step {step} loss {losses[step]:.6f}", flush=True)
                 time.sleep(cfg.get("step_sleep", 0.0))
             if step % 2 == 0:
-                with span("checkpoint"):   # stands in for Checkpointer.maybe_save
+                with span("checkpoint"):  # stands in for Checkpointer.maybe_save
                     (run_dir / f"ckpt_rank{rank}.txt").write_text(str(step))
             prof.step()
             signum = stop.agreed()

@@ -7,6 +7,7 @@ names and defaults as in the op's schema, tuple returns as the meta functions in
 `torch_npu/op_plugin/meta/_meta_registrations.py`, and it refuses what the docs rule out
 (a gamma of another dtype, a causal mask of the wrong size or polarity, dropout).
 """
+
 from __future__ import annotations
 
 import torch
@@ -16,24 +17,24 @@ from torch._subclasses.fake_tensor import is_fake
 # op -> sentences of its doc entry that the semantics below rely on
 DOCUMENTED = {
     "npu_rms_norm": [
-        "相比LayerNorm算子，其去掉了减去均值的部分",             # LayerNorm without the mean
-        "gamma：Tensor类型，数据类型需要和self保持一致",          # gamma has self's dtype
-        "第1个输出为Tensor，计算公式的最终输出y",                # output 1 is y
-        "第2个输出为Tensor，rms_norm的reverse rms中间结果",      # output 2 is rstd
+        "相比LayerNorm算子，其去掉了减去均值的部分",  # LayerNorm without the mean
+        "gamma：Tensor类型，数据类型需要和self保持一致",  # gamma has self's dtype
+        "第1个输出为Tensor，计算公式的最终输出y",  # output 1 is y
+        "第2个输出为Tensor，rms_norm的reverse rms中间结果",  # output 2 is rstd
     ],
     "npu_rotary_mul": [
-        "x1, x2 = torch.chunk(input, 2, -1)",                      # half mode
+        "x1, x2 = torch.chunk(input, 2, -1)",  # half mode
         "x_new = torch.cat((-x2, x1), dim=-1)",
-        "x1 = input[..., ::2]",                                    # interleave mode
+        "x1 = input[..., ::2]",  # interleave mode
         "x2 = input[..., 1::2]",
         'x_new = rearrange(torch.stack((-x2, x1), dim=-1), "... d two -> ...(d two)", two=2)',
         "output = r1 * input + r2 * x_new",
-        "input为BSND: 1S1D",                                       # interleave r1 layout
+        "input为BSND: 1S1D",  # interleave r1 layout
         "B * N < 1000",
     ],
     "npu_fusion_attention": [
         "$y=Softmax(Mask(scale*(pse+query*key^{T}),atten_mask),keep_prob)$",
-        "取值为1(或True)代表该位不参与计算(被遮蔽)",             # mask True = masked out
+        "取值为1(或True)代表该位不参与计算(被遮蔽)",  # mask True = masked out
         "支持BSH、SBH、BSND、BNSD",
         "2: leftUpCausal模式",
         "传入的atten_mask为优化后的压缩下三角矩阵(2048*2048)",
@@ -95,19 +96,42 @@ def _from_bnsd(t, layout):
     return t.permute(2, 0, 1, 3).flatten(-2)  # SBH
 
 
-def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, padding_mask=None, atten_mask=None,
-                         scale=1., keep_prob=1., pre_tockens=2147483647, next_tockens=2147483647, inner_precise=0,
-                         prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0,
-                         gen_mask_parallel=True, sync=False, softmax_layout="", sink=None, dropout_mask=None,
-                         seed=0, offset=0):
+def npu_fusion_attention(
+    query,
+    key,
+    value,
+    head_num,
+    input_layout,
+    pse=None,
+    padding_mask=None,
+    atten_mask=None,
+    scale=1.0,
+    keep_prob=1.0,
+    pre_tockens=2147483647,
+    next_tockens=2147483647,
+    inner_precise=0,
+    prefix=None,
+    actual_seq_qlen=None,
+    actual_seq_kvlen=None,
+    sparse_mode=0,
+    gen_mask_parallel=True,
+    sync=False,
+    softmax_layout="",
+    sink=None,
+    dropout_mask=None,
+    seed=0,
+    offset=0,
+):
     if keep_prob != 1.0 or pse is not None:
         raise RuntimeError("npu_fusion_attention: stand-in has no dropout or pse")
     q = _to_bnsd(query, input_layout, head_num)
     kv_heads = {"BSND": key.shape[2], "BNSD": key.shape[1]}.get(input_layout, key.shape[-1] // q.shape[-1])
     k, v = _to_bnsd(key, input_layout, kv_heads), _to_bnsd(value, input_layout, kv_heads)
     if q.shape[1] != head_num or head_num % k.shape[1]:
-        raise RuntimeError(f"npu_fusion_attention: head_num {head_num}, query has {q.shape[1]} heads, "
-                           f"key {k.shape[1]}: Nq must equal head_num and be a multiple of Nkv")
+        raise RuntimeError(
+            f"npu_fusion_attention: head_num {head_num}, query has {q.shape[1]} heads, "
+            f"key {k.shape[1]}: Nq must equal head_num and be a multiple of Nkv"
+        )
     # GQA: query head h reads kv head h // (Nq / Nkv), the grouping torch_npu's tensor-parallel
     # rule for this op assumes when it shards q and k heads alike (distributed/tensor/_attention.py)
     group = head_num // k.shape[1]
@@ -121,8 +145,9 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
         # like the input of the op's meta function
         values_wrong = not is_fake(atten_mask) and not torch.equal(atten_mask.bool().cpu(), want)
         if atten_mask.shape != (2048, 2048) or values_wrong:
-            raise RuntimeError("npu_fusion_attention: sparse_mode 2/3 needs the compressed 2048x2048 mask "
-                               "with True above the diagonal")
+            raise RuntimeError(
+                "npu_fusion_attention: sparse_mode 2/3 needs the compressed 2048x2048 mask with True above the diagonal"
+            )
         shift = 0 if sparse_mode == 2 else skv - sq  # leftUpCausal / rightDownCausal
         i, j = torch.arange(sq)[:, None], torch.arange(skv)[None, :]
         masked = j > i + shift
@@ -136,8 +161,15 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
     out = F.softmax(scores, dim=-1) @ v.float()
     b = q.shape[0]
     softmax_max = torch.zeros(b, head_num, sq, 8)
-    return (_from_bnsd(out.to(query.dtype), input_layout), softmax_max, softmax_max.clone(),
-            torch.empty(0, dtype=query.dtype), 0, 0, 0)
+    return (
+        _from_bnsd(out.to(query.dtype), input_layout),
+        softmax_max,
+        softmax_max.clone(),
+        torch.empty(0, dtype=query.dtype),
+        0,
+        0,
+        0,
+    )
 
 
 def npu_swiglu(self, dim=-1):

@@ -1,6 +1,7 @@
 """Activation checkpointing: none / full / selective train identically and AC lowers the
 tensor peak memory (torch's MemTracker, not RSS). Correct under FSDP and FSDP x TP with
 real processes."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,8 +21,10 @@ def _steps_and_peak(mode: str, every: int = 1) -> tuple[list[float], float]:
     """Three steps on fixed batches; the peak tensor memory (MiB) of the second one."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    cfg = config.load(REPO / "configs" / "llama_debug.toml",
-                      [f'training.activation_checkpoint="{mode}"', f"training.ac_every={every}", "training.seq_len=256"])
+    cfg = config.load(
+        REPO / "configs" / "llama_debug.toml",
+        [f'training.activation_checkpoint="{mode}"', f"training.ac_every={every}", "training.seq_len=256"],
+    )
     parts = build(cfg, ParallelDims(dp=1), torch.device("cpu"))
     tokens = torch.randint(0, 2048, (4, 257), generator=torch.Generator().manual_seed(0))
     batches = [(tokens[:, :-1], tokens[:, 1:])]
@@ -32,7 +35,7 @@ def _steps_and_peak(mode: str, every: int = 1) -> tuple[list[float], float]:
         losses.append(train_step(parts, batches).loss.item())
     losses.append(train_step(parts, batches).loss.item())
     peak = tracker.get_tracker_snapshot("peak")
-    return losses, sum(v["Total"] for v in peak.values()) / 2 ** 20
+    return losses, sum(v["Total"] for v in peak.values()) / 2**20
 
 
 def test_ac_modes_same_losses_lower_peak(world_of_one):
@@ -69,7 +72,8 @@ def test_full_ac_under_fsdp(fsdp_two, tmp_path_factory):
 
 @pytest.mark.multirank
 def test_selective_ac_under_fsdp_x_tp(fsdp_tp_four, tmp_path_factory):
-    run = parity_run(tmp_path_factory, "ac-sel-fsdp-tp", 4,
-                     ['training.activation_checkpoint="selective"', "distributed.tp_size=2"])
+    run = parity_run(
+        tmp_path_factory, "ac-sel-fsdp-tp", 4, ['training.activation_checkpoint="selective"', "distributed.tp_size=2"]
+    )
     assert "dp 2 x pp 1 x tp 2" in run.stdout and "ac selective" in run.stdout
     assert_same_run(run, fsdp_tp_four, 1e-5)

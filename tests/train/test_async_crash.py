@@ -1,6 +1,7 @@
 """An async checkpoint is complete the moment its background write is: a rank killed after
 that, before the next save, resumes from it; one killed between the write and the rename
 has it kept by the next run; only an incomplete step-N.tmp is set aside, with a line."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -32,10 +33,9 @@ def reference(tmp_path_factory) -> dict[int, float]:
 
 @pytest.mark.multirank
 def test_kill_after_an_async_write_completed_resumes_from_it(tmp_path, reference):
-    killed = run_trainer(tmp_path, nproc=2, overrides=COMMON + ASYNC_EVERY_4,
-                         env={faults.ENV: "kill_after_rename@0:4"})
+    killed = run_trainer(tmp_path, nproc=2, overrides=COMMON + ASYNC_EVERY_4, env={faults.ENV: "kill_after_rename@0:4"})
     assert killed.returncode == 1, killed.stderr
-    assert checkpoints(tmp_path) == ["step-4"]          # written whole, named at once
+    assert checkpoints(tmp_path) == ["step-4"]  # written whole, named at once
     resumed = ok(run_trainer(tmp_path, nproc=2, overrides=COMMON + ASYNC_EVERY_4))
     assert "resumed from outputs/llama_debug/checkpoints/step-4 (step 4)" in resumed.stdout
     got = losses(tmp_path)
@@ -45,13 +45,15 @@ def test_kill_after_an_async_write_completed_resumes_from_it(tmp_path, reference
 
 @pytest.mark.multirank
 def test_a_complete_write_whose_rename_a_crash_interrupted_is_kept(tmp_path, reference):
-    killed = run_trainer(tmp_path, nproc=2, overrides=COMMON + ASYNC_EVERY_4,
-                         env={faults.ENV: "kill_before_rename@0:4"})
+    killed = run_trainer(
+        tmp_path, nproc=2, overrides=COMMON + ASYNC_EVERY_4, env={faults.ENV: "kill_before_rename@0:4"}
+    )
     assert killed.returncode == 1, killed.stderr
     assert checkpoints(tmp_path) == ["step-4.tmp"]
     resumed = ok(run_trainer(tmp_path, nproc=2, overrides=COMMON + ASYNC_EVERY_4))
-    assert ("[titan-train] step-4.tmp was completely written (a save whose rename a crash interrupted): "
-            "kept as step-4") in resumed.stdout
+    assert (
+        "[titan-train] step-4.tmp was completely written (a save whose rename a crash interrupted): kept as step-4"
+    ) in resumed.stdout
     assert "resumed from outputs/llama_debug/checkpoints/step-4 (step 4)" in resumed.stdout
     assert checkpoints(tmp_path) == ["step-4", "step-6"]
     got = losses(tmp_path)
@@ -63,13 +65,15 @@ def test_an_incomplete_save_is_set_aside_with_a_line(tmp_path):
     half = tmp_path / "step-8.tmp"
     half.mkdir()
     (half / "__0_0.distcp").write_bytes(b"half-written")
-    (half / lineage.RECORD).write_text("{}")           # the record alone does not make it whole
+    (half / lineage.RECORD).write_text("{}")  # the record alone does not make it whole
     said = []
     recover_partial(tmp_path, said.append)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-8.incomplete"]
     assert (tmp_path / "step-8.incomplete" / "__0_0.distcp").read_bytes() == b"half-written"
-    assert said == ["[titan-train] step-8.tmp is an incomplete save (a crash during the write): moved to "
-                    "step-8.incomplete, never resumed from; delete it to free the space"]
+    assert said == [
+        "[titan-train] step-8.tmp is an incomplete save (a crash during the write): moved to "
+        "step-8.incomplete, never resumed from; delete it to free the space"
+    ]
 
 
 def test_a_whole_tmp_never_replaces_a_complete_step(tmp_path):

@@ -1,6 +1,7 @@
 """Checkpoint formats, single process, on real files written by real torch: what describe()
 detects for each format, what Source reads (slices, HF q/k), the q/k permutation checked on
 attention outputs, the config fit, and the refusals (malicious pickles, truncated files)."""
+
 from __future__ import annotations
 
 import json
@@ -47,6 +48,7 @@ def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 
 # ---- what describe() finds, per format ------------------------------------------------------
 
+
 def test_trainer_folder_is_read_at_its_newest_step(tmp_path):
     sd = weights()
     write_trainer_dcp(tmp_path, sd, step=4)
@@ -68,8 +70,9 @@ def test_reading_a_dcp_folder_tensor_by_tensor_reads_its_metadata_once(tmp_path,
     write_trainer_dcp(tmp_path, sd, step=2)
     reads = []
     real = dcp_io.SafeFileSystemReader.read_metadata
-    monkeypatch.setattr(dcp_io.SafeFileSystemReader, "read_metadata",
-                        lambda self, *a, **k: reads.append(self) or real(self, *a, **k))
+    monkeypatch.setattr(
+        dcp_io.SafeFileSystemReader, "read_metadata", lambda self, *a, **k: reads.append(self) or real(self, *a, **k)
+    )
     assert _same(_read_all(tmp_path), sd) and len(sd) > 10
     assert len(reads) == 1
 
@@ -113,8 +116,10 @@ def test_torch_save_with_wrapper_prefixes_and_training_state(tmp_path):
     opt = torch.optim.AdamW(model.parameters())
     model(torch.zeros(1, 3, dtype=torch.long)).sum().backward()
     opt.step()
-    torch.save({"model": {f"module._orig_mod.{k}": v for k, v in sd.items()},
-                "optimizer": opt.state_dict(), "epoch": 3}, tmp_path / "ckpt.pt")
+    torch.save(
+        {"model": {f"module._orig_mod.{k}": v for k, v in sd.items()}, "optimizer": opt.state_dict(), "epoch": 3},
+        tmp_path / "ckpt.pt",
+    )
     info = detect.describe(tmp_path / "ckpt.pt")
     assert info.format == "torch" and info.step == 3 and info.has_optimizer
     assert info.keymap.prefixes == ["model.module."]
@@ -158,7 +163,7 @@ def test_meta_model_parallel_shards_are_merged(tmp_path, llama3):
     info = detect.describe(tmp_path / "consolidated.01.pth")
     assert info.format == "meta" and info.keymap.naming == naming.OURS
     assert info.param_count == N_PARAMS and info.keymap.ignored == ["rope.freqs"]
-    assert info.declared["n_heads"] == 4 and "vocab_size" not in info.declared   # LLaMA 2 writes -1
+    assert info.declared["n_heads"] == 4 and "vocab_size" not in info.declared  # LLaMA 2 writes -1
     assert info.tensors["tok_embeddings.weight"].shape == (64, 32)
     assert _same(_read_all(tmp_path), sd)
 
@@ -184,32 +189,40 @@ def test_describe_reads_no_tensor_data_and_needs_no_torch(tmp_path):
     write_hf(tmp_path / "hf", weights())
     write_trainer_dcp(tmp_path / "dcp", weights(), step=2)
     torch.save(weights(), tmp_path / "w.pt")
-    assert not imports_torch("from titan_train.checkpoint.formats import detect\n"
-                             f"for p in ['{tmp_path}/hf', '{tmp_path}/dcp', '{tmp_path}/w.pt']: detect.describe(p)")
+    assert not imports_torch(
+        "from titan_train.checkpoint.formats import detect\n"
+        f"for p in ['{tmp_path}/hf', '{tmp_path}/dcp', '{tmp_path}/w.pt']: detect.describe(p)"
+    )
 
 
 # ---- sliced reads and the q/k permutation ------------------------------------------------------
+
 
 @pytest.mark.parametrize("fmt", ["hf", "meta", "torch", "hf-bin"])
 def test_slices_equal_the_same_slice_of_the_whole_weight(tmp_path, fmt):
     sd = weights()
     if fmt == "hf":
         write_hf(tmp_path, sd)
-    elif fmt == "hf-bin":   # transformers' save_pretrained(safe_serialization=False), two shards + index
+    elif fmt == "hf-bin":  # transformers' save_pretrained(safe_serialization=False), two shards + index
         hf, files = hf_state_dict(sd), ("pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin")
         names = list(hf)
         for i, file in enumerate(files):
             torch.save({n: hf[n] for n in names[i::2]}, tmp_path / file)
-        (tmp_path / "pytorch_model.bin.index.json").write_text(json.dumps(
-            {"metadata": {"total_size": 0}, "weight_map": {n: files[i % 2] for i, n in enumerate(names)}}))
+        (tmp_path / "pytorch_model.bin.index.json").write_text(
+            json.dumps({"metadata": {"total_size": 0}, "weight_map": {n: files[i % 2] for i, n in enumerate(names)}})
+        )
     elif fmt == "meta":
         write_meta(tmp_path, sd, shards=2)
     else:
         torch.save(sd, tmp_path / "w.pt")
     source = Source(detect.describe(tmp_path), heads=HEADS)
     g = torch.Generator().manual_seed(0)
-    for key in ("layers.1.attention.wq.weight", "layers.0.attention.wk.weight", "layers.0.feed_forward.w2.weight",
-                "tok_embeddings.weight"):
+    for key in (
+        "layers.1.attention.wq.weight",
+        "layers.0.attention.wk.weight",
+        "layers.0.feed_forward.w2.weight",
+        "tok_embeddings.weight",
+    ):
         rows, cols = sd[key].shape
         for _ in range(5):
             r0 = int(torch.randint(0, rows - 1, (1,), generator=g))
@@ -232,7 +245,7 @@ def _hf_attention(x, wq, wk, wv, wo, n_heads, n_kv_heads, theta):
     cos, sin = emb.cos()[None, None], emb.sin()[None, None]
 
     def rotate_half(t):
-        return torch.cat([-t[..., head_dim // 2:], t[..., : head_dim // 2]], dim=-1)
+        return torch.cat([-t[..., head_dim // 2 :], t[..., : head_dim // 2]], dim=-1)
 
     q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
     k = k.repeat_interleave(n_heads // n_kv_heads, dim=1)
@@ -253,12 +266,21 @@ def test_qk_permutation_keeps_the_attention_output(n_heads, n_kv_heads):
     wq_hf = naming.to_hf_rows(attn.wq.weight.detach(), n_heads)
     wk_hf = naming.to_hf_rows(attn.wk.weight.detach(), n_kv_heads)
     assert torch.equal(wq_hf, hf_permute(attn.wq.weight.detach(), n_heads))
-    theirs = _hf_attention(x, wq_hf, wk_hf, attn.wv.weight.detach(), attn.wo.weight.detach(), n_heads, n_kv_heads,
-                           args.rope_theta)
+    theirs = _hf_attention(
+        x, wq_hf, wk_hf, attn.wv.weight.detach(), attn.wo.weight.detach(), n_heads, n_kv_heads, args.rope_theta
+    )
     torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-6)
-    unpermuted = _hf_attention(x, attn.wq.weight.detach(), attn.wk.weight.detach(), attn.wv.weight.detach(),
-                               attn.wo.weight.detach(), n_heads, n_kv_heads, args.rope_theta)
-    assert (unpermuted - ours).abs().max() > 1e-3   # without the permutation the outputs differ
+    unpermuted = _hf_attention(
+        x,
+        attn.wq.weight.detach(),
+        attn.wk.weight.detach(),
+        attn.wv.weight.detach(),
+        attn.wo.weight.detach(),
+        n_heads,
+        n_kv_heads,
+        args.rope_theta,
+    )
+    assert (unpermuted - ours).abs().max() > 1e-3  # without the permutation the outputs differ
     assert torch.equal(naming.from_hf_rows(wq_hf, n_heads), attn.wq.weight.detach())
     assert torch.equal(naming.from_hf_rows(wk_hf, n_kv_heads), attn.wk.weight.detach())
 
@@ -278,6 +300,7 @@ def test_hf_checkpoint_loaded_by_the_trainer_gives_the_native_logits(tmp_path):
 
 # ---- fit to the config -------------------------------------------------------------------------
 
+
 def test_vocab_mismatch_names_the_field_with_the_issue_example(tmp_path):
     ckpt_args = ModelArgs(vocab_size=32000, d_model=16, n_layers=1, n_heads=2, multiple_of=16, max_seq_len=16)
     cfg_args = ModelArgs(vocab_size=32001, d_model=16, n_layers=1, n_heads=2, multiple_of=16, max_seq_len=16)
@@ -286,11 +309,16 @@ def test_vocab_mismatch_names_the_field_with_the_issue_example(tmp_path):
     result = fit.compare(info.model, cfg_args, fit.expected_shapes(cfg_args))
     assert [(d.field, d.checkpoint, d.config) for d in result.fields] == [("vocab_size", 32000, 32001)]
     assert result.fields[0].fix(16) == "set [model] vocab_size = 32000"
-    assert {(i.key, i.field) for i in result.keys} == {("tok_embeddings.weight", "vocab_size"),
-                                                        ("output.weight", "vocab_size")}
+    assert {(i.key, i.field) for i in result.keys} == {
+        ("tok_embeddings.weight", "vocab_size"),
+        ("output.weight", "vocab_size"),
+    }
     model = Transformer(cfg_args)
-    with pytest.raises(CheckpointError, match=r"vocab_size: checkpoint 32000, config 32001 .*"
-                                              r"set \[model\] vocab_size = 32000"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"vocab_size: checkpoint 32000, config 32001 .*"
+        r"set \[model\] vocab_size = 32000",
+    ):
         load_initial([model], tmp_path / "w.pt", args=cfg_args)
 
 
@@ -326,6 +354,7 @@ def test_rope_theta_difference_is_a_warning_not_a_shape_error(tmp_path):
 
 # ---- never execute code from a checkpoint -----------------------------------------------------
 
+
 def test_malicious_torch_file_is_refused_and_runs_nothing(tmp_path):
     marker = tmp_path / "pwned"
     path = malicious_torch_file(tmp_path / "evil.pt", marker)
@@ -344,8 +373,7 @@ def test_malicious_torch_file_is_refused_and_runs_nothing(tmp_path):
 def test_malicious_dcp_metadata_is_refused_and_runs_nothing(tmp_path):
     marker = tmp_path / "pwned"
     folder = malicious_metadata(tmp_path / "ckpt", marker)
-    control = ("import torch.distributed.checkpoint as dcp\n"
-               f"dcp.FileSystemReader('{folder}').read_metadata()")
+    control = f"import torch.distributed.checkpoint as dcp\ndcp.FileSystemReader('{folder}').read_metadata()"
     assert runs_code_when_loaded(control, marker)
     with pytest.raises(UnsafeCheckpoint, match=r"posix\.system.*Refused"):
         detect.describe(folder)
@@ -355,7 +383,7 @@ def test_malicious_dcp_metadata_is_refused_and_runs_nothing(tmp_path):
         dcp_io.SafeFileSystemReader(str(folder)).read_metadata()
     with pytest.raises(UnsafeCheckpoint):
         dcp_io.load_everything(folder)
-    with pytest.raises(UnsafeCheckpoint):                 # the trainer's initial_load_path
+    with pytest.raises(UnsafeCheckpoint):  # the trainer's initial_load_path
         load_initial([Transformer(TINY)], folder, args=TINY)
     assert not marker.exists()
 
@@ -372,10 +400,12 @@ def test_malicious_entry_inside_a_dcp_shard_is_refused(tmp_path):
     marker = tmp_path / "pwned"
     folder = tmp_path / "ckpt"
     dcp.save({"model": weights(), "extra": Payload(marker)}, checkpoint_id=str(folder), no_dist=True)
-    control = ("from torch.distributed.checkpoint.format_utils import dcp_to_torch_save\n"
-               f"dcp_to_torch_save('{folder}', '{tmp_path}/out.pt')")
+    control = (
+        "from torch.distributed.checkpoint.format_utils import dcp_to_torch_save\n"
+        f"dcp_to_torch_save('{folder}', '{tmp_path}/out.pt')"
+    )
     assert runs_code_when_loaded(control, marker)
-    assert detect.describe(folder).param_count == N_PARAMS    # the metadata itself is clean
+    assert detect.describe(folder).param_count == N_PARAMS  # the metadata itself is clean
     with pytest.raises(UnsafeCheckpoint, match="DCP entry extra"):
         dcp_io.load_everything(folder)
     assert not marker.exists()
@@ -390,14 +420,28 @@ def test_our_tensor_allow_list_is_within_torchs_weights_only_list():
 
 # ---- truncated, garbage, incomplete --------------------------------------------------------------
 
+
 def _truncate(path, keep: float) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
 
 
-@pytest.mark.parametrize("case", ["torch-truncated", "torch-garbage", "safetensors-truncated", "safetensors-garbage",
-                                  "dcp-missing-shard", "dcp-truncated-shard", "dcp-no-metadata", "meta-missing-shard",
-                                  "hf-index-missing-shard", "dcp-metadata-truncated", "empty-folder"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "torch-truncated",
+        "torch-garbage",
+        "safetensors-truncated",
+        "safetensors-garbage",
+        "dcp-missing-shard",
+        "dcp-truncated-shard",
+        "dcp-no-metadata",
+        "meta-missing-shard",
+        "hf-index-missing-shard",
+        "dcp-metadata-truncated",
+        "empty-folder",
+    ],
+)
 def test_broken_checkpoints_give_one_line_errors(tmp_path, case):
     sd = weights()
     if case.startswith("torch"):
@@ -436,12 +480,19 @@ def test_broken_checkpoints_give_one_line_errors(tmp_path, case):
         detect.describe(path)
     message = str(err.value)
     assert "\n" not in message and tmp_path.name in message
-    expected = {"torch-truncated": "truncated", "torch-garbage": "not a torch.save archive",
-                "safetensors-truncated": "truncated", "safetensors-garbage": "not a safetensors file",
-                "dcp-missing-shard": "is missing", "dcp-truncated-shard": "is truncated",
-                "dcp-no-metadata": "no .metadata", "meta-missing-shard": "consolidated.01.pth is missing",
-                "hf-index-missing-shard": "model-00002-of-00003.safetensors listed in the index is missing",
-                "dcp-metadata-truncated": "truncated or not a pickle", "empty-folder": "no checkpoint found"}[case]
+    expected = {
+        "torch-truncated": "truncated",
+        "torch-garbage": "not a torch.save archive",
+        "safetensors-truncated": "truncated",
+        "safetensors-garbage": "not a safetensors file",
+        "dcp-missing-shard": "is missing",
+        "dcp-truncated-shard": "is truncated",
+        "dcp-no-metadata": "no .metadata",
+        "meta-missing-shard": "consolidated.01.pth is missing",
+        "hf-index-missing-shard": "model-00002-of-00003.safetensors listed in the index is missing",
+        "dcp-metadata-truncated": "truncated or not a pickle",
+        "empty-folder": "no checkpoint found",
+    }[case]
     assert expected in message, message
 
 
@@ -471,9 +522,20 @@ def test_hf_trainer_deepspeed_folder_prefers_the_full_weights_beside_it(tmp_path
 def test_hf_config_of_transformers_5_nests_rope_theta_and_scaling():
     """transformers 5 save_pretrained writes rope_parameters {rope_theta, rope_type, ...} and null
     top-level rope_theta / rope_scaling; 4.x releases (the published LLaMA repos) the reverse."""
-    v5 = {"hidden_size": 64, "num_attention_heads": 4, "rope_theta": None, "rope_scaling": None,
-          "rope_parameters": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                              "original_max_position_embeddings": 8192, "rope_theta": 500000.0}}
+    v5 = {
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "rope_theta": None,
+        "rope_scaling": None,
+        "rope_parameters": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_theta": 500000.0,
+        },
+    }
     assert fit.from_hf_config(v5)["rope_theta"] == 500000.0
     assert fit.from_hf_config(v5)["rope_scaling"] == "llama3, factor 8.0"
     plain = fit.from_hf_config({**v5, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}})
@@ -488,9 +550,21 @@ def test_initial_load_says_when_rope_theta_or_scaling_differ(tmp_path):
     sd = weights()
     write_hf(tmp_path, sd)
     config = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**config, "rope_theta": 500000.0, "rope_scaling": {
-        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192}}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                **config,
+                "rope_theta": 500000.0,
+                "rope_scaling": {
+                    "rope_type": "llama3",
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 8192,
+                },
+            }
+        )
+    )
     model = Transformer(TINY)
     message = load_initial([model], tmp_path, args=TINY)
     assert torch.equal(model.state_dict()["layers.0.attention.wq.weight"], sd["layers.0.attention.wq.weight"])

@@ -3,6 +3,7 @@ FSDP1 FULL / SHARDED / LOCAL torch.save parts and the seed's KeyError with the d
 FSDP2 saved by the trainer's own build() + save in its DCP layout, round-tripped
 DCP -> torch -> DCP and started from (initial_load_path, with optimizer state) on 2 x 2
 FSDP x TP; HF weights loaded into FSDP and FSDP x TP layouts vs the native load; export_final."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ from ..checkpoints import REPO, weights, write_hf
 from ..diagnose.conftest import run_json
 from .ckpt_worker import ARGS
 
-pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
+pytestmark = pytest.mark.multirank  # every test here starts trainer ranks or worker processes
 
 pytest.importorskip("safetensors")
 WORKER = Path(__file__).with_name("ckpt_worker.py")
@@ -32,7 +33,16 @@ def _ranks(n: int, *args: str, tp: int = 1) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", TP=str(tp))
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         env.pop(k, None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n), str(WORKER), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(n),
+        str(WORKER),
+        *args,
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0 and GLOO_TEARDOWN_ABORT in proc.stderr:
         # torch's own gloo threads can abort a rank as it exits (pytorch/pytorch#179291); the
@@ -46,8 +56,14 @@ GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
 
 def _convert(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-m", "titan_doctor", "convert", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "titan_doctor", "convert", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
 
@@ -87,8 +103,10 @@ def test_seed_failure_local_part_loaded_as_full_state_dict_and_the_doctor_fix(fs
     assert rows["ckpt.format"]["data"]["format"] == "torch-local"
     sharded = rows["ckpt.sharded"]
     assert sharded["status"] == "fail"
-    assert "local_rank0.pt is one rank's part of a sharded save (2 part file(s): local_rank0.pt, local_rank1.pt)" \
+    assert (
+        "local_rank0.pt is one rank's part of a sharded save (2 part file(s): local_rank0.pt, local_rank1.pt)"
         in sharded["title"]
+    )
     assert "KeyError" in sharded["detail"] and "_flat_param" in sharded["detail"]
     assert "LOCAL_STATE_DICT" in sharded["fix"] and "dcp.save" in sharded["fix"]
     # the log explainer names the same cause from the error text alone
@@ -125,7 +143,7 @@ def test_dcp_to_torch_to_dcp_then_four_ranks_tp_resume_identically(fsdp2):
     assert _convert(str(fsdp2 / "trainer"), str(fsdp2 / "rt.pt"), "--to", "torch").returncode == 0
     whole = torch.load(fsdp2 / "rt.pt", weights_only=True)
     assert set(whole) == {"model", "optim", "scheduler", "progress", "loss_scaler"}
-    assert "state.layers.0.attention.wq.weight.exp_avg" in whole["optim"]   # flat, by parameter FQN
+    assert "state.layers.0.attention.wq.weight.exp_avg" in whole["optim"]  # flat, by parameter FQN
     assert whole["progress"] == {"step": 1, "samples": 4}
     assert _convert(str(fsdp2 / "rt.pt"), str(fsdp2 / "rt_dcp"), "--to", "dcp").returncode == 0
     _ranks(4, "resume", str(fsdp2), str(fsdp2 / "rt_dcp"), tp=2)
@@ -139,7 +157,7 @@ def test_dcp_to_torch_to_dcp_then_four_ranks_tp_resume_identically(fsdp2):
     assert got["next"] == pytest.approx(want["next"], rel=1e-6, abs=1e-6)
     assert got["after_step"] == pytest.approx(want["after_step"], rel=1e-6, abs=1e-6)
     logits = torch.load(fsdp2 / "logits_tp2.pt", weights_only=True)
-    assert torch.equal(logits["hf"], logits["native"])   # HF weights into FSDP x TP shards
+    assert torch.equal(logits["hf"], logits["native"])  # HF weights into FSDP x TP shards
 
 
 def test_hf_weights_into_fsdp_give_the_native_logits(fsdp2):

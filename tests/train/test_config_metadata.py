@@ -1,5 +1,6 @@
 """Every config field declares its meaning and valid values next to its definition; the
 errors and the README's reference are generated from that metadata."""
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,9 @@ def _numeric(section: str, name: str) -> bool:
 
 
 def test_every_numeric_field_declares_its_range_and_every_field_its_meaning():
-    missing_range = [k for k, f in config.FIELDS.items()
-                     if _numeric(*k) and f.metadata.get("range") is None and k not in UNBOUNDED]
+    missing_range = [
+        k for k, f in config.FIELDS.items() if _numeric(*k) and f.metadata.get("range") is None and k not in UNBOUNDED
+    ]
     missing_doc = [k for k, f in config.FIELDS.items() if not f.metadata.get("doc")]
     assert missing_range == [] and missing_doc == []
     assert len(config.FIELDS) >= 60  # all nine sections were walked
@@ -41,7 +43,7 @@ def test_the_default_is_valid_and_both_sides_of_every_bound_are_checked(key):
     for edge, bad in ((bounds.ge, -1), (bounds.gt, 0), (bounds.le, 1), (bounds.lt, 0)):
         if edge is None:
             continue
-        value = edge - 1 if bad == -1 else edge if bad == 0 else max(edge + 1, edge * 2)   # 1e30 + 1 == 1e30
+        value = edge - 1 if bad == -1 else edge if bad == 0 else max(edge + 1, edge * 2)  # 1e30 + 1 == 1e30
         value = [value, value] if f.metadata["each"] else (float(value) if isinstance(f.default, float) else int(value))
         assert range_error(f"{section}.{name}", f, value) is not None, (key, value)
         setattr(getattr(cfg, section), name, value)
@@ -68,8 +70,9 @@ def test_range_descriptions():
 
 def test_the_readme_config_reference_is_up_to_date():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert readme == config_reference.render(readme), \
+    assert readme == config_reference.render(readme), (
         "README.md's config reference is stale: run python -m titan_train.config.reference"
+    )
 
 
 def test_the_reference_lists_every_key_with_its_range_and_check_mode_catches_drift(tmp_path):

@@ -1,4 +1,5 @@
 """Offline data: deterministic corpus, tokenizers, and the disjoint per-rank batch layout."""
+
 from __future__ import annotations
 
 import json

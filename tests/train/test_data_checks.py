@@ -1,6 +1,7 @@
 """Dataset length and encoding are checked before any model is built: exactly seq_len + 1
 tokens is one sample (no off-by-one), fewer is one line, and a file that is not UTF-8 is one
 line naming file:line, in `run` (preflight and every rank) and in `prepare-data`."""
+
 from __future__ import annotations
 
 import functools
@@ -67,8 +68,14 @@ def test_crlf_text_reads_like_universal_newlines(tmp_path):
 
 
 def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "titan_train.cli", *args], cwd=cwd, env=trainer_env(),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "titan_train.cli", *args],
+        cwd=cwd,
+        env=trainer_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _one_error_line(proc, *fragments):
@@ -84,10 +91,14 @@ def _one_error_line(proc, *fragments):
 def test_non_utf8_is_one_line_in_run_and_prepare_data(tmp_path):
     txt, jsonl = _latin1_files(tmp_path)
     debug = str(REPO / "configs" / "llama_debug.toml")
-    _one_error_line(_cli("run", "--config", debug, "--set", f'data.dataset="{jsonl}"', cwd=tmp_path),
-                    f"{jsonl}:3: not UTF-8")
-    _one_error_line(_cli("prepare-data", str(txt), "--tokenizer", "byte", "--out", str(tmp_path / "o"),
-                         cwd=tmp_path), f"{txt}:4: not UTF-8", "iconv")
+    _one_error_line(
+        _cli("run", "--config", debug, "--set", f'data.dataset="{jsonl}"', cwd=tmp_path), f"{jsonl}:3: not UTF-8"
+    )
+    _one_error_line(
+        _cli("prepare-data", str(txt), "--tokenizer", "byte", "--out", str(tmp_path / "o"), cwd=tmp_path),
+        f"{txt}:4: not UTF-8",
+        "iconv",
+    )
     assert not (tmp_path / "o").exists()
 
 
@@ -130,7 +141,15 @@ def test_under_torchrun_every_rank_refuses_a_short_dataset_before_building_the_m
 def test_a_file_of_exactly_seq_len_plus_one_tokens_trains(tmp_path):
     txt = tmp_path / "exact.txt"
     txt.write_text("a" * SEQ)  # SEQ bytes + end-of-document = SEQ + 1 tokens
-    proc = run_trainer(tmp_path, overrides=[f"training.seq_len={SEQ}", f'data.dataset="{txt}"', "training.steps=2",
-                                            "training.batch_size=2", "checkpoint.save_interval=0"])
+    proc = run_trainer(
+        tmp_path,
+        overrides=[
+            f"training.seq_len={SEQ}",
+            f'data.dataset="{txt}"',
+            "training.steps=2",
+            "training.batch_size=2",
+            "checkpoint.save_interval=0",
+        ],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"{SEQ + 1} tokens tokenized in memory" in proc.stdout

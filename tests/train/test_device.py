@@ -1,4 +1,5 @@
 """Device selection, decided from injected probes (no fake NPUs)."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,12 +9,15 @@ from titan_train.runtime.device import Device, DeviceError, Probe, select
 LIBHCCL = "torch_npu failed to import: ImportError: libhccl.so: cannot open shared object file"
 
 
-@pytest.mark.parametrize("probe,want", [
-    (Probe(npu_count=8, cuda_count=0), ("npu", "hccl", 8)),
-    (Probe(npu_count=8, cuda_count=2), ("npu", "hccl", 8)),
-    (Probe(npu_count=0, cuda_count=4, npu_error="torch_npu is not installed"), ("cuda", "nccl", 4)),
-    (Probe(npu_error=LIBHCCL), ("cpu", "gloo", 1)),
-])
+@pytest.mark.parametrize(
+    "probe,want",
+    [
+        (Probe(npu_count=8, cuda_count=0), ("npu", "hccl", 8)),
+        (Probe(npu_count=8, cuda_count=2), ("npu", "hccl", 8)),
+        (Probe(npu_count=0, cuda_count=4, npu_error="torch_npu is not installed"), ("cuda", "nccl", 4)),
+        (Probe(npu_error=LIBHCCL), ("cpu", "gloo", 1)),
+    ],
+)
 def test_auto_prefers_npu_then_cuda_then_cpu(probe, want):
     dev = select("auto", probe)
     assert (dev.type, dev.backend, dev.count) == want

@@ -1,5 +1,6 @@
 """Every file the tools write gets the mode the user's umask gives: safetensors' writer
 creates 0600 files, which a colleague's job then cannot read."""
+
 from __future__ import annotations
 
 import os

@@ -2,6 +2,7 @@
 HF safetensors; new runs on 2 ranks start from that export and from the same run's own DCP
 step folder and train identically; a checkpoint that does not fit is refused before any rank
 starts, naming the config field."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,7 @@ from titan_train.checkpoint.formats.sources import Source
 
 from .conftest import FAST, losses, ok, run_in_process, run_trainer
 
-pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
+pytestmark = pytest.mark.multirank  # every test here starts trainer ranks or worker processes
 
 pytest.importorskip("safetensors")
 
@@ -21,15 +22,18 @@ def test_start_from_hf_export_equals_start_from_native_dcp(tmp_path):
     first, from_hf, from_dcp = (tmp_path / d for d in ("first", "from_hf", "from_dcp"))
     for d in (first, from_hf, from_dcp):
         d.mkdir()
-    proc = ok(run_trainer(first, overrides=FAST + ["training.steps=2", "checkpoint.save_interval=2",
-                                                     "checkpoint.export_final=hf"]))
+    proc = ok(
+        run_trainer(
+            first, overrides=FAST + ["training.steps=2", "checkpoint.save_interval=2", "checkpoint.export_final=hf"]
+        )
+    )
     folder = first / "outputs" / "llama_debug" / "checkpoints"
     assert f"exported the final model to {folder.relative_to(first)}/export-step-2" in proc.stdout
     export, step = folder / "export-step-2", folder / "step-2"
     info = detect.describe(export)
     assert info.format == "hf" and info.declared["n_heads"] == 16
     saved = dcp_io.load_everything(step)
-    native = saved["model"]   # the flat layout: model.<fqn>
+    native = saved["model"]  # the flat layout: model.<fqn>
     source = Source(info, heads={"n_heads": 16, "n_kv_heads": 16})
     assert all(torch.equal(source.read(k), native[k]) for k in native)
 
@@ -40,7 +44,7 @@ def test_start_from_hf_export_equals_start_from_native_dcp(tmp_path):
     assert "DCP checkpoint" in dcp_run.stdout
     assert losses(from_hf) == losses(from_dcp) and sorted(losses(from_hf)) == [1, 2]
     fresh = losses(first)[1]
-    assert losses(from_hf)[1] < fresh   # it really started from the trained weights
+    assert losses(from_hf)[1] < fresh  # it really started from the trained weights
 
 
 def test_checkpoint_that_does_not_fit_is_refused_before_any_rank_starts(tmp_path, monkeypatch):
@@ -50,20 +54,27 @@ def test_checkpoint_that_does_not_fit_is_refused_before_any_rank_starts(tmp_path
     assert (export / "model.pt").is_file()
     other = tmp_path / "other"
     other.mkdir()
-    proc = run_trainer(other, nproc=2, overrides=FAST + ["model.vocab_size=4096",
-                                                         f"checkpoint.initial_load_path={export}"])
+    proc = run_trainer(
+        other, nproc=2, overrides=FAST + ["model.vocab_size=4096", f"checkpoint.initial_load_path={export}"]
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"titan-train: error: checkpoint {export} does not fit the config: vocab_size: checkpoint 2048, config 4096 "
-        "(tok_embeddings.weight [2048, 256]); set [model] vocab_size = 2048"]
+        "(tok_embeddings.weight [2048, 256]); set [model] vocab_size = 2048"
+    ]
     assert not (other / "outputs").exists()
     proc = run_in_process(other, monkeypatch, overrides=FAST + [f"checkpoint.initial_load_path={tmp_path}/missing"])
     assert proc.returncode == 2 and "missing: no such file or folder" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run_in_process(other, monkeypatch, nproc=2, overrides=FAST + [f"checkpoint.initial_load_path={export}",
-                                                                         "checkpoint.initial_load_model_only=false"])
+    proc = run_in_process(
+        other,
+        monkeypatch,
+        nproc=2,
+        overrides=FAST + [f"checkpoint.initial_load_path={export}", "checkpoint.initial_load_model_only=false"],
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert (f"initial_load_model_only = false needs a DCP checkpoint with optimizer state; {export} is a "
-            in proc.stderr) and "; fix: set checkpoint.initial_load_model_only = true (weights only)" in proc.stderr
+    assert (
+        f"initial_load_model_only = false needs a DCP checkpoint with optimizer state; {export} is a " in proc.stderr
+    ) and "; fix: set checkpoint.initial_load_model_only = true (weights only)" in proc.stderr
     assert not (other / "outputs").exists()
 
 
@@ -81,7 +92,7 @@ def test_rerun_of_a_finished_job_writes_a_missing_export_and_keeps_an_existing_o
     proc = ok(run_trainer(tmp_path, nproc=2, overrides=run + ["checkpoint.export_final=torch"]))
     assert "nothing to train" in proc.stdout and "warning: training.warmup_steps" not in proc.stdout
     assert f"exported the final model to {export.relative_to(tmp_path)}" in proc.stdout
-    assert sorted(losses(tmp_path)) == [1, 2]   # no step trained again
+    assert sorted(losses(tmp_path)) == [1, 2]  # no step trained again
     native = dcp_io.load_everything(folder / "step-2")["model"]
     exported = torch.load(export / "model.pt", weights_only=True)
     assert sorted(exported) == sorted(k.removeprefix("model.") for k in native)
@@ -89,12 +100,14 @@ def test_rerun_of_a_finished_job_writes_a_missing_export_and_keeps_an_existing_o
 
     before = (export / "model.pt").stat().st_mtime_ns
     proc = ok(run_trainer(tmp_path, nproc=2, overrides=run + ["checkpoint.export_final=torch"]))
-    assert (f"{export.relative_to(tmp_path)} already holds the final model (torch); delete it to export again"
-            in proc.stdout)
+    assert (
+        f"{export.relative_to(tmp_path)} already holds the final model (torch); delete it to export again"
+        in proc.stdout
+    )
     assert (export / "model.pt").stat().st_mtime_ns == before
 
     proc = ok(run_trainer(tmp_path, overrides=run + ["checkpoint.export_final=hf"]))
-    beside = folder / "export-step-2-hf"         # the torch export stays where it was (issue 18)
+    beside = folder / "export-step-2-hf"  # the torch export stays where it was (issue 18)
     assert f"exported the final model to {beside.relative_to(tmp_path)}" in proc.stdout
     assert detect.describe(beside).format == "hf" and (beside / "config.json").is_file()
     assert (export / "model.pt").stat().st_mtime_ns == before
@@ -120,8 +133,12 @@ def hf_runs(tmp_path_factory):
     args = ModelArgs(d_model=64, n_heads=4, n_kv_heads=2, n_layers=2, multiple_of=16)
     source = weights(args, seed=5)
     hf = write_hf(root / "hf", source, args)
-    common = FAST + PP_MODEL + PP_EXACT + ["training.steps=2", f"checkpoint.initial_load_path={hf}",
-                                           "checkpoint.export_final=torch"]
+    common = (
+        FAST
+        + PP_MODEL
+        + PP_EXACT
+        + ["training.steps=2", f"checkpoint.initial_load_path={hf}", "checkpoint.export_final=torch"]
+    )
     one, pp = root / "one", root / "pp"
     for d in (one, pp):
         d.mkdir()
@@ -131,15 +148,16 @@ def hf_runs(tmp_path_factory):
 
 
 def _export(workdir, step: int) -> dict[str, torch.Tensor]:
-    return torch.load(workdir / "outputs" / "llama_debug" / "checkpoints" / f"export-step-{step}" / "model.pt",
-                      weights_only=True)
+    return torch.load(
+        workdir / "outputs" / "llama_debug" / "checkpoints" / f"export-step-{step}" / "model.pt", weights_only=True
+    )
 
 
 def test_pipeline_stages_load_their_own_part_of_an_hf_llama_and_export_the_whole_model(hf_runs):
     """On pp = 2 each stage loads only its own tensors and the first loss equals the 1-rank
     run's; export_final gathers both stages into a file bit-identical to the 1-rank export."""
     root, source, one_out, pp_out = hf_runs
-    whole = len(source)   # 1 embedding + 2 x 9 block tensors + norm + output
+    whole = len(source)  # 1 embedding + 2 x 9 block tensors + norm + output
     assert f"HF names mapped, q/k un-permuted, {whole} tensors\n" in one_out
     # rank 0 is stage 0: the embedding and block 0 only
     assert f"HF names mapped, q/k un-permuted, {1 + 9} tensors\n" in pp_out
@@ -148,7 +166,7 @@ def test_pipeline_stages_load_their_own_part_of_an_hf_llama_and_export_the_whole
     want, got = _export(root / "one", 2), _export(root / "pp", 2)
     assert list(got) == list(want) and set(got) == set(source)
     assert all(torch.equal(got[k], want[k]) for k in want)
-    assert not all(torch.equal(got[k], source[k]) for k in source)   # two real steps were taken
+    assert not all(torch.equal(got[k], source[k]) for k in source)  # two real steps were taken
 
 
 def test_pipeline_stages_start_from_a_dcp_step_with_its_optimizer_state(hf_runs):
@@ -157,12 +175,23 @@ def test_pipeline_stages_start_from_a_dcp_step_with_its_optimizer_state(hf_runs)
     are those of the same start on 1 rank, and differ from a weights-only start."""
     root = hf_runs[0]
     step2 = root / "one" / "outputs" / "llama_debug" / "checkpoints" / "step-2"
-    common = FAST + PP_MODEL + PP_EXACT + ["training.steps=1", f"checkpoint.initial_load_path={step2}",
-                                           "checkpoint.export_final=torch", "training.warmup_steps=0"]
+    common = (
+        FAST
+        + PP_MODEL
+        + PP_EXACT
+        + [
+            "training.steps=1",
+            f"checkpoint.initial_load_path={step2}",
+            "checkpoint.export_final=torch",
+            "training.warmup_steps=0",
+        ]
+    )
     runs = {}
-    for name, nproc, extra in (("one_opt", 1, ["checkpoint.initial_load_model_only=false"]),
-                               ("pp_opt", 2, ["checkpoint.initial_load_model_only=false", "distributed.pp_size=2"]),
-                               ("pp_weights", 2, ["distributed.pp_size=2"])):
+    for name, nproc, extra in (
+        ("one_opt", 1, ["checkpoint.initial_load_model_only=false"]),
+        ("pp_opt", 2, ["checkpoint.initial_load_model_only=false", "distributed.pp_size=2"]),
+        ("pp_weights", 2, ["distributed.pp_size=2"]),
+    ):
         (root / name).mkdir()
         runs[name] = ok(run_trainer(root / name, nproc=nproc, overrides=common + extra)).stdout
     assert "DCP checkpoint" in runs["pp_opt"] and "+ optimizer state" in runs["pp_opt"]
@@ -182,9 +211,22 @@ def test_fsdp_times_pipeline_loads_and_exports_every_shard_of_every_stage(hf_run
     hf = root / "hf"
     run = root / "dp2_pp2"
     run.mkdir()
-    out = ok(run_trainer(run, nproc=4, overrides=FAST + PP_MODEL + PP_EXACT + [
-        "training.steps=2", "distributed.pp_size=2", "checkpoint.save_interval=2", f"checkpoint.initial_load_path={hf}",
-        "checkpoint.export_final=torch"])).stdout
+    out = ok(
+        run_trainer(
+            run,
+            nproc=4,
+            overrides=FAST
+            + PP_MODEL
+            + PP_EXACT
+            + [
+                "training.steps=2",
+                "distributed.pp_size=2",
+                "checkpoint.save_interval=2",
+                f"checkpoint.initial_load_path={hf}",
+                "checkpoint.export_final=torch",
+            ],
+        )
+    ).stdout
     assert "world 4 = dp 2 x pp 2 x tp 1" in out and f"q/k un-permuted, {1 + 9} tensors\n" in out
     assert losses(run)[1] == pytest.approx(losses(root / "one")[1], abs=1e-5)
     exported = _export(run, 2)

@@ -2,6 +2,7 @@
 torch_npu 2.13.0 wheel and takes the right output, and on CPU, through a stand-in module
 that implements the documented semantics, each adapter (and the whole model) matches the
 reference path."""
+
 from __future__ import annotations
 
 import ast
@@ -27,6 +28,7 @@ DOCUMENTED_VALUES = {"rotary_mode": {"half", "interleave"}, "input_layout": {"BS
 
 # ---------------------------------------------------------------- static: schemas in the wheel
 
+
 @pytest.fixture(scope="module")
 def wheel():
     return torch_npu_wheel()
@@ -39,9 +41,14 @@ def schemas(wheel):
 
 def _torch_npu_calls(tree: ast.AST) -> list[tuple[ast.Call, ast.AST]]:
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    return [(node, parents[node]) for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch_npu"]
+    return [
+        (node, parents[node])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "torch_npu"
+    ]
 
 
 def binding_problems(call: ast.Call, parent: ast.AST, schema) -> list[str]:
@@ -90,26 +97,33 @@ def binding_problems(call: ast.Call, parent: ast.AST, schema) -> list[str]:
 def test_every_torch_npu_call_in_kernels_binds_to_its_schema(schemas):
     calls = _torch_npu_calls(ast.parse(KERNELS_PY.read_text()))
     assert sorted(c.func.attr for c, _ in calls) == [
-        "npu_fusion_attention", "npu_rms_norm", "npu_rotary_mul", "npu_swiglu"]
+        "npu_fusion_attention",
+        "npu_rms_norm",
+        "npu_rotary_mul",
+        "npu_swiglu",
+    ]
     report = {c.func.attr: binding_problems(c, p, schemas[c.func.attr]) for c, p in calls}
     assert report == {name: [] for name in report}
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("torch_npu.npu_rms_norm(x, w, epsilon=1e-5)", "returns 2 values"),
-    ("torch_npu.npu_rms_norm(x, w, eps=1e-5)[0]", "no argument 'eps'"),
-    ("torch_npu.npu_rms_norm(x, w)[1]", "takes output [1], the result is [0]"),
-    ("torch_npu.npu_rms_norm(x, w, 1e-5, epsilon=1e-5)[0]", "'epsilon' given twice"),
-    ("torch_npu.npu_rotary_mul(x, c, s, rotary_mode='interleaved')", "rotary_mode='interleaved' is not one of"),
-    ("torch_npu.npu_rotary_mul(x, c, s)[0]", "returns one Tensor but is indexed"),
-    ("torch_npu.npu_fusion_attention(q, k, v, 'BSND', head_num=4)[0]", "'head_num' given twice"),
-    ("torch_npu.npu_fusion_attention(q, k, v, 4)[0]", "required ['input_layout'] not given"),
-    ("torch_npu.npu_fusion_attention(q, k, v, 4, 'NSBD')[0]", "input_layout='NSBD' is not one of"),
-    ("torch_npu.npu_fusion_attention(q, k, v, 4, 'BSND')[4]", "output [4] is not a Tensor"),
-    ("torch_npu.npu_swiglu(self=x)", "'self' passed by keyword"),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("torch_npu.npu_rms_norm(x, w, epsilon=1e-5)", "returns 2 values"),
+        ("torch_npu.npu_rms_norm(x, w, eps=1e-5)[0]", "no argument 'eps'"),
+        ("torch_npu.npu_rms_norm(x, w)[1]", "takes output [1], the result is [0]"),
+        ("torch_npu.npu_rms_norm(x, w, 1e-5, epsilon=1e-5)[0]", "'epsilon' given twice"),
+        ("torch_npu.npu_rotary_mul(x, c, s, rotary_mode='interleaved')", "rotary_mode='interleaved' is not one of"),
+        ("torch_npu.npu_rotary_mul(x, c, s)[0]", "returns one Tensor but is indexed"),
+        ("torch_npu.npu_fusion_attention(q, k, v, 'BSND', head_num=4)[0]", "'head_num' given twice"),
+        ("torch_npu.npu_fusion_attention(q, k, v, 4)[0]", "required ['input_layout'] not given"),
+        ("torch_npu.npu_fusion_attention(q, k, v, 4, 'NSBD')[0]", "input_layout='NSBD' is not one of"),
+        ("torch_npu.npu_fusion_attention(q, k, v, 4, 'BSND')[4]", "output [4] is not a Tensor"),
+        ("torch_npu.npu_swiglu(self=x)", "'self' passed by keyword"),
+    ],
+)
 def test_the_binding_check_catches_wrong_calls(schemas, source, expected):
-    (call, parent), = _torch_npu_calls(ast.parse(source))
+    ((call, parent),) = _torch_npu_calls(ast.parse(source))
     assert any(expected in p for p in binding_problems(call, parent, schemas[call.func.attr]))
 
 
@@ -118,13 +132,14 @@ def test_the_stand_in_has_the_schema_signatures_and_quotes_the_wheel_docs(wheel,
     for op, sentences in stand_in_torch_npu.DOCUMENTED.items():
         sig = inspect.signature(getattr(stand_in_torch_npu, op))
         assert list(sig.parameters) == [p.name for p in schemas[op].params], op
-        entry = docs[docs.index(f'"{op}",'):]
+        entry = docs[docs.index(f'"{op}",') :]
         entry = entry[: entry.index("_add_torch_npu_docstr(")]
         for sentence in sentences:
             assert sentence in entry, (op, sentence)
 
 
 # ---------------------------------------------------------------- on CPU: adapters vs reference
+
 
 @pytest.fixture
 def npu(monkeypatch):
@@ -223,9 +238,15 @@ def test_build_chooses_the_kernels_once_for_every_stage_and_the_fake_tensor_buil
 
     asked = []
     monkeypatch.setattr(kernels, "for_device", lambda device_type: asked.append(device_type) or npu)
-    cfg = config.load(REPO / "configs" / "llama_debug.toml",
-                      ["training.seq_len=64", "model.n_layers=4", f"distributed.pp_size={pp}",
-                       'distributed.pp_schedule="interleaved_1f1b"'])
+    cfg = config.load(
+        REPO / "configs" / "llama_debug.toml",
+        [
+            "training.seq_len=64",
+            "model.n_layers=4",
+            f"distributed.pp_size={pp}",
+            'distributed.pp_schedule="interleaved_1f1b"',
+        ],
+    )
     config.validate(cfg, 2)
     fake_world(2)
     with FakeTensorMode(allow_non_fake_inputs=True):

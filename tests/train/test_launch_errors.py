@@ -1,6 +1,7 @@
 """Launcher errors a user meets, each one line with the fix, from real processes: a
 rendezvous port already in use, a rank killed by a signal (named, with what it usually
 means), and Ctrl-C at any moment of start-up without a Python traceback."""
+
 from __future__ import annotations
 
 import signal
@@ -27,14 +28,17 @@ def taken_port():
 
 @pytest.mark.multirank
 def test_a_master_port_in_use_is_one_line_before_any_rank_starts(tmp_path, taken_port):
-    proc = run_trainer(tmp_path, nproc=2, overrides=FAST + ["training.steps=2"],
-                       extra=["--master-port", str(taken_port)], timeout=120)
+    proc = run_trainer(
+        tmp_path, nproc=2, overrides=FAST + ["training.steps=2"], extra=["--master-port", str(taken_port)], timeout=120
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert lines == [f"titan-train: error: port {taken_port} (MASTER_PORT) is already in use on this host: another "
-                     f"job or a leftover rank holds it (see `ss -ltnp | grep :{taken_port}`); fix: pass another "
-                     "--master-port, or leave it out to take a free one"], proc.stderr
-    assert not (tmp_path / "outputs" / "llama_debug" / "logs").exists()   # no rank was started
+    assert lines == [
+        f"titan-train: error: port {taken_port} (MASTER_PORT) is already in use on this host: another "
+        f"job or a leftover rank holds it (see `ss -ltnp | grep :{taken_port}`); fix: pass another "
+        "--master-port, or leave it out to take a free one"
+    ], proc.stderr
+    assert not (tmp_path / "outputs" / "llama_debug" / "logs").exists()  # no rank was started
 
 
 def test_a_port_taken_under_a_rank_is_named_in_the_summary(taken_port):
@@ -48,13 +52,15 @@ def test_a_port_taken_under_a_rank_is_named_in_the_summary(taken_port):
 
 @pytest.mark.multirank
 def test_a_rank_killed_by_sigkill_names_the_oom_killer_and_the_fix(tmp_path):
-    proc = run_trainer(tmp_path, nproc=2, overrides=FAST + ["training.steps=4"],
-                       env={"TITAN_TRAIN_FAULT": "kill@1:2"}, timeout=300)
+    proc = run_trainer(
+        tmp_path, nproc=2, overrides=FAST + ["training.steps=4"], env={"TITAN_TRAIN_FAULT": "kill@1:2"}, timeout=300
+    )
     assert proc.returncode == 1
     err = proc.stderr.splitlines()
     assert err[0].startswith("titan-train: rank 1 failed first (killed by SIGKILL) after ")
-    assert err[1].startswith("  error: killed by SIGKILL (no Python error): often the kernel's OOM killer "
-                             "(check `dmesg -T")
+    assert err[1].startswith(
+        "  error: killed by SIGKILL (no Python error): often the kernel's OOM killer (check `dmesg -T"
+    )
     assert "fix: lower training.batch_size or seq_len" in err[1]
 
 
@@ -62,13 +68,19 @@ def test_every_signal_has_a_name_and_the_common_ones_a_cause():
     assert launch.signal_error(-signal.SIGSEGV).startswith("killed by SIGSEGV (no Python error): a crash in native")
     assert "/dev/shm" in launch.signal_error(-signal.SIGBUS)
     assert launch.signal_error(-signal.SIGUSR1) == "killed by SIGUSR1 (no Python error)"
-    assert launch.signal_error(-77) == "killed by signal 77 (no Python error)"   # not a named signal: no crash
+    assert launch.signal_error(-77) == "killed by signal 77 (no Python error)"  # not a named signal: no crash
 
 
 def _interrupt_when(tmp_path, ready) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Start a 2-rank run, send SIGINT to the launcher (as Ctrl-C does) once `ready()`."""
-    proc = subprocess.Popen(trainer_cmd(2, FAST + ["training.steps=50"]), cwd=tmp_path, env=trainer_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        trainer_cmd(2, FAST + ["training.steps=50"]),
+        cwd=tmp_path,
+        env=trainer_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while not ready() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -88,17 +100,21 @@ def test_ctrl_c_during_start_up_exits_130_without_a_traceback(tmp_path, moment):
     traceback in the rank log and exit 1)."""
     started = time.monotonic()
     logs_dir = tmp_path / "outputs" / "llama_debug" / "logs"
-    ready = (lambda: (logs_dir / "rank1.log").exists()) if moment == "ranks starting" else \
-        (lambda: time.monotonic() - started > moment)
+    ready = (
+        (lambda: (logs_dir / "rank1.log").exists())
+        if moment == "ranks starting"
+        else (lambda: time.monotonic() - started > moment)
+    )
     proc, logs = _interrupt_when(tmp_path, ready)
     assert proc.returncode == 130, (proc.returncode, proc.stderr[-3000:])
     assert "Traceback" not in proc.stderr and "failed first" not in proc.stderr, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    if moment == "ranks starting":   # a rank's own log may show where Python was when it got the signal
+    if moment == "ranks starting":  # a rank's own log may show where Python was when it got the signal
         assert last.startswith("titan-train: stopped on SIGINT (exit 130)"), last
     else:
-        assert last in ("titan-train: interrupted by SIGINT before any rank started; nothing ran",) or \
-            last.startswith("titan-train: stopped on SIGINT (exit 130)"), last
+        assert last in ("titan-train: interrupted by SIGINT before any rank started; nothing ran",) or last.startswith(
+            "titan-train: stopped on SIGINT (exit 130)"
+        ), last
         assert all("Traceback" not in log for log in logs), logs
 
 
@@ -110,11 +126,15 @@ def test_a_forwarded_stop_says_what_was_saved_not_always_resume(tmp_path):
     result = launch.LaunchResult([launch.RankOutcome(0, log)], "", 0)
     log.write_text("[titan-train] backend auto: cpu+gloo\n")
     assert launch.stop_note(result).startswith("during start-up, before any step: nothing was trained or saved")
-    log.write_text("step 3/50 | loss 6.1\ntitan-train: stopped by SIGINT after step 3 (checkpoint saved; run the "
-                   "same command to resume)\n")
+    log.write_text(
+        "step 3/50 | loss 6.1\ntitan-train: stopped by SIGINT after step 3 (checkpoint saved; run the "
+        "same command to resume)\n"
+    )
     assert launch.stop_note(result) == "after step 3, checkpoint saved; the same command resumes there"
     log.write_text("titan-train: stopped by SIGTERM after step 7 (no checkpoint configured)\n")
-    assert "after step 7; no checkpoint configured" in launch.stop_note(result) and "starts over" in launch.stop_note(result)
+    assert "after step 7; no checkpoint configured" in launch.stop_note(result) and "starts over" in launch.stop_note(
+        result
+    )
 
 
 @pytest.mark.multirank
@@ -131,10 +151,22 @@ def test_a_rank_that_click_aborted_on_the_forwarded_ctrl_c_is_not_a_failure(tmp_
 
 def test_the_oom_hint_gives_the_estimate_command_for_this_job_not_a_placeholder():
     opts = launch.LaunchOptions(nproc=2)
-    cmd = [sys.executable, "-m", "titan_train.cli", "run", "--config", "/c/my run.toml", "--set", "training.seq_len=64",
-           "--set", 'data.dataset="a b.txt"']
+    cmd = [
+        sys.executable,
+        "-m",
+        "titan_train.cli",
+        "run",
+        "--config",
+        "/c/my run.toml",
+        "--set",
+        "training.seq_len=64",
+        "--set",
+        'data.dataset="a b.txt"',
+    ]
     text = "  error: " + launch.signal_error(-signal.SIGKILL)
     done = launch._with_estimate_command(text, cmd, opts)
     assert "--config ..." not in done
-    assert ("titan-doctor diagnose --config '/c/my run.toml' --world-size 2 --device CARD --set training.seq_len=64 "
-            "--set 'data.dataset=\"a b.txt\"'") in done
+    assert (
+        "titan-doctor diagnose --config '/c/my run.toml' --world-size 2 --device CARD --set training.seq_len=64 "
+        "--set 'data.dataset=\"a b.txt\"'"
+    ) in done

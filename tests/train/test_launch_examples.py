@@ -1,4 +1,5 @@
 """The launch examples are valid bash and use only options the CLIs have."""
+
 from __future__ import annotations
 
 import re
@@ -18,7 +19,7 @@ SCRIPTS = [EXAMPLES / "train_8npu.sh", EXAMPLES / "slurm_64npu.sbatch"]
 def _commands(text: str, prefix: str) -> list[str]:
     """Each `prefix ...` command, continuation lines joined, comments dropped."""
     text = re.sub(r"\\\n", " ", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
-    return [line[line.index(prefix):] for line in text.splitlines() if prefix in line]
+    return [line[line.index(prefix) :] for line in text.splitlines() if prefix in line]
 
 
 def _options(command) -> set[str]:
@@ -30,8 +31,10 @@ def test_example_uses_only_real_options(script):
     if shutil.which("bash"):
         assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     text = script.read_text()
-    checks = [("titan-train run", _options(train_main.get_command(None, "run"))),
-              ("titan-doctor diagnose", _options(doctor_main.get_command(None, "diagnose")))]
+    checks = [
+        ("titan-train run", _options(train_main.get_command(None, "run"))),
+        ("titan-doctor diagnose", _options(doctor_main.get_command(None, "diagnose"))),
+    ]
     for prefix, known in checks:
         commands = _commands(text, prefix)
         assert commands, f"{script.name} runs no `{prefix}`"
@@ -47,4 +50,4 @@ def test_slurm_script_takes_the_rendezvous_from_the_allocation():
     assert "#SBATCH --nodes=8" in text and "--nproc 8" in text
     assert 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in text
     assert '--node-rank "$SLURM_NODEID"' in text and '--master-port "$MASTER_PORT"' in text
-    assert "#SBATCH --signal=TERM@300" in text     # the graceful-stop signal before the time limit
+    assert "#SBATCH --signal=TERM@300" in text  # the graceful-stop signal before the time limit

@@ -1,6 +1,7 @@
 """The analytic memory estimate: its terms are recomputed from the live model and the
 trainer's own sharding, so a change to model.py, kernels.py (the reference ops the build
 picks on CPU) or parallel.py that drifts the formulas fails here."""
+
 from __future__ import annotations
 
 import contextlib
@@ -15,8 +16,16 @@ from titan_train.memory import estimate as me
 
 # A model small enough to build and run forward in a second under FakeTensorMode, with a
 # vocabulary that does not divide by 4 (FSDP padding) and a SwiGLU width unlike d.
-TINY = ["model.d_model=64", "model.n_heads=4", "model.n_kv_heads=4", "model.vocab_size=130", "model.multiple_of=32",
-        "model.max_seq_len=64", "training.seq_len=32", "training.batch_size=8"]
+TINY = [
+    "model.d_model=64",
+    "model.n_heads=4",
+    "model.n_kv_heads=4",
+    "model.vocab_size=130",
+    "model.multiple_of=32",
+    "model.max_seq_len=64",
+    "training.seq_len=32",
+    "training.batch_size=8",
+]
 
 
 def tiny(*overrides: str) -> JobConfig:
@@ -50,7 +59,7 @@ def saved_bytes(cfg: JobConfig, world: int) -> int:
 
     with built(cfg, world) as (parts, dims):
         model = parts.model_parts[0]
-        (inputs, targets), = mx.random_batches(cfg, dims, torch.device("cpu"))()
+        ((inputs, targets),) = mx.random_batches(cfg, dims, torch.device("cpu"))()
         not_activations = {_storage(b)._cdata for b in model.buffers()}
         seen = {}
 
@@ -117,9 +126,10 @@ def shard_bytes(cfg: JobConfig, world: int) -> tuple[int, int]:
     return sum(storages.values()), len(params)
 
 
-@pytest.mark.parametrize("world,overrides", [(4, []), (4, ["distributed.tp_size=2"]), (3, ["model.n_heads=1",
-                                                                                           "model.n_kv_heads=1",
-                                                                                           "training.batch_size=9"])])
+@pytest.mark.parametrize(
+    "world,overrides",
+    [(4, []), (4, ["distributed.tp_size=2"]), (3, ["model.n_heads=1", "model.n_kv_heads=1", "training.batch_size=9"])],
+)
 def test_parameter_and_adamw_terms_match_the_trainers_sharding(world, overrides):
     cfg = tiny("model.n_layers=2", *overrides)
     validate(cfg, world)
@@ -146,7 +156,7 @@ def test_terms_sum_to_the_peak_and_margins_apply():
     assert sum(t.bytes for t in on_card.terms) == on_card.tensor_bytes
     assert on_card.margin_bytes == int(me.ALLOCATOR_MARGIN * on_card.tensor_bytes)
     # 13B on 16 cards = dp 8 x tp 2: the world group, dp and tp groups, 2 x 200 MB each
-    assert on_card.comm_bytes == 3 * 2 * 200 * 2 ** 20
+    assert on_card.comm_bytes == 3 * 2 * 200 * 2**20
     on_cpu = me.estimate(me.layout(cfg, 16, "gloo"), accelerator=False).worst
     assert on_cpu.comm_bytes == 0 and on_cpu.margin_bytes == 0
 
@@ -154,16 +164,21 @@ def test_terms_sum_to_the_peak_and_margins_apply():
 def test_hccl_buffsize_counts_per_communicator():
     cfg = load(configs_dir() / "llama_70b.toml")
     small = me.layout(cfg, 64, "hccl", hccl_buffsize_mb=50)
-    assert me.comm_buffers(small) == 3 * 2 * 50 * 2 ** 20
-    assert me.comm_buffers(me.layout(cfg, 8, "hccl")) == 1 * 2 * 200 * 2 ** 20  # tp 8 = the world: one group
+    assert me.comm_buffers(small) == 3 * 2 * 50 * 2**20
+    assert me.comm_buffers(me.layout(cfg, 8, "hccl")) == 1 * 2 * 200 * 2**20  # tp 8 = the world: one group
 
 
 def test_activation_checkpointing_and_sharding_lower_the_estimate():
     cfg = load(configs_dir() / "llama_7b.toml")
     peak = {}
     for ac in ("none", "selective", "full"):
-        peak[ac] = me.estimate(me.layout(dataclasses.replace(
-            cfg, training=dataclasses.replace(cfg.training, activation_checkpoint=ac)), 8, "hccl")).peak_bytes
+        peak[ac] = me.estimate(
+            me.layout(
+                dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, activation_checkpoint=ac)),
+                8,
+                "hccl",
+            )
+        ).peak_bytes
     assert peak["none"] > peak["selective"] > peak["full"]
     assert me.estimate(me.layout(cfg, 16, "hccl")).peak_bytes < me.estimate(me.layout(cfg, 8, "hccl")).peak_bytes
 
@@ -171,17 +186,17 @@ def test_activation_checkpointing_and_sharding_lower_the_estimate():
 def test_seed_facts_70b_weights_and_per_card_share():
     cfg = load(configs_dir() / "llama_70b.toml")
     est = me.estimate(me.layout(cfg, 64, "hccl"))
-    assert 137e9 <= est.weights_bytes <= 141e9               # "70B in bf16 is 140 GB of weights"
+    assert 137e9 <= est.weights_bytes <= 141e9  # "70B in bf16 is 140 GB of weights"
     per_card = est.weights_bytes / cfg.distributed.tp_size
-    assert per_card == pytest.approx(17.5e9, rel=0.02)        # "17.5 GB per card with tp_size 8"
+    assert per_card == pytest.approx(17.5e9, rel=0.02)  # "17.5 GB per card with tp_size 8"
 
 
 def test_seed_facts_7b_weights_fit_one_card_training_does_not_without_sharding():
     cfg = load(configs_dir() / "llama_7b.toml")
-    card = 64 * 2 ** 30
+    card = 64 * 2**30
     one = me.estimate(me.layout(cfg, 1, "hccl"))
     assert one.weights_bytes < card
-    assert 16 * one.params > card                             # fp32 params + grads + AdamW
+    assert 16 * one.params > card  # fp32 params + grads + AdamW
     assert one.peak_bytes > card
     assert not one.layout.fsdp and me.estimate(me.layout(cfg, 8, "hccl")).layout.fsdp
 
@@ -201,8 +216,18 @@ def _torch_interleaved_backwards(pp: int, n: int, rank: int, chunks: int = 2) ->
     from types import SimpleNamespace
 
     schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
-    stages = [SimpleNamespace(group_rank=rank, group_size=pp, stage_index=c * pp + rank, num_stages=pp * chunks,
-                              is_first=False, is_last=False, submod=None) for c in range(chunks)]
+    stages = [
+        SimpleNamespace(
+            group_rank=rank,
+            group_size=pp,
+            stage_index=c * pp + rank,
+            num_stages=pp * chunks,
+            is_first=False,
+            is_last=False,
+            submod=None,
+        )
+        for c in range(chunks)
+    ]
     order = schedules.ScheduleInterleaved1F1B(stages, n_microbatches=n).pipeline_order[rank]
     held, out = [0] * chunks, []
     for action in filter(None, order):
@@ -225,8 +250,14 @@ def test_interleaved_last_rank_holds_a_round_on_its_first_chunk_and_one_on_its_l
     """pp 8, 8 micro-batches (torchtitan's 405B Interleaved1F1B run): the last rank runs 8
     forwards of its first stage before its last stage's first forward + backward, so it holds
     8 + 1 micro-batches, not 2 of each (which double-counted the logits of its last stage)."""
-    cfg = tiny("model.n_layers=16", "distributed.pp_size=8", 'distributed.pp_schedule="interleaved_1f1b"',
-               "distributed.pp_microbatches=8", 'training.activation_checkpoint="full"', "model.vocab_size=4096")
+    cfg = tiny(
+        "model.n_layers=16",
+        "distributed.pp_size=8",
+        'distributed.pp_schedule="interleaved_1f1b"',
+        "distributed.pp_microbatches=8",
+        'training.activation_checkpoint="full"',
+        "model.vocab_size=4096",
+    )
     lay = me.layout(cfg, 8, "gloo")
     first, _ = me._held(lay, 7, 2)
     assert first[1] == (8, 1) and first[0] == (8, 0)

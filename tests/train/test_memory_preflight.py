@@ -1,5 +1,6 @@
 """`titan-train run` checks memory before starting any rank: clearly over is refused with one
 line (exit 2), within the estimate's error is a warning, --ignore-memory goes ahead."""
+
 from __future__ import annotations
 
 import subprocess
@@ -16,16 +17,21 @@ from titan_train.runtime.launch import LaunchOptions
 
 from .conftest import REPO, trainer_env
 
-GiB = 2 ** 30
+GiB = 2**30
 CPU = device.Device("cpu", "gloo", 1)
 
 
 @pytest.mark.multirank
 def test_7b_on_this_host_is_refused_in_one_line_before_any_rank(tmp_path):
     """Before this check the run allocated until the OOM killer ended it."""
-    p = subprocess.run([sys.executable, "-m", "titan_train.cli", "run", "--config", "llama_7b",
-                        "--set", 'distributed.backend="auto"'], cwd=tmp_path, env=trainer_env(),
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "titan_train.cli", "run", "--config", "llama_7b", "--set", 'distributed.backend="auto"'],
+        cwd=tmp_path,
+        env=trainer_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in p.stderr
@@ -80,6 +86,12 @@ def test_host_available_reads_meminfo():
 
 
 def test_help_documents_the_flag():
-    p = subprocess.run([sys.executable, "-m", "titan_train.cli", "run", "--help"], cwd=REPO, env=trainer_env(),
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "titan_train.cli", "run", "--help"],
+        cwd=REPO,
+        env=trainer_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "--ignore-memory" in p.stdout and "memory estimate" in p.stdout

@@ -1,6 +1,7 @@
 """Verdict and remedies: the verdict's three bands, and for configs that do not fit, remedies
 that the trainer accepts, that are re-estimated on the changed config, and that come in
 the documented order (config changes by memory saved, then more cards)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +13,7 @@ from titan_train.config.paths import configs_dir
 from titan_train.memory import estimate as me
 from titan_train.memory import remedies as mr
 
-GiB = 2 ** 30
+GiB = 2**30
 CARD = int(60.96 * GiB)
 
 
@@ -41,16 +42,16 @@ def test_remedies_for_7b_on_8_cards_are_valid_re_estimated_and_ordered():
     assert found, "a config that does not fit must get remedies"
     config_changes = [r for r in found if not r.flags]
     more_cards = [r for r in found if r.flags]
-    assert found == config_changes + more_cards                       # new hardware last
+    assert found == config_changes + more_cards  # new hardware last
     for group in (config_changes, more_cards):
         saved = [r.saved_bytes for r in group]
-        assert saved == sorted(saved, reverse=True)                   # most memory saved first
+        assert saved == sorted(saved, reverse=True)  # most memory saved first
     for r in found:
         world = int(r.flags.split()[-1]) if r.flags else target.world_size
-        changed = load(configs_dir() / "llama_7b.toml", r.sets)       # the --set lines as the trainer reads them
+        changed = load(configs_dir() / "llama_7b.toml", r.sets)  # the --set lines as the trainer reads them
         validate(changed, world)
         again = mr.estimate_for(changed, target, world)
-        assert again.peak_bytes == r.estimate.peak_bytes               # re-estimated on the changed config
+        assert again.peak_bytes == r.estimate.peak_bytes  # re-estimated on the changed config
         assert r.saved_bytes == base.peak_bytes - again.peak_bytes > 0
         assert r.verdict == mr.verdict(again, CARD)
     top = found[0]
@@ -84,9 +85,9 @@ def test_when_nothing_fits_alone_a_combination_comes_first():
     assert not any(r.verdict.status == mr.FITS for r in found[1:] if not r.title.startswith("combined"))
     combo = found[0]
     assert combo.title.startswith("combined: ") and len(combo.sets) >= 2
-    assert len({s.split("=")[0] for s in combo.sets}) == len(combo.sets)   # each key once
+    assert len({s.split("=")[0] for s in combo.sets}) == len(combo.sets)  # each key once
     assert combo.verdict.status == mr.FITS
-    assert not any("seq_len" in s for s in combo.sets)                    # what is trained stays
+    assert not any("seq_len" in s for s in combo.sets)  # what is trained stays
 
 
 def test_a_config_that_fits_gets_a_fits_verdict_and_no_refusal():
@@ -116,8 +117,12 @@ def test_tp_remedy_respects_head_counts():
     found = mr.remedies(cfg, mr.Target(64, CARD, "hccl", accelerator=True))
     assert not any(s.startswith("distributed.tp_size") for r in found for s in r.sets)
     small = dataclasses.replace(cfg, distributed=dataclasses.replace(cfg.distributed, tp_size=2))
-    tps = [s for r in mr.remedies(small, mr.Target(64, CARD, "hccl", True)) for s in r.sets
-           if s.startswith("distributed.tp_size")]
+    tps = [
+        s
+        for r in mr.remedies(small, mr.Target(64, CARD, "hccl", True))
+        for s in r.sets
+        if s.startswith("distributed.tp_size")
+    ]
     assert tps and all(int(s.split("=")[1]) in (4, 8) for s in tps)
 
 

@@ -1,4 +1,5 @@
 """The LLaMA model: real LLaMA-2 sizes from the shipped configs, built on meta."""
+
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
 """Multi-node with real processes: two `titan-train run` "nodes" of 2 ranks each on this
 machine, meeting through torch's c10d rendezvous, train exactly like 4 ranks on one node."""
+
 from __future__ import annotations
 
 import subprocess
@@ -11,7 +12,7 @@ from titan_train.runtime.launch import free_port
 
 from .conftest import FAST, REPO, losses, ok, run_trainer, trainer_env
 
-pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
+pytestmark = pytest.mark.multirank  # every test here starts trainer ranks or worker processes
 
 STEPS = ["training.steps=2"]
 
@@ -22,15 +23,36 @@ def test_two_nodes_of_two_ranks_match_four_ranks_on_one_node(tmp_path):
     ok(run_trainer(single, nproc=4, overrides=FAST + STEPS))
 
     port = free_port()
-    args = [sys.executable, "-m", "titan_train.cli", "run", "--config", str(REPO / "configs" / "llama_debug.toml"),
-            *[a for o in FAST + STEPS for a in ("--set", o)],
-            "--nproc", "2", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}"]
-    nodes = [subprocess.Popen(args + ["--node-rank", str(k)], cwd=multi, env=trainer_env(), text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for k in (0, 1)]
+    args = [
+        sys.executable,
+        "-m",
+        "titan_train.cli",
+        "run",
+        "--config",
+        str(REPO / "configs" / "llama_debug.toml"),
+        *[a for o in FAST + STEPS for a in ("--set", o)],
+        "--nproc",
+        "2",
+        "--nnodes",
+        "2",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+    ]
+    nodes = [
+        subprocess.Popen(
+            args + ["--node-rank", str(k)],
+            cwd=multi,
+            env=trainer_env(),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for k in (0, 1)
+    ]
     outs = [n.communicate(timeout=300) for n in nodes]
     for n, (out, err) in zip(nodes, outs):
         assert n.returncode == 0, f"{out[-2000:]}\n{err[-2000:]}"
-    assert sum("world 4 = dp 4 x pp 1 x tp 1" in out for out, _ in outs) == 1   # only global rank 0 prints
+    assert sum("world 4 = dp 4 x pp 1 x tp 1" in out for out, _ in outs) == 1  # only global rank 0 prints
     logs = multi / "outputs" / "llama_debug" / "logs"
     assert sorted(p.name for p in logs.iterdir()) == ["rank0.log", "rank1.log", "rank2.log", "rank3.log"]
 

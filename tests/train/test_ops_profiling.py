@@ -1,6 +1,7 @@
 """Profiler pieces: spans name the phase, a disabled profiler does nothing, the memory
 snapshot says why it is missing on CPU, and on NPU the torch_npu profiler is configured as
 its docs say (stand-in module). A real profiled run: test_run_safety.py."""
+
 from __future__ import annotations
 
 import sys
@@ -61,8 +62,10 @@ def _stand_in_torch_npu(calls):
 
     prof.profile = Profile
     memory_calls = []
-    memory = types.SimpleNamespace(_record_memory_history=lambda enabled, max_entries: memory_calls.append(enabled),
-                                   _dump_snapshot=lambda path: (memory_calls.append(path), open(path, "wb").close()))
+    memory = types.SimpleNamespace(
+        _record_memory_history=lambda enabled, max_entries: memory_calls.append(enabled),
+        _dump_snapshot=lambda path: (memory_calls.append(path), open(path, "wb").close()),
+    )
     return types.SimpleNamespace(profiler=prof), types.SimpleNamespace(memory=memory), memory_calls
 
 
@@ -73,8 +76,17 @@ def test_npu_uses_torch_npu_profiler_with_its_experimental_config(tmp_path, monk
     torch_npu, npu_module, memory_calls = _stand_in_torch_npu(calls)
     monkeypatch.setitem(sys.modules, "torch_npu", torch_npu)
     monkeypatch.setattr(torch, "npu", npu_module, raising=False)
-    cfg = ProfilingConfig(enabled=True, wait=0, warmup=1, active=3, repeat=2, folder=str(tmp_path),
-                          record_shapes=True, npu_level="Level2", memory_snapshot=True)
+    cfg = ProfilingConfig(
+        enabled=True,
+        wait=0,
+        warmup=1,
+        active=3,
+        repeat=2,
+        folder=str(tmp_path),
+        record_shapes=True,
+        npu_level="Level2",
+        memory_snapshot=True,
+    )
     with profiling.Profiler(cfg, device.Device("npu", "hccl", 8), 5) as prof:
         assert profiling._recording
         prof.step()

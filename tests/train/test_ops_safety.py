@@ -2,6 +2,7 @@
 trainer's run-operation pieces that starts in a second: the summary of a raising rank, the
 static multi-node rendezvous, the fault-spec parser and the log reading. The same behaviour
 through the trainer itself (kill -9 mid-save, SIGTERM, hang) is in test_run_safety.py."""
+
 from __future__ import annotations
 
 import json
@@ -24,11 +25,14 @@ def _launcher(run_dir: Path, cfg: dict, fault: str = "", nproc: int = 2, opts: s
     env["OPS_CFG"] = json.dumps({"run_dir": str(run_dir), **cfg})
     if fault:
         env[faults.ENV] = fault
-    code = ("import sys; from titan_train.runtime import launch; "
-            f"sys.exit(launch.run_and_report([sys.executable, {str(LOOP)!r}], "
-            f"launch.LaunchOptions({opts or f'nproc={nproc}'}), {str(run_dir)!r}, timeout_s=240))")
-    return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    code = (
+        "import sys; from titan_train.runtime import launch; "
+        f"sys.exit(launch.run_and_report([sys.executable, {str(LOOP)!r}], "
+        f"launch.LaunchOptions({opts or f'nproc={nproc}'}), {str(run_dir)!r}, timeout_s=240))"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code], cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
 
 
 def _finish(proc: subprocess.Popen) -> tuple[int, str, str]:
@@ -44,8 +48,8 @@ def test_raising_rank_summary_shows_its_exception_before_its_traceback(tmp_path)
     assert summary.startswith("titan-train: rank 0 failed first (exit 1)")
     assert "error: RuntimeError: injected fault (TITAN_TRAIN_FAULT) on rank 0 at step 2" in summary
     assert "Traceback" not in summary
-    assert "Traceback (most recent call last)" in tail    # the failed rank's own, after the summary
-    assert "Connection" not in tail                       # not a peer's secondary error
+    assert "Traceback (most recent call last)" in tail  # the failed rank's own, after the summary
+    assert "Connection" not in tail  # not a peer's secondary error
 
 
 def test_fault_spec_is_checked():
@@ -58,9 +62,11 @@ def test_fault_spec_is_checked():
 
 
 def test_last_error_line_and_peer_classification():
-    log = ("step 1\nTraceback (most recent call last):\n  File \"x.py\", line 1\n    f()\n"
-           "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:123\n"
-           "[W1130 rank0] ProcessGroupGloo destroyed\n")
+    log = (
+        'step 1\nTraceback (most recent call last):\n  File "x.py", line 1\n    f()\n'
+        "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:123\n"
+        "[W1130 rank0] ProcessGroupGloo destroyed\n"
+    )
     assert launch.last_error_line(log, 1).startswith("RuntimeError: [../gloo")
     assert launch.peer_lost(log)
     assert launch.last_error_line("", -9).startswith("killed by SIGKILL")
@@ -78,8 +84,12 @@ def test_two_static_nodes_match_one_node(tmp_path):
     rc, _, err = _finish(_launcher(one, {"steps": 3}, nproc=4))
     assert rc == 0, err
     port = launch.free_port()
-    nodes = [_launcher(two, {"steps": 3}, opts=f"nproc=2, nnodes=2, node_rank={k}, master_addr='127.0.0.1', "
-                                                 f"master_port={port}") for k in (0, 1)]
+    nodes = [
+        _launcher(
+            two, {"steps": 3}, opts=f"nproc=2, nnodes=2, node_rank={k}, master_addr='127.0.0.1', master_port={port}"
+        )
+        for k in (0, 1)
+    ]
     for node in nodes:
         rc, _, err = _finish(node)
         assert rc == 0, err

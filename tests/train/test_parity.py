@@ -1,12 +1,13 @@
 """Loss parity across meshes, with real processes on gloo: the same global batch and data
 order must give the same fp32 losses on 1 rank, 2 ranks FSDP and 4 ranks FSDP x TP."""
+
 from __future__ import annotations
 
 import pytest
 
 from .conftest import FAST, PARITY_STEPS, assert_same_run, losses, ok, run_trainer
 
-pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
+pytestmark = pytest.mark.multirank  # every test here starts trainer ranks or worker processes
 
 
 def test_single_rank_learns(one_rank):
@@ -25,8 +26,13 @@ def test_four_ranks_fsdp_x_tp_match_one_rank(one_rank, fsdp_tp_four):
 
 
 def test_grad_accumulation_matches_one_big_batch(one_rank, workdir):
-    ok(run_trainer(workdir, nproc=2, overrides=FAST + [f"training.steps={PARITY_STEPS}", "training.grad_accum_steps=2",
-                                                       "metrics.log_every=4"]))
+    ok(
+        run_trainer(
+            workdir,
+            nproc=2,
+            overrides=FAST + [f"training.steps={PARITY_STEPS}", "training.grad_accum_steps=2", "metrics.log_every=4"],
+        )
+    )
     accum = losses(workdir)
     assert sorted(accum) == [4, 8, 10]  # logged every 4th step and at the last
     for step in accum:

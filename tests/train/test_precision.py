@@ -1,4 +1,5 @@
 """bf16 and fp16 training on 2 FSDP ranks: close to fp32, and fp16 reports its loss scale."""
+
 from __future__ import annotations
 
 import json
@@ -7,7 +8,7 @@ import pytest
 
 from .conftest import FAST, losses, ok, run_trainer
 
-pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
+pytestmark = pytest.mark.multirank  # every test here starts trainer ranks or worker processes
 
 
 @pytest.fixture(scope="module")

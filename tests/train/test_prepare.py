@@ -1,5 +1,6 @@
 """prepare-data: every format reads the same documents, the prepared folder gives exactly the
 batches of the in-memory path, output is atomic, and bad input is one line."""
+
 from __future__ import annotations
 
 import gzip
@@ -58,8 +59,7 @@ def test_every_format_reads_the_same_documents(tmp_path):
     try:
         import zstandard
 
-        (tmp_path / "a.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(
-            (tmp_path / "a.jsonl").read_bytes()))
+        (tmp_path / "a.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress((tmp_path / "a.jsonl").read_bytes()))
         want["a.jsonl.zst"] = docs
     except ImportError:
         pass
@@ -88,15 +88,16 @@ def _prepare_and_raw(tmp_path, tokenizer: str, workers: int):
     return index, mapped, raw, logged, docs, out
 
 
-@pytest.mark.parametrize("tokenizer,workers",
-                         [("byte", 1), pytest.param(str(TOKENIZER_2K), 2, marks=needs_tokenizer_2k)])
+@pytest.mark.parametrize(
+    "tokenizer,workers", [("byte", 1), pytest.param(str(TOKENIZER_2K), 2, marks=needs_tokenizer_2k)]
+)
 def test_prepared_folder_gives_the_batches_of_the_raw_path(tmp_path, tokenizer, workers):
     index, mapped, raw, logged, docs, out = _prepare_and_raw(tmp_path, tokenizer, workers)
     assert len(index["shards"]) > 2  # reads must stitch shard boundaries
     assert isinstance(mapped.parts[0], np.memmap) and mapped.parts[0].dtype == np.uint16
     assert len(mapped) == len(raw) == index["tokens"] > 0
     seq = 64
-    for start in (0, 3, 40, 46, 47, 1000, 10 ** 6):  # past the end wraps around
+    for start in (0, 3, 40, 46, 47, 1000, 10**6):  # past the end wraps around
         indices = range(start, start + 8)
         for a, b in zip(mapped.batch(indices, seq), raw.batch(indices, seq)):
             assert np.array_equal(a, b)
@@ -108,9 +109,14 @@ def test_prepared_folder_gives_the_batches_of_the_raw_path(tmp_path, tokenizer, 
     assert index["documents"] == len(docs) == len(ends) and ends[-1] == len(stream)
     if tok.eos_id is not None:
         assert (stream[ends - 1] == tok.eos_id).all() and (stream == tok.eos_id).sum() == len(docs)
-    assert index["sources"] == [{"path": str((tmp_path / "corpus.jsonl").resolve()),
-                                 "bytes": (tmp_path / "corpus.jsonl").stat().st_size,
-                                 "documents": len(docs), "tokens": len(stream)}]
+    assert index["sources"] == [
+        {
+            "path": str((tmp_path / "corpus.jsonl").resolve()),
+            "bytes": (tmp_path / "corpus.jsonl").stat().st_size,
+            "documents": len(docs),
+            "tokens": len(stream),
+        }
+    ]
     assert index["tokenizer"]["vocab_size"] == tok.vocab_size and index["tokenizer"]["sha256"] == tok.sha256
     assert "tokenizing" in logged[0] and "MB) in memory" in logged[0] and "prepare-data" in logged[0]
 
@@ -163,9 +169,12 @@ def test_trainer_refuses_a_damaged_folder_or_another_tokenizer(tmp_path):
     index = json.loads(index_file.read_text())
     index["tokenizer"].update(sha256="0" * 64, spec="/elsewhere/tokenizer.json")
     index_file.write_text(json.dumps(index))
-    with pytest.raises(data.DataError, match=r"data.tokenizer = 'byte' is not the tokenizer .*p was prepared with "
-                                             r"\(/elsewhere/tokenizer.json, sha256 000000000000\); "
-                                             r"set data.tokenizer = '/elsewhere/tokenizer.json'"):
+    with pytest.raises(
+        data.DataError,
+        match=r"data.tokenizer = 'byte' is not the tokenizer .*p was prepared with "
+        r"\(/elsewhere/tokenizer.json, sha256 000000000000\); "
+        r"set data.tokenizer = '/elsewhere/tokenizer.json'",
+    ):
         data.checked_tokenizer("byte", str(out), 4096)
     with pytest.raises(data.DataError, match="smaller than the tokenizer's 257 ids"):
         data.checked_tokenizer("byte", str(out), 100)
@@ -185,8 +194,18 @@ def _cli(*args):
 def test_cli_prepare_data_json_help_and_one_line_errors(tmp_path):
     src = tmp_path / "c.txt"
     src.write_text("one doc\n\ntwo doc\n")
-    res = _cli("prepare-data", str(src), "--tokenizer", "byte", "--out", str(tmp_path / "o"), "--format", "json",
-               "--workers", "1")
+    res = _cli(
+        "prepare-data",
+        str(src),
+        "--tokenizer",
+        "byte",
+        "--out",
+        str(tmp_path / "o"),
+        "--format",
+        "json",
+        "--workers",
+        "1",
+    )
     assert res.exit_code == 0, res.output
     index = json.loads(res.stdout)
     assert index["tokens"] == len("one doc") + len("two doc\n") + 2 and index["documents"] == 2
@@ -215,20 +234,25 @@ def test_run_refuses_a_mismatched_prepared_folder_before_starting(tmp_path, monk
     src.write_text("some text\n")
     prepare.prepare([str(src)], "byte", tmp_path / "p", workers=1)
     (tmp_path / "p" / "index.json").write_text(
-        (tmp_path / "p" / "index.json").read_text().replace('"vocab_size": 257', '"vocab_size": 300'))
+        (tmp_path / "p" / "index.json").read_text().replace('"vocab_size": 257', '"vocab_size": 300')
+    )
     monkeypatch.chdir(tmp_path)
-    res = _cli("run", "--config", str(REPO / "configs" / "llama_debug.toml"), "--set",
-               f'data.dataset="{tmp_path / "p"}"')
+    res = _cli(
+        "run", "--config", str(REPO / "configs" / "llama_debug.toml"), "--set", f'data.dataset="{tmp_path / "p"}"'
+    )
     assert res.exit_code == 2 and res.output.count("\n") == 1
     assert "has 257 ids but" in res.output and "was prepared with 300" in res.output
     assert not (tmp_path / "outputs").exists()
 
 
-@pytest.mark.parametrize("damage,message", [
-    ("truncate", "tokens-00001.npy cannot be mapped"),
-    ("remove", "tokens-00001.npy cannot be mapped"),
-    ("short", "has 10 tokens, fewer than training.seq_len + 1 = 65"),
-])
+@pytest.mark.parametrize(
+    "damage,message",
+    [
+        ("truncate", "tokens-00001.npy cannot be mapped"),
+        ("remove", "tokens-00001.npy cannot be mapped"),
+        ("short", "has 10 tokens, fewer than training.seq_len + 1 = 65"),
+    ],
+)
 def test_run_checks_the_prepared_shards_before_any_rank_starts(tmp_path, monkeypatch, damage, message):
     """Shards the index does not match, or a corpus shorter than one sample, are refused by
     the preflight (one line, exit 2, no rank started), not by every rank after the launch."""
@@ -243,8 +267,17 @@ def test_run_checks_the_prepared_shards_before_any_rank_starts(tmp_path, monkeyp
     spawned = []
     monkeypatch.setattr("titan_train.runtime.launch.spawn", lambda *a, **k: spawned.append(a) or 0)
     monkeypatch.chdir(tmp_path)
-    res = _cli("run", "--config", str(REPO / "configs" / "llama_debug.toml"), "--nproc", "2",
-               "--set", "training.seq_len=64", "--set", f'data.dataset="{tmp_path / "p"}"')
+    res = _cli(
+        "run",
+        "--config",
+        str(REPO / "configs" / "llama_debug.toml"),
+        "--nproc",
+        "2",
+        "--set",
+        "training.seq_len=64",
+        "--set",
+        f'data.dataset="{tmp_path / "p"}"',
+    )
     assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
     assert res.output.startswith("titan-train: error: ") and message in res.output
     assert spawned == [] and not (tmp_path / "outputs").exists()
@@ -254,9 +287,26 @@ def test_prepare_data_runs_as_a_command(tmp_path):
     """The real entry point with worker processes (spawned) and progress lines on stderr."""
     docs = _random_docs(200)
     _write_jsonl(tmp_path / "c.jsonl", docs)
-    proc = subprocess.run([sys.executable, "-m", "titan_train.cli", "prepare-data", str(tmp_path),
-                           "--tokenizer", "byte", "--out", str(tmp_path / "out"), "--workers", "2"],
-                          cwd=tmp_path, env=trainer_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "titan_train.cli",
+            "prepare-data",
+            str(tmp_path),
+            "--tokenizer",
+            "byte",
+            "--out",
+            str(tmp_path / "out"),
+            "--workers",
+            "2",
+        ],
+        cwd=tmp_path,
+        env=trainer_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"wrote {tmp_path / 'out'}: ") and "(2 workers)" in proc.stdout
     assert "tokenizing: 100% of" in proc.stderr

@@ -1,4 +1,5 @@
 """Checkpoints: resume gives the same losses as an uninterrupted run; retention keeps N."""
+
 from __future__ import annotations
 
 import json
@@ -7,7 +8,7 @@ import pytest
 
 from .conftest import FAST, losses, ok, run_trainer
 
-pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
+pytestmark = pytest.mark.multirank  # every test here starts trainer ranks or worker processes
 
 
 def test_resume_matches_straight_run_and_keeps_last_n(tmp_path):
@@ -44,8 +45,10 @@ def test_partial_checkpoint_is_ignored_and_finished_run_does_nothing(tmp_path, r
     assert "nothing to train" in proc.stdout
     assert not partial.exists()
     # set aside with a line, never deleted unseen (issue 18)
-    assert ("[titan-train] step-9.tmp is an incomplete save (a crash during the write): moved to step-9.incomplete, "
-            "never resumed from") in proc.stdout
+    assert (
+        "[titan-train] step-9.tmp is an incomplete save (a crash during the write): moved to step-9.incomplete, "
+        "never resumed from"
+    ) in proc.stdout
     assert sorted(p.name for p in folder.iterdir()) == ["step-2", "step-9.incomplete"]
     assert (folder / "step-9.incomplete" / "__0_0.distcp").read_bytes() == b"half-written"
 
@@ -64,11 +67,14 @@ def test_resume_on_a_different_mesh_reshards(tmp_path):
         assert got[step] == pytest.approx(want[step], abs=1e-4), (step, got[step], want[step])
 
 
-@pytest.mark.parametrize("layout,extra", [
-    ("dp 2 x pp 1 x tp 1", []),
-    # the first stage reads the inputs and the last the targets of the same samples
-    ("dp 1 x pp 2 x tp 1", ["distributed.pp_size=2", 'distributed.pp_schedule="1f1b"']),
-])
+@pytest.mark.parametrize(
+    "layout,extra",
+    [
+        ("dp 2 x pp 1 x tp 1", []),
+        # the first stage reads the inputs and the last the targets of the same samples
+        ("dp 1 x pp 2 x tp 1", ["distributed.pp_size=2", 'distributed.pp_schedule="1f1b"']),
+    ],
+)
 def test_resume_is_exact_on_a_prepared_folder_and_matches_the_raw_file(tmp_path, layout, extra):
     """2 ranks on the memory-mapped path, stopped and resumed, give the losses of one
     uninterrupted run of the same layout on the same corpus tokenized in memory."""

@@ -7,6 +7,7 @@ losses as one that was never interrupted.
 
 Faults come from the TITAN_TRAIN_FAULT test hook (titan_train/runtime/faults.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,7 @@ from titan_train.runtime.watchdog import EXIT_HANG
 
 from .conftest import FAST, REPO, losses, ok, run_trainer, trainer_cmd, trainer_env
 
-pytestmark = pytest.mark.multirank   # every test here starts trainer ranks or worker processes
+pytestmark = pytest.mark.multirank  # every test here starts trainer ranks or worker processes
 
 STEPS = 6
 COMMON = FAST + [f"training.steps={STEPS}"]
@@ -42,8 +43,14 @@ def checkpoints(workdir: Path) -> list[str]:
 
 def diagnose(folder: Path) -> list[dict]:
     """`titan-doctor diagnose --log <folder> --format json`: its findings."""
-    proc = subprocess.run([sys.executable, "-m", "titan_doctor", "diagnose", "--log", str(folder), "--format", "json"],
-                          cwd=REPO, env=trainer_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "titan_doctor", "diagnose", "--log", str(folder), "--format", "json"],
+        cwd=REPO,
+        env=trainer_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     return json.loads(proc.stdout)["checks"]
 
@@ -99,15 +106,21 @@ def test_kill9_mid_save_names_the_rank_and_rerun_resumes_the_last_complete_step(
     # the incomplete step-4.tmp is set aside with a line, not deleted unseen (issue 18)
     assert "step-4.tmp is an incomplete save (a crash during the write): moved to step-4.incomplete" in resumed.stdout
     assert checkpoints(tmp_path) == ["step-2", "step-4", "step-4.incomplete", "step-6"]
-    assert not (logs / "launcher_node0.log").exists()      # the old verdict is not left for the doctor
+    assert not (logs / "launcher_node0.log").exists()  # the old verdict is not left for the doctor
     assert_same_losses(losses(tmp_path), reference, range(3, STEPS + 1))
 
 
 def test_sigterm_to_the_launcher_saves_the_current_step_and_resumes_exactly(tmp_path, reference):
     """What scancel / a preemption does: SIGTERM to `titan-train run` mid-run."""
-    ckpt = ["checkpoint.save_interval=100"]          # no periodic save before the stop
-    proc = subprocess.Popen(trainer_cmd(2, COMMON + ckpt), cwd=tmp_path, env=trainer_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    ckpt = ["checkpoint.save_interval=100"]  # no periodic save before the stop
+    proc = subprocess.Popen(
+        trainer_cmd(2, COMMON + ckpt),
+        cwd=tmp_path,
+        env=trainer_env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     seen = []
     for line in proc.stdout:
         seen.append(line)
@@ -118,18 +131,23 @@ def test_sigterm_to_the_launcher_saves_the_current_step_and_resumes_exactly(tmp_
     assert proc.returncode == EXIT_SIGTERM, "".join(seen) + out + err
     assert "Traceback" not in out + err
 
-    stopped = max(losses(tmp_path))                  # the step every rank agreed to stop after
-    assert err.strip().splitlines()[-1] == (f"titan-train: stopped on SIGTERM (exit 143) after step {stopped}, "
-                                            "checkpoint saved; the same command resumes there")
+    stopped = max(losses(tmp_path))  # the step every rank agreed to stop after
+    assert err.strip().splitlines()[-1] == (
+        f"titan-train: stopped on SIGTERM (exit 143) after step {stopped}, "
+        "checkpoint saved; the same command resumes there"
+    )
     assert 2 <= stopped < STEPS
     assert checkpoints(tmp_path) == [f"step-{stopped}"]
     for rank in (0, 1):
         log = (run_folder(tmp_path) / "logs" / f"rank{rank}.log").read_text()
-        assert ("titan-train: SIGTERM received: finishing this step; every rank stops after the same one (saving it "
-                "when checkpointing)") in log
+        assert (
+            "titan-train: SIGTERM received: finishing this step; every rank stops after the same one (saving it "
+            "when checkpointing)"
+        ) in log
         assert "Traceback" not in log
-    assert (f"titan-train: stopped by SIGTERM after step {stopped} (checkpoint saved; run the same command to "
-            "resume)") in (run_folder(tmp_path) / "logs" / "rank0.log").read_text()
+    assert (
+        f"titan-train: stopped by SIGTERM after step {stopped} (checkpoint saved; run the same command to resume)"
+    ) in (run_folder(tmp_path) / "logs" / "rank0.log").read_text()
 
     resumed = ok(run_trainer(tmp_path, nproc=2, overrides=COMMON + ckpt))
     assert f"(step {stopped})" in resumed.stdout
@@ -139,8 +157,14 @@ def test_sigterm_to_the_launcher_saves_the_current_step_and_resumes_exactly(tmp_
 def test_ctrl_c_stops_at_a_step_with_exit_130_and_no_traceback(tmp_path):
     """Ctrl-C reaches the launcher only (the ranks have their own sessions); it forwards
     SIGINT, and with saving off the ranks say so instead of claiming a checkpoint."""
-    proc = subprocess.Popen(trainer_cmd(2, COMMON), cwd=tmp_path, env=trainer_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        trainer_cmd(2, COMMON),
+        cwd=tmp_path,
+        env=trainer_env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     for line in proc.stdout:
         if line.startswith(f"step 1/{STEPS} "):
             proc.send_signal(signal.SIGINT)
@@ -154,8 +178,10 @@ def test_ctrl_c_stops_at_a_step_with_exit_130_and_no_traceback(tmp_path):
     for rank in (0, 1):
         log = (run_folder(tmp_path) / "logs" / f"rank{rank}.log").read_text()
         assert "Traceback" not in log and "titan-train: SIGINT received: finishing this step" in log
-    assert (f"titan-train: stopped by SIGINT after step {stopped} (no checkpoint configured)"
-            in (run_folder(tmp_path) / "logs" / "rank0.log").read_text())
+    assert (
+        f"titan-train: stopped by SIGINT after step {stopped} (no checkpoint configured)"
+        in (run_folder(tmp_path) / "logs" / "rank0.log").read_text()
+    )
 
 
 def test_sigterm_on_one_pipeline_rank_stops_both_stages_at_one_step_and_resumes(tmp_path, reference):
@@ -182,20 +208,21 @@ def test_hang_watchdog_dumps_every_rank_within_its_limit(tmp_path):
     hung = run_trainer(tmp_path, nproc=2, overrides=COMMON + watchdog, env={faults.ENV: "hang@1:4:120"})
     took = time.monotonic() - start
     assert hung.returncode == EXIT_HANG, hung.stdout[-2000:] + hung.stderr[-2000:]
-    assert took < 90, took                       # not the 120 s the rank sleeps
+    assert took < 90, took  # not the 120 s the rank sleeps
 
     dumps = run_folder(tmp_path) / "hang"
     assert sorted(p.name for p in dumps.iterdir()) == ["rank0.txt", "rank1.txt"]
     for rank in (0, 1):
         text = (dumps / f"rank{rank}.txt").read_text()
-        head = re.match(rf"rank {rank}: step 4 has run ([\d.]+) s; limit ([\d.]+) s \(4 x median [\d.]+ s, at least 2 s\)",
-                        text)
+        head = re.match(
+            rf"rank {rank}: step 4 has run ([\d.]+) s; limit ([\d.]+) s \(4 x median [\d.]+ s, at least 2 s\)", text
+        )
         assert head, text[:300]
         ran, limit = float(head.group(1)), float(head.group(2))
-        assert limit <= ran <= limit + 2.0       # it fired within a poll of the configured limit
-        assert "Most recent call first" in text or "most recent call first" in text   # faulthandler's stacks
+        assert limit <= ran <= limit + 2.0  # it fired within a poll of the configured limit
+        assert "Most recent call first" in text or "most recent call first" in text  # faulthandler's stacks
     stuck, waiting = (dumps / "rank1.txt").read_text(), (dumps / "rank0.txt").read_text()
-    assert "in collective: none" in stuck and "in maybe_inject" in stuck      # the sleeping frame
+    assert "in collective: none" in stuck and "in maybe_inject" in stuck  # the sleeping frame
     assert re.search(r"in collective: \w+ \(called from .+\.py:\d+\)", waiting)
 
     err = hung.stderr
@@ -213,11 +240,17 @@ def test_profiled_run_with_tensorboard_keeps_the_losses(tmp_path, reference):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    observed = ["profiling.enabled=true", "profiling.wait=1", "profiling.warmup=1", "profiling.active=2",
-                "metrics.tensorboard=true", "checkpoint.save_interval=4"]
+    observed = [
+        "profiling.enabled=true",
+        "profiling.wait=1",
+        "profiling.warmup=1",
+        "profiling.active=2",
+        "metrics.tensorboard=true",
+        "checkpoint.save_interval=4",
+    ]
     proc = ok(run_trainer(tmp_path, nproc=2, overrides=COMMON + observed))
     assert "[titan-train] profiling steps 3-4 (1 cycle(s) of wait 1 + warmup 1 + active 2)" in proc.stdout
-    assert losses(tmp_path) == reference            # bit for bit: profiling only observes
+    assert losses(tmp_path) == reference  # bit for bit: profiling only observes
 
     for rank in (0, 1):
         traces = sorted((run_folder(tmp_path) / "profile" / f"rank{rank}").glob("*.json"))
@@ -225,23 +258,31 @@ def test_profiled_run_with_tensorboard_keeps_the_losses(tmp_path, reference):
         events = json.loads(traces[0].read_text())["traceEvents"]
         spans = {e["name"] for e in events if e.get("cat") == "user_annotation"}
         assert {"forward", "backward", "optimizer", "checkpoint"} <= spans
-        assert {e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")} == \
-            {"ProfilerStep#2", "ProfilerStep#3"}
+        assert {e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")} == {
+            "ProfilerStep#2",
+            "ProfilerStep#3",
+        }
         saves = [e for e in events if e.get("name") == "checkpoint" and e.get("cat") == "user_annotation"]
-        assert max(e["dur"] for e in saves) > 1000   # step 4's save (us), not an empty span
+        assert max(e["dur"] for e in saves) > 1000  # step 4's save (us), not an empty span
 
     records = [json.loads(x) for x in (run_folder(tmp_path) / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "step" in r]
     acc = EventAccumulator(str(run_folder(tmp_path) / "tb"))
     acc.Reload()
     assert {"loss", "grad_norm", "lr", "tokens_per_s", "mfu", "peak_mem_gib"} <= set(acc.Tags()["scalars"])
-    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(r["step"], pytest.approx(r["loss"], rel=1e-6))
-                                                                for r in steps]
+    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [
+        (r["step"], pytest.approx(r["loss"], rel=1e-6)) for r in steps
+    ]
 
     pytest.importorskip("matplotlib")
     png = tmp_path / "run.png"
-    plotted = subprocess.run([sys.executable, "-m", "titan_train.cli", "plot", str(run_folder(tmp_path)), "-o", str(png)],
-                             env=trainer_env(), capture_output=True, text=True, timeout=120)
+    plotted = subprocess.run(
+        [sys.executable, "-m", "titan_train.cli", "plot", str(run_folder(tmp_path)), "-o", str(png)],
+        env=trainer_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert plotted.returncode == 0, plotted.stderr
     head = png.read_bytes()[:24]
     assert head[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(head[16:20], "big") == 1200

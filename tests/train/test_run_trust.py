@@ -1,6 +1,7 @@
 """A run owns its checkpoint folder and its checkpoints say what they are: the folder lock,
 lineage-only retention, --fresh, config comparison on resume, fallback from an unreadable
 checkpoint, the NaN / inf stop and --stop-after's checkpoint. Real trainer processes (gloo)."""
+
 from __future__ import annotations
 
 import functools
@@ -33,8 +34,11 @@ def steps_in(wd: Path) -> list[str]:
 
 def fingerprint(folder: Path) -> dict[str, str]:
     """name -> sha256 of every file under `folder` (to prove it was not touched)."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def lineage_of(step_dir: Path) -> str | None:
@@ -56,11 +60,18 @@ def one_line_refusal(proc: subprocess.CompletedProcess) -> str:
 
 # ---- the folder lock ----
 
+
 @pytest.mark.multirank
 def test_second_run_on_a_folder_is_refused_and_the_first_finishes_unharmed(tmp_path):
     common = FAST + ["training.steps=24", "checkpoint.save_interval=8", "checkpoint.keep_last_n=0"]
-    first = subprocess.Popen(trainer_cmd(2, common), cwd=tmp_path, env=trainer_env(), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        trainer_cmd(2, common),
+        cwd=tmp_path,
+        env=trainer_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     metrics = tmp_path / "outputs" / "llama_debug" / "metrics.jsonl"
     lock = ckpt_dir(tmp_path) / "run.lock"
     deadline = time.monotonic() + 240
@@ -68,7 +79,7 @@ def test_second_run_on_a_folder_is_refused_and_the_first_finishes_unharmed(tmp_p
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()
         time.sleep(0.2)
     owner = json.loads(lock.read_text())
-    assert owner["pid"] == first.pid and owner["host"] == socket.gethostname()   # the launcher holds it
+    assert owner["pid"] == first.pid and owner["host"] == socket.gethostname()  # the launcher holds it
 
     second = run_trainer(tmp_path, nproc=2, overrides=common)
     line = one_line_refusal(second)
@@ -79,7 +90,7 @@ def test_second_run_on_a_folder_is_refused_and_the_first_finishes_unharmed(tmp_p
     assert steps_in(tmp_path) == ["step-8", "step-16", "step-24"]
     assert not lock.exists()
     records = [json.loads(r) for r in metrics.read_text().splitlines()]
-    assert sum(r.get("event") == "start" for r in records) == 1           # the second run never wrote here
+    assert sum(r.get("event") == "start" for r in records) == 1  # the second run never wrote here
     assert [r["step"] for r in records if "step" in r] == list(range(1, 25))
     assert "step 24/24" in (tmp_path / "outputs" / "llama_debug" / "logs" / "rank0.log").read_text()
 
@@ -89,7 +100,7 @@ def test_a_dead_runs_lock_is_taken_over_and_another_hosts_lock_refuses(tmp_path)
     folder = ckpt_dir(tmp_path)
     folder.mkdir(parents=True)
     lock = folder / "run.lock"
-    shown = "outputs/llama_debug/checkpoints/run.lock"   # as the config names it (relative to the run's cwd)
+    shown = "outputs/llama_debug/checkpoints/run.lock"  # as the config names it (relative to the run's cwd)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     lock.write_text(json.dumps({"host": socket.gethostname(), "pid": gone.pid, "started": time.time() - 60}))
@@ -100,7 +111,7 @@ def test_a_dead_runs_lock_is_taken_over_and_another_hosts_lock_refuses(tmp_path)
 
     foreign = json.dumps({"host": "node-17.example", "pid": 4242, "started": time.time()})
     lock.write_text(foreign)
-    for nproc in (1, 2):   # rank 0 takes it (1 process) / the launcher takes it (2 ranks)
+    for nproc in (1, 2):  # rank 0 takes it (1 process) / the launcher takes it (2 ranks)
         line = one_line_refusal(run_trainer(tmp_path, nproc=nproc, overrides=run))
         assert "node-17.example" in line and "pid 4242" in line and f"delete {shown}" in line
         assert lock.read_text() == foreign
@@ -115,8 +126,9 @@ def test_lock_in_process_refuses_a_live_owner_and_takes_over_a_reused_pid(tmp_pa
             run_lock.RunLock(tmp_path).acquire()
     assert not (tmp_path / "run.lock").exists()
     # our own pid, but a start time that is not ours: the pid was reused, the owner is gone
-    (tmp_path / "run.lock").write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
-                                                   "started": 0, "proc_start": "1"}))
+    (tmp_path / "run.lock").write_text(
+        json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": 0, "proc_start": "1"})
+    )
     with run_lock.RunLock(tmp_path, say=said.append):
         assert json.loads((tmp_path / "run.lock").read_text())["proc_start"] != "1"
     assert any("took over" in s and "its pid now belongs to another process" in s for s in said), said
@@ -124,14 +136,18 @@ def test_lock_in_process_refuses_a_live_owner_and_takes_over_a_reused_pid(tmp_pa
 
 # ---- lineage: retention and fresh runs ----
 
+
 @pytest.mark.multirank
-def test_fresh_run_in_a_folder_with_another_runs_higher_steps_is_refused_then_moves_them_aside(tmp_path,
-                                                                                               reference_run):
+def test_fresh_run_in_a_folder_with_another_runs_higher_steps_is_refused_then_moves_them_aside(tmp_path, reference_run):
     reference_run.copy(tmp_path, nproc=2, overrides=FAST + ["training.steps=6", "checkpoint.save_interval=3"])
     old = fingerprint(ckpt_dir(tmp_path))
     old_lineage = lineage_of(ckpt_dir(tmp_path) / "step-6")
-    new = FAST + ["training.steps=4", "checkpoint.save_interval=1", "checkpoint.keep_last_n=1",
-                  "checkpoint.resume=false"]
+    new = FAST + [
+        "training.steps=4",
+        "checkpoint.save_interval=1",
+        "checkpoint.keep_last_n=1",
+        "checkpoint.resume=false",
+    ]
 
     line = one_line_refusal(run_trainer(tmp_path, nproc=2, overrides=new))
     assert "step-3..step-6" in line and "--fresh" in line and "checkpoint.resume = false" in line
@@ -139,15 +155,26 @@ def test_fresh_run_in_a_folder_with_another_runs_higher_steps_is_refused_then_mo
 
     proc = ok(run_trainer(tmp_path, nproc=2, overrides=new, extra=["--fresh"]))
     aside = [p for p in ckpt_dir(tmp_path).iterdir() if p.name.startswith("previous-")]
-    assert len(aside) == 1 and (f"moved step-3..step-6 (2 folders; lineage {old_lineage}) to "
-                                f"outputs/llama_debug/checkpoints/{aside[0].name}") in proc.stdout
-    assert fingerprint(aside[0]) == old                               # moved, byte for byte, never deleted
-    assert steps_in(tmp_path) == ["step-4"]                           # keep_last_n=1 of the new run only
+    assert (
+        len(aside) == 1
+        and (
+            f"moved step-3..step-6 (2 folders; lineage {old_lineage}) to "
+            f"outputs/llama_debug/checkpoints/{aside[0].name}"
+        )
+        in proc.stdout
+    )
+    assert fingerprint(aside[0]) == old  # moved, byte for byte, never deleted
+    assert steps_in(tmp_path) == ["step-4"]  # keep_last_n=1 of the new run only
     new_lineage = lineage_of(ckpt_dir(tmp_path) / "step-4")
     assert new_lineage is not None and new_lineage != old_lineage
 
-    again = ok(run_trainer(tmp_path, nproc=2, overrides=FAST + ["training.steps=5", "checkpoint.save_interval=1",
-                                                                "checkpoint.keep_last_n=1"]))
+    again = ok(
+        run_trainer(
+            tmp_path,
+            nproc=2,
+            overrides=FAST + ["training.steps=5", "checkpoint.save_interval=1", "checkpoint.keep_last_n=1"],
+        )
+    )
     assert "resumed from outputs/llama_debug/checkpoints/step-4 (step 4)" in again.stdout
     assert fingerprint(aside[0]) == old
 
@@ -163,14 +190,19 @@ def test_retention_deletes_only_the_trained_lineage(tmp_path, reference_run):
     folder = ckpt_dir(tmp_path)
     for name in ("step-2", "step-4"):
         shutil.copytree(ckpt_dir(other) / name, folder / name)
-    (folder / "step-2" / "titan-run.json").unlink(missing_ok=True)    # as an older trainer wrote it
+    (folder / "step-2" / "titan-run.json").unlink(missing_ok=True)  # as an older trainer wrote it
     (folder / "export-step-6").mkdir()
     (folder / "export-step-6" / "model.safetensors").write_bytes(b"x")
     untouched = {n: fingerprint(folder / n) for n in ("step-2", "step-4", "export-step-6")}
     trained = lineage_of(folder / "step-6")
 
-    proc = ok(run_trainer(tmp_path, nproc=2, overrides=FAST + ["training.steps=8", "checkpoint.save_interval=1",
-                                                               "checkpoint.keep_last_n=1"]))
+    proc = ok(
+        run_trainer(
+            tmp_path,
+            nproc=2,
+            overrides=FAST + ["training.steps=8", "checkpoint.save_interval=1", "checkpoint.keep_last_n=1"],
+        )
+    )
     assert "resumed from outputs/llama_debug/checkpoints/step-6 (step 6)" in proc.stdout
     assert "2 other step-N folder(s) of other runs left untouched" in proc.stdout
     assert steps_in(tmp_path) == ["step-2", "step-4", "step-8"]
@@ -195,13 +227,20 @@ def test_prune_in_process_never_touches_other_lineages_unrecorded_or_the_step_ju
     make("step-10")
     make("step-5", "A", complete=False)
     make("export-step-3")
-    gone = lineage.prune(tmp_path, 1, "A", tmp_path / "step-2")     # just wrote step-2 (older than step-3)
+    gone = lineage.prune(tmp_path, 1, "A", tmp_path / "step-2")  # just wrote step-2 (older than step-3)
     assert sorted(p.name for p in gone) == ["step-1"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["export-step-3", "step-10", "step-2", "step-3", "step-5",
-                                                          "step-9"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "export-step-3",
+        "step-10",
+        "step-2",
+        "step-3",
+        "step-5",
+        "step-9",
+    ]
 
 
 # ---- checkpoints carry their config ----
+
 
 @pytest.mark.multirank
 def test_resume_with_a_changed_lr_trains_with_the_new_lr(tmp_path):
@@ -210,8 +249,11 @@ def test_resume_with_a_changed_lr_trains_with_the_new_lr(tmp_path):
 
     common = FAST + ["training.warmup_steps=0", 'training.lr_schedule="constant"', "checkpoint.save_interval=1"]
     ok(run_trainer(tmp_path, nproc=1, overrides=common + ["training.steps=3", "optimizer.lr=0.001"]))
-    proc = ok(run_trainer(tmp_path, nproc=1, overrides=common + ["training.steps=5", "optimizer.lr=0.003",
-                                                                 "training.seq_len=32"]))
+    proc = ok(
+        run_trainer(
+            tmp_path, nproc=1, overrides=common + ["training.steps=5", "optimizer.lr=0.003", "training.seq_len=32"]
+        )
+    )
     changed = [line for line in proc.stdout.splitlines() if "optimizer/schedule changed" in line]
     assert len(changed) == 1 and "optimizer.lr 0.001 -> 0.003" in changed[0] and "training.steps 3 -> 5" in changed[0]
     data = [line for line in proc.stdout.splitlines() if "data layout changed" in line]
@@ -231,7 +273,7 @@ def test_resume_with_a_changed_lr_trains_with_the_new_lr(tmp_path):
     m, v, t = (opt[f"state.{name}.{k}"].double() for k in ("exp_avg", "exp_avg_sq", "step"))
     beta1, beta2 = opt[f"param_groups.{name}.betas"]
     wd, eps = opt[f"param_groups.{name}.weight_decay"], opt[f"param_groups.{name}.eps"]
-    update = wd * p4 + m / (1 - beta1 ** t) / ((v / (1 - beta2 ** t)).sqrt() + eps)
+    update = wd * p4 + m / (1 - beta1**t) / ((v / (1 - beta2**t)).sqrt() + eps)
     used = ((p4 - p5)[update.abs() > 1e-3] / update[update.abs() > 1e-3]).median().item()
     assert used == pytest.approx(3e-3, rel=1e-3)
 
@@ -244,10 +286,12 @@ def another_shape(field: str, value) -> list[str]:
 
 
 @pytest.mark.multirank
-@pytest.mark.parametrize("field,value,saved", [("n_layers", 4, 6), ("d_model", 128, 256), ("n_kv_heads", 8, 16),
-                                              ("vocab_size", 4096, 2048)])
-def test_resume_into_another_model_shape_is_refused_in_one_line(tmp_path, field, value, saved, reference_run,
-                                                                monkeypatch):
+@pytest.mark.parametrize(
+    "field,value,saved", [("n_layers", 4, 6), ("d_model", 128, 256), ("n_kv_heads", 8, 16), ("vocab_size", 4096, 2048)]
+)
+def test_resume_into_another_model_shape_is_refused_in_one_line(
+    tmp_path, field, value, saved, reference_run, monkeypatch
+):
     """1 process: rank 0 refuses (a real trainer process); 2 ranks: the launcher refuses before
     any rank starts, so that refusal runs in this process (its real process: the test below)."""
     reference_run.copy(tmp_path, overrides=SAVED_AT_2)
@@ -289,8 +333,9 @@ def test_a_changed_tokenizer_is_not_called_a_data_order_change():
     from titan_train.checkpoint.resume_compare import compare
 
     saved = {"data": {"dataset": "a.txt", "tokenizer": "bpe/tokenizer.json"}, "training": {"seq_len": 32}}
-    lines = compare(saved, {"data": {"dataset": "a.txt", "tokenizer": "byte"}, "training": {"seq_len": 32}},
-                    "step-4").lines()
+    lines = compare(
+        saved, {"data": {"dataset": "a.txt", "tokenizer": "byte"}, "training": {"seq_len": 32}}, "step-4"
+    ).lines()
     assert len(lines) == 1 and "warning: data.tokenizer changed" in lines[0], lines
     assert "set data.tokenizer = 'bpe/tokenizer.json'" in lines[0] and "data order" not in lines[0]
 
@@ -307,6 +352,7 @@ def test_checkpoint_without_a_record_still_refuses_another_shape(tmp_path):
 
 
 # ---- unreadable newest checkpoint ----
+
 
 def _truncate_shard(step: Path) -> str:
     shard = sorted(step.glob("*.distcp"))[0]
@@ -336,7 +382,7 @@ def _garble_metadata(step: Path) -> str:
 @pytest.mark.parametrize("damage", [_truncate_shard, _delete_shard, _delete_metadata, _garble_metadata])
 def test_unreadable_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, damage, reference_run):
     common = FAST + ["training.steps=4", "checkpoint.save_interval=2"]
-    reference_run.copy(tmp_path, nproc=2, overrides=common)   # one run for the four damages
+    reference_run.copy(tmp_path, nproc=2, overrides=common)  # one run for the four damages
     want = losses(tmp_path)
     why = damage(ckpt_dir(tmp_path) / "step-4")
     proc = ok(run_trainer(tmp_path, nproc=2, overrides=common))
@@ -351,20 +397,26 @@ def test_unreadable_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, d
 
 # ---- NaN / inf ----
 
+
 @pytest.mark.multirank
 def test_nan_from_an_absurd_lr_stops_at_that_step_and_keeps_the_last_finite_checkpoint(tmp_path):
     import torch
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    absurd = FAST + ["training.steps=12", "optimizer.lr=1e4", "training.warmup_steps=0",
-                     'training.lr_schedule="constant"', "checkpoint.keep_last_n=1"]
+    absurd = FAST + [
+        "training.steps=12",
+        "optimizer.lr=1e4",
+        "training.warmup_steps=0",
+        'training.lr_schedule="constant"',
+        "checkpoint.keep_last_n=1",
+    ]
     proc = run_trainer(tmp_path, nproc=2, overrides=absurd + ["checkpoint.save_interval=2"])
     assert proc.returncode == 3, (proc.stdout[-2000:], proc.stderr[-2000:])
     loss, norm = losses(tmp_path), per_step(tmp_path, "grad_norm")
     bad = min(s for s in loss if not (math.isfinite(loss[s]) and math.isfinite(norm[s])))
-    assert bad > 2 and max(loss) == bad                                 # logged every step, stopped at it
+    assert bad > 2 and max(loss) == bad  # logged every step, stopped at it
     assert f"non-finite loss or grad norm at step {bad}: training stopped" in proc.stderr
-    err = proc.stderr.strip().splitlines()   # an agreed stop on every rank: one line, not a rank-failure summary
+    err = proc.stderr.strip().splitlines()  # an agreed stop on every rank: one line, not a rank-failure summary
     assert len(err) == 1 and err[0].startswith("titan-train: error: non-finite"), proc.stderr
     last_good = 2 * ((bad - 1) // 2)
     assert steps_in(tmp_path) == [f"step-{last_good}"]
@@ -382,15 +434,28 @@ def test_nan_from_an_absurd_lr_stops_at_that_step_and_keeps_the_last_finite_chec
 
 @pytest.mark.multirank
 def test_fp16_run_whose_loss_scale_collapses_stops_instead_of_halving_in_silence(tmp_path):
-    tiny = ["training.seq_len=32", "training.batch_size=2", "model.n_layers=1", "model.d_model=64", "model.n_heads=4",
-            "model.n_kv_heads=4", "model.multiple_of=32", "training.steps=40", "optimizer.lr=1e4",
-            "training.warmup_steps=0", 'training.lr_schedule="constant"', 'training.mixed_precision="fp16"',
-            "checkpoint.save_interval=4", "checkpoint.keep_last_n=0", "metrics.log_every=1"]
+    tiny = [
+        "training.seq_len=32",
+        "training.batch_size=2",
+        "model.n_layers=1",
+        "model.d_model=64",
+        "model.n_heads=4",
+        "model.n_kv_heads=4",
+        "model.multiple_of=32",
+        "training.steps=40",
+        "optimizer.lr=1e4",
+        "training.warmup_steps=0",
+        'training.lr_schedule="constant"',
+        'training.mixed_precision="fp16"',
+        "checkpoint.save_interval=4",
+        "checkpoint.keep_last_n=0",
+        "metrics.log_every=1",
+    ]
     proc = run_trainer(tmp_path, nproc=1, overrides=tiny)
     assert proc.returncode == 3, (proc.stdout[-2000:], proc.stderr[-2000:])
     scale = per_step(tmp_path, "loss_scale")
     stop = max(scale)
-    assert scale[stop] == 1.0 and scale[stop - 1] == 2.0 and stop < 40     # stopped at the first overflow at scale 1
+    assert scale[stop] == 1.0 and scale[stop - 1] == 2.0 and stop < 40  # stopped at the first overflow at scale 1
     assert "fp16 loss scale collapsed" in proc.stderr and f"scale 1) at step {stop}:" in proc.stderr
     assert all(int(n.split("-")[1]) < stop for n in steps_in(tmp_path))
 
@@ -423,7 +488,7 @@ def test_guard_in_process_fp16_collapse_and_the_first_bad_step():
 
     cpu = torch.device("cpu")
     guard = FiniteGuard(cpu, every=10, last_step=100)
-    for step in range(1, 10):   # NaN at step 3, noticed at the log step 10 with step 3 named
+    for step in range(1, 10):  # NaN at step 3, noticed at the log step 10 with step 3 named
         bad = step == 3
         guard.observe(step, StepStats(torch.tensor(float("nan") if bad else 1.0), torch.tensor(1.0), 1e-3, None))
     with pytest.raises(NonFinite, match="at step 3:"):
@@ -431,24 +496,25 @@ def test_guard_in_process_fp16_collapse_and_the_first_bad_step():
 
     guard = FiniteGuard(cpu, every=1, last_step=100)
     inf = torch.tensor(float("inf"))
-    for step in range(1, 6):   # fp16 overflow steps are skipped by the scaler: not a stop
+    for step in range(1, 6):  # fp16 overflow steps are skipped by the scaler: not a stop
         guard.observe(step, StepStats(torch.tensor(2.0), inf, 1e-3, 2.0 ** (16 - step), skipped=True))
-    guard.observe(6, StepStats(torch.tensor(2.0), torch.tensor(1.0), 1e-3, 2.0 ** 11))
+    guard.observe(6, StepStats(torch.tensor(2.0), torch.tensor(1.0), 1e-3, 2.0**11))
     with pytest.raises(NonFinite, match=f"loss scale collapsed \\({SKIP_LIMIT} overflow steps in a row"):
         for step in range(7, 7 + SKIP_LIMIT):
-            guard.observe(step, StepStats(torch.tensor(2.0), inf, 1e-3, 2.0 ** 11, skipped=True))
+            guard.observe(step, StepStats(torch.tensor(2.0), inf, 1e-3, 2.0**11, skipped=True))
     guard = FiniteGuard(cpu, every=1, last_step=100)
-    with pytest.raises(NonFinite, match="scale 1\\)"):   # nothing left to halve
+    with pytest.raises(NonFinite, match="scale 1\\)"):  # nothing left to halve
         guard.observe(1, StepStats(torch.tensor(2.0), inf, 1e-3, 1.0, skipped=True))
 
 
 # ---- --stop-after ----
 
+
 @pytest.mark.multirank
 def test_stop_after_saves_its_step_even_with_save_interval_0(tmp_path):
     common = FAST + ["training.steps=6", "checkpoint.save_interval=0"]
     ok(run_trainer(tmp_path, nproc=1, overrides=common))
-    assert not ckpt_dir(tmp_path).exists()          # no checkpointing asked: no folder left behind
+    assert not ckpt_dir(tmp_path).exists()  # no checkpointing asked: no folder left behind
     ok(run_trainer(tmp_path, nproc=2, overrides=common, extra=["--stop-after", "2"]))
     assert steps_in(tmp_path) == ["step-2"]
     proc = ok(run_trainer(tmp_path, nproc=2, overrides=common, extra=["--stop-after", "2"]))

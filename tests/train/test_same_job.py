@@ -1,6 +1,7 @@
 """Ranks that disagree never train together: two static nodes started with different
 configs are both refused at start-up, naming the rank and the field; so are ranks whose
 data differs in content at the same path."""
+
 from __future__ import annotations
 
 import subprocess
@@ -30,8 +31,10 @@ def test_the_same_job_on_every_rank_passes():
 
 def test_another_config_value_is_named_with_the_rank():
     line = same_job.first_difference([_described(), _described(), _described(**{"optimizer.lr": 0.01})])
-    assert line == ("rank 2 runs another job than rank 0: optimizer.lr is 0.01 there and 0.001 on rank 0; "
-                    "start every node with the same config, data and tokenizer")
+    assert line == (
+        "rank 2 runs another job than rank 0: optimizer.lr is 0.01 there and 0.001 on rank 0; "
+        "start every node with the same config, data and tokenizer"
+    )
 
 
 def test_data_that_differs_in_content_at_the_same_path_is_named():
@@ -39,23 +42,46 @@ def test_data_that_differs_in_content_at_the_same_path_is_named():
     mine = same_job.describe(cfg, DIMS, {"tokenizer": "t1", "tokens": "d1"})
     theirs = same_job.describe(cfg, DIMS, {"tokenizer": "t1", "tokens": "d2"})
     assert same_job.first_difference([mine, theirs]).startswith(
-        "rank 1 runs another job than rank 0: data content (tokens) is d2 there and d1 on rank 0")
+        "rank 1 runs another job than rank 0: data content (tokens) is d2 there and d1 on rank 0"
+    )
 
 
 @pytest.mark.multirank
 def test_two_static_nodes_with_different_configs_are_both_refused(tmp_path):
     port = free_port()
-    base = [sys.executable, "-m", "titan_train.cli", "run", "--config", str(REPO / "configs" / "llama_debug.toml"),
-            *[a for o in FAST + ["training.steps=2"] for a in ("--set", o)],
-            "--nproc", "1", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}"]
+    base = [
+        sys.executable,
+        "-m",
+        "titan_train.cli",
+        "run",
+        "--config",
+        str(REPO / "configs" / "llama_debug.toml"),
+        *[a for o in FAST + ["training.steps=2"] for a in ("--set", o)],
+        "--nproc",
+        "1",
+        "--nnodes",
+        "2",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+    ]
     lrs = {0: "0.001", 1: "0.002"}
-    nodes = [subprocess.Popen(base + ["--set", f"optimizer.lr={lrs[k]}", "--node-rank", str(k)], cwd=tmp_path,
-                              env=trainer_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for k in (0, 1)]
+    nodes = [
+        subprocess.Popen(
+            base + ["--set", f"optimizer.lr={lrs[k]}", "--node-rank", str(k)],
+            cwd=tmp_path,
+            env=trainer_env(),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for k in (0, 1)
+    ]
     outs = [n.communicate(timeout=300) for n in nodes]
-    expected = ("rank 1 runs another job than rank 0: optimizer.lr is 0.002 there and 0.001 on rank 0; "
-                "start every node with the same config, data and tokenizer")
+    expected = (
+        "rank 1 runs another job than rank 0: optimizer.lr is 0.002 there and 0.001 on rank 0; "
+        "start every node with the same config, data and tokenizer"
+    )
     for n, (out, err) in zip(nodes, outs):
         assert n.returncode == 2, f"{out[-2000:]}\n{err[-2000:]}"
         assert expected in err, err[-3000:]
-    assert not any("step 1/2" in out for out, _ in outs)   # no step was trained
+    assert not any("step 1/2" in out for out, _ in outs)  # no step was trained

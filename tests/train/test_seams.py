@@ -1,6 +1,7 @@
 """The seams later work plugs into: build + train_step run under FakeTensorMode with a fake
 process group (what the memory planner does), and the gradient norm costs exactly one
 explicit all-reduce per mesh dim, with no DTensor collectives."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """Init draws only the rank's shard: the same values on every layout, and the work and
 tensor memory of one rank fall with the number of ranks sharing a large model."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,11 +25,11 @@ def test_any_cut_of_a_parameter_has_the_same_values(shape):
     assert full.abs().max() <= 0.06 and full.std() > 0.01
     cols = shape[1] if len(shape) == 2 else 1
     for row_parts in (1, 2, 3, 5):
-        for col_parts in ((1, 2, 3) if len(shape) == 2 else (1,)):
+        for col_parts in (1, 2, 3) if len(shape) == 2 else (1,):
             for r0, r1 in _ranges(shape[0], row_parts):
                 for c0, c1 in _ranges(cols, col_parts):
-                    block = torch.empty((r1 - r0, c1 - c0)[:len(shape)])
-                    offset = (r0, c0)[:len(shape)]
+                    block = torch.empty((r1 - r0, c1 - c0)[: len(shape)])
+                    offset = (r0, c0)[: len(shape)]
                     fill_trunc_normal_(block, shape, offset, std=0.02, seed=7, key="layers.0.feed_forward.w1.weight")
                     want = full[r0:r1, c0:c1] if len(shape) == 2 else full[r0:r1]
                     assert torch.equal(block, want), (row_parts, col_parts, r0, c0)
@@ -51,8 +52,13 @@ def _init_one_rank_of(world: int, fake_world) -> tuple[int, int, float]:
     cfg = config.load(REPO / "configs" / "llama_70b.toml", ["model.n_layers=1"])
     with torch.device("meta"):
         model = Transformer(cfg.model)
-    apply_fsdp(model, ParallelDims(dp=world).build_mesh("cpu")["dp"], param_dtype=torch.float32,
-               cpu_offload=False, sum_reductions_only=True)
+    apply_fsdp(
+        model,
+        ParallelDims(dp=world).build_mesh("cpu")["dp"],
+        param_dtype=torch.float32,
+        cpu_offload=False,
+        sum_reductions_only=True,
+    )
     model.to_empty(device="cpu")
     held = sum(p.to_local().numel() for p in model.parameters())
     tracker = MemTracker()
@@ -61,7 +67,7 @@ def _init_one_rank_of(world: int, fake_world) -> tuple[int, int, float]:
         drawn = model.init_weights(seed=0)
     peak = tracker.get_tracker_snapshot("peak")
     torch.distributed.destroy_process_group()
-    return held, drawn, sum(v["Total"] for v in peak.values()) / 2 ** 20
+    return held, drawn, sum(v["Total"] for v in peak.values()) / 2**20
 
 
 def test_init_work_and_memory_are_per_shard(fake_world):
@@ -70,7 +76,7 @@ def test_init_work_and_memory_are_per_shard(fake_world):
     for world, (held, drawn, mib) in results.items():
         assert held <= 1.4e9 / world * 1.01
         assert held <= drawn <= 1.05 * held, (world, held, drawn)  # only tile borders are extra
-        assert mib <= 1.3 * held * 4 / 2 ** 20, (world, mib)       # the shard, plus one param's staging
+        assert mib <= 1.3 * held * 4 / 2**20, (world, mib)  # the shard, plus one param's staging
     for small, large in ((32, 64), (64, 128)):
         assert results[large][1] == pytest.approx(results[small][1] / 2, rel=0.05)
         assert results[large][2] == pytest.approx(results[small][2] / 2, rel=0.1)

@@ -1,6 +1,7 @@
 """A torchtitan TOML with a key torchtitan's JobConfig lacks is refused, as torchtitan
 refuses it, instead of training with the default: one line, naming the nearest valid key.
 Keys torchtitan has but this trainer does not read stay a listed warning."""
+
 from __future__ import annotations
 
 import subprocess
@@ -43,8 +44,10 @@ def test_torchtitans_own_configs_have_no_unknown_key(path):
 def test_a_misspelled_key_is_refused_naming_the_nearest_field():
     with pytest.raises(job.ConfigError) as err:
         torchtitan.convert(_raw(training__stpes=3), 8)
-    assert str(err.value) == ("torchtitan config (v0.2.2 fields): training.stpes is not a field of torchtitan's "
-                              "[training]; did you mean training.steps?")
+    assert str(err.value) == (
+        "torchtitan config (v0.2.2 fields): training.stpes is not a field of torchtitan's "
+        "[training]; did you mean training.steps?"
+    )
 
 
 def test_a_misspelled_section_and_a_nested_key_are_refused():
@@ -58,15 +61,18 @@ def test_a_misspelled_section_and_a_nested_key_are_refused():
     assert sorted(lines) == [
         "[parallelsim] is not a torchtitan section; did you mean [parallelism]?",
         "quantize.linear.float8.recipe is not a field of torchtitan's [quantize.linear.float8]; did you mean "
-        "quantize.linear.float8.recipe_name?"]
+        "quantize.linear.float8.recipe_name?",
+    ]
 
 
 def test_keys_a_custom_config_module_adds_are_listed_not_refused():
     raw = _raw(job__custom_config_module="my_project.config", training__my_knob=4)
     conversion = torchtitan.convert(raw, 8)
     mine = [line for line in conversion.ignored if "my_knob" in line]
-    assert mine == ["training.my_knob is not a field of torchtitan's [training]: added by job.custom_config_module? "
-                    "not read by this trainer"]
+    assert mine == [
+        "training.my_knob is not a field of torchtitan's [training]: added by job.custom_config_module? "
+        "not read by this trainer"
+    ]
 
 
 def test_a_torchtitan_field_this_trainer_lacks_stays_a_warning():
@@ -79,9 +85,25 @@ def test_the_cli_refuses_a_misspelled_key_in_one_line_naming_the_section_that_ha
     text = (FIXTURES / "llama3_8b.toml").read_text().replace("[training]\n", "[training]\nwarmup_stesp = 3\n", 1)
     assert "warmup_stesp" in text
     (tmp_path / "tt.toml").write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "titan_train", "run", "--config", str(tmp_path / "tt.toml"),
-                           "--nproc", "8", "--print-config"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "titan_train",
+            "run",
+            "--config",
+            str(tmp_path / "tt.toml"),
+            "--nproc",
+            "8",
+            "--print-config",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "titan-train: error: torchtitan config (v0.2.2 fields): training.warmup_stesp is not a field of "
-        "torchtitan's [training]; did you mean lr_scheduler.warmup_steps?"]
+        "torchtitan's [training]; did you mean lr_scheduler.warmup_steps?"
+    ]

@@ -1,5 +1,6 @@
 """`titan-doctor convert SRC DST --to dcp|torch|hf|meta`: the click command. Nothing here
 imports torch until a conversion starts."""
+
 from __future__ import annotations
 
 import json
@@ -52,24 +53,38 @@ def _size(text: str) -> int:
     if not m:
         raise click.BadParameter(f"{text!r}: expected a size like 5GB, 500MB, 2GiB")
     unit = m.group(2).upper().rstrip("B")
-    factor = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-              "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}[unit]
+    factor = {
+        "": 1,
+        "K": 10**3,
+        "M": 10**6,
+        "G": 10**9,
+        "T": 10**12,
+        "KI": 2**10,
+        "MI": 2**20,
+        "GI": 2**30,
+        "TI": 2**40,
+    }[unit]
     return int(float(m.group(1)) * factor)
 
 
 @click.command(help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("src", type=click.Path(path_type=Path))
 @click.argument("dst", type=click.Path(path_type=Path))
-@click.option("--to", "target", required=True, type=click.Choice(["dcp", "torch", "hf", "meta"]),
-              help="Output format.")
-@click.option("--config", "config_file", metavar="CONFIG",
-              help="Trainer TOML (or a shipped config name): its [model] gives the shape (head counts for HF/Meta "
-                   "output); the source is checked against it.")
+@click.option("--to", "target", required=True, type=click.Choice(["dcp", "torch", "hf", "meta"]), help="Output format.")
+@click.option(
+    "--config",
+    "config_file",
+    metavar="CONFIG",
+    help="Trainer TOML (or a shipped config name): its [model] gives the shape (head counts for HF/Meta "
+    "output); the source is checked against it.",
+)
 @click.option("--dtype", type=click.Choice(list(PRECISIONS)), help="Cast floating-point tensors on the way.")
 @click.option("--model-only", is_flag=True, help="Only the model's weights (trainer names), even for DCP <-> torch.")
 @click.option("--max-shard-size", "max_shard", default="5GB", show_default=True, help="HF output: bytes per shard.")
 @click.option("--force", is_flag=True, help="Replace DST if it exists.")
-@click.option("--progress/--no-progress", default=None, help="Progress lines on stderr (default: for sources >= 64 MiB).")
+@click.option(
+    "--progress/--no-progress", default=None, help="Progress lines on stderr (default: for sources >= 64 MiB)."
+)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--debug", is_flag=True, help="Show a traceback on failure.")
 def convert(src, dst, target, config_file, dtype, model_only, max_shard, force, progress, fmt, debug):
@@ -82,16 +97,38 @@ def convert(src, dst, target, config_file, dtype, model_only, max_shard, force, 
     if not src.exists():
         _fail(f"{src}: no such file or folder", "check the path (nothing was written)", fmt)
     try:
-        result = run_convert(src, dst, target, config=config_file, dtype=dtype, model_only=model_only,
-                             max_shard_bytes=max_shard_bytes, overwrite=force, progress=progress)
+        result = run_convert(
+            src,
+            dst,
+            target,
+            config=config_file,
+            dtype=dtype,
+            model_only=model_only,
+            max_shard_bytes=max_shard_bytes,
+            overwrite=force,
+            progress=progress,
+        )
     except CheckpointError as e:
         if debug:
             traceback.print_exc()
         _fail(str(e), e.fix, fmt)
     if fmt == "json":
-        click.echo(json.dumps({"ok": True, "src": str(result.src), "dst": str(result.dst),
-                               "source_format": result.source_format, "to": result.target, "whole": result.whole,
-                               "tensors": result.tensors, "bytes": result.bytes, "notes": result.notes}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "ok": True,
+                    "src": str(result.src),
+                    "dst": str(result.dst),
+                    "source_format": result.source_format,
+                    "to": result.target,
+                    "whole": result.whole,
+                    "tensors": result.tensors,
+                    "bytes": result.bytes,
+                    "notes": result.notes,
+                },
+                indent=2,
+            )
+        )
     else:
         click.echo(result.line())
         for note in result.notes:

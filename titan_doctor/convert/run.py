@@ -8,6 +8,7 @@ Two paths:
 The readers and writers are titan_train's (the trainer starts from and exports to the same
 formats); this module only decides and reports.
 """
+
 from __future__ import annotations
 
 import sys
@@ -36,8 +37,10 @@ class Result:
 
     def line(self) -> str:
         what = "every entry (weights, optimizer, progress)" if self.whole else f"{self.tensors} model weights"
-        return (f"converted {self.src} ({detect.LABELS[self.source_format]}) -> {self.dst} ({self.target}): "
-                f"{what}, {self.bytes / 2**20:.1f} MiB")
+        return (
+            f"converted {self.src} ({detect.LABELS[self.source_format]}) -> {self.dst} ({self.target}): "
+            f"{what}, {self.bytes / 2**20:.1f} MiB"
+        )
 
 
 class Progress:
@@ -51,8 +54,12 @@ class Progress:
         now = time.monotonic()
         if self.enabled and (now - self.last >= 0.5 or self.done >= self.total):
             self.last = now
-            print(f"convert: {100 * self.done / self.total:5.1f}%  {self.done / 2**30:.2f}/{self.total / 2**30:.2f} GiB"
-                  f"  {name}", file=sys.stderr, flush=True)
+            print(
+                f"convert: {100 * self.done / self.total:5.1f}%  {self.done / 2**30:.2f}/{self.total / 2**30:.2f} GiB"
+                f"  {name}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def model_args_for(info: CheckpointInfo, config: str | Path | None, needed: bool):
@@ -69,11 +76,14 @@ def model_args_for(info: CheckpointInfo, config: str | Path | None, needed: bool
             args = config_mod.load(resolve_config(str(config))).model
         except config_mod.ConfigError as e:
             raise CheckpointError(f"--config: {e}") from None
-        result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by,
-                             info.unmapped)
+        result = fit.compare(
+            info.model, args, fit.expected_shapes(args), info.declared, info.declared_by, info.unmapped
+        )
         if not result.ok:
-            raise CheckpointError(fit.one_line(result, args, f"{info.path}"),
-                                  fix=f"titan-doctor diagnose --checkpoint {info.path} --config {config}")
+            raise CheckpointError(
+                fit.one_line(result, args, f"{info.path}"),
+                fix=f"titan-doctor diagnose --checkpoint {info.path} --config {config}",
+            )
         return args
     known: dict[str, Any] = {k: v for k, v in info.declared.items() if k not in ("tie_word_embeddings",)}
     implied = fit.inferred(info.model, known.get("n_heads"))
@@ -81,9 +91,11 @@ def model_args_for(info: CheckpointInfo, config: str | Path | None, needed: bool
         known.setdefault(k, v)
     if "n_heads" not in known:
         if needed:
-            raise CheckpointError(f"{info.path} does not say how many attention heads the model has (needed for the "
-                                  "HF q/k permutation and the output's config)",
-                                  fix="pass --config FILE (a trainer TOML whose [model] matches the checkpoint)")
+            raise CheckpointError(
+                f"{info.path} does not say how many attention heads the model has (needed for the "
+                "HF q/k permutation and the output's config)",
+                fix="pass --config FILE (a trainer TOML whose [model] matches the checkpoint)",
+            )
         return None
     width = known.pop("ffn_dim", None)
     if width is not None and "multiple_of" not in known:
@@ -99,8 +111,10 @@ def _cast(tensor, dtype):
 
 def _strip_wrappers(obj):
     if isinstance(obj, dict):
-        return {naming.strip_wrappers(str(k))[0].removeprefix("module.") if isinstance(k, str) else k:
-                _strip_wrappers(v) for k, v in obj.items()}
+        return {
+            naming.strip_wrappers(str(k))[0].removeprefix("module.") if isinstance(k, str) else k: _strip_wrappers(v)
+            for k, v in obj.items()
+        }
     return obj
 
 
@@ -109,7 +123,7 @@ def _map_tensors(obj, fn):
     import torch
 
     if isinstance(obj, (dict, list)):
-        for k in (list(obj) if isinstance(obj, dict) else range(len(obj))):
+        for k in list(obj) if isinstance(obj, dict) else range(len(obj)):
             obj[k] = _map_tensors(obj[k], fn)
         return obj
     return fn(obj) if isinstance(obj, torch.Tensor) else obj
@@ -125,9 +139,18 @@ def _nbytes(obj) -> int:
     return obj.numel() * obj.element_size() if isinstance(obj, torch.Tensor) else 0
 
 
-def convert(src: Path, dst: Path, target: str, *, config: str | Path | None = None, dtype: str | None = None,
-            model_only: bool = False, max_shard_bytes: int, overwrite: bool = False,
-            progress: bool | None = None) -> Result:
+def convert(
+    src: Path,
+    dst: Path,
+    target: str,
+    *,
+    config: str | Path | None = None,
+    dtype: str | None = None,
+    model_only: bool = False,
+    max_shard_bytes: int,
+    overwrite: bool = False,
+    progress: bool | None = None,
+) -> Result:
     from titan_train.checkpoint.formats import writers
     from titan_train.checkpoint.formats.dtypes import torch_dtype
 
@@ -141,8 +164,12 @@ def convert(src: Path, dst: Path, target: str, *, config: str | Path | None = No
         _refuse_foreign_destination(Path(dst), target)
     cast = torch_dtype(SHORT_NAMES[dtype]) if dtype else None
     result = Result(Path(src), Path(dst), info.format, target)
-    whole = (target in ("dcp", "torch") and not model_only and info.format in ("dcp", "torch")
-             and not (info.format == target == "torch"))
+    whole = (
+        target in ("dcp", "torch")
+        and not model_only
+        and info.format in ("dcp", "torch")
+        and not (info.format == target == "torch")
+    )
     with writers.atomic_output(dst, overwrite=overwrite, fmt=target, is_file_output=target == "torch") as tmp:
         if whole:
             _convert_whole(info, tmp, target, cast, result)
@@ -164,8 +191,10 @@ def _refuse_foreign_destination(dst: Path, target: str) -> None:
         except CheckpointError:
             kind = None
         if kind != "torch":
-            raise CheckpointError(f"{dst} is not a torch.save checkpoint; refusing to replace it",
-                                  fix="choose another destination, or remove it yourself")
+            raise CheckpointError(
+                f"{dst} is not a torch.save checkpoint; refusing to replace it",
+                fix="choose another destination, or remove it yourself",
+            )
 
 
 def _refuse_overlap(src: Path, dst: Path, info: CheckpointInfo) -> None:
@@ -177,8 +206,10 @@ def _refuse_overlap(src: Path, dst: Path, info: CheckpointInfo) -> None:
         if target == source:
             raise CheckpointError(f"{dst} is the source itself", fix="write to another path")
         if target in source.parents:
-            raise CheckpointError(f"{dst} holds the source ({source}); writing there would replace the folder "
-                                  "and delete the source", fix="write to another path (a new folder)")
+            raise CheckpointError(
+                f"{dst} holds the source ({source}); writing there would replace the folder and delete the source",
+                fix="write to another path (a new folder)",
+            )
 
 
 def _convert_whole(info: CheckpointInfo, tmp: Path, target: str, cast, result: Result) -> None:
@@ -192,7 +223,7 @@ def _convert_whole(info: CheckpointInfo, tmp: Path, target: str, cast, result: R
     else:
         sd = _strip_wrappers(safe_torch_load(info.root))
         if info.keymap.to_ours and not info.keymap.prefixes and not info.keymap.other and not info.objects:
-            sd = {"model": sd}   # a bare model state dict becomes the trainer's DCP layout
+            sd = {"model": sd}  # a bare model state dict becomes the trainer's DCP layout
             result.notes.append("bare model state dict written under model.* (the trainer's DCP layout)")
     sd = _map_tensors(sd, lambda t: _cast(t, cast))
     result.bytes = _nbytes(sd)
@@ -203,17 +234,27 @@ def _convert_whole(info: CheckpointInfo, tmp: Path, target: str, cast, result: R
         dcp_io.save(sd, tmp)
 
 
-def _convert_weights(info: CheckpointInfo, tmp: Path, target: str, cast, config: str | Path | None,
-                     max_shard_bytes: int, progress: bool | None, result: Result) -> None:
+def _convert_weights(
+    info: CheckpointInfo,
+    tmp: Path,
+    target: str,
+    cast,
+    config: str | Path | None,
+    max_shard_bytes: int,
+    progress: bool | None,
+    result: Result,
+) -> None:
     from titan_train.checkpoint.formats import dcp_io, writers
     from titan_train.checkpoint.formats.sources import Source
 
     if info.unmapped:
         names = list(info.unmapped)
-        raise CheckpointError(f"{info.root}: {len(names)} model weight(s) have no place in the LLaMA layout "
-                              f"({', '.join(names[:3])}{' ...' if len(names) > 3 else ''}); converting would drop "
-                              "them and write a different model",
-                              fix="convert a LLaMA-architecture checkpoint (no attention/MLP biases)")
+        raise CheckpointError(
+            f"{info.root}: {len(names)} model weight(s) have no place in the LLaMA layout "
+            f"({', '.join(names[:3])}{' ...' if len(names) > 3 else ''}); converting would drop "
+            "them and write a different model",
+            fix="convert a LLaMA-architecture checkpoint (no attention/MLP biases)",
+        )
     args = model_args_for(info, config, needed=target in ("hf", "meta") or bool(info.keymap.rope))
     heads = {"n_heads": args.n_heads, "n_kv_heads": args.n_kv_heads or args.n_heads} if args else {}
     source = Source(info, heads=heads)
@@ -229,16 +270,22 @@ def _convert_weights(info: CheckpointInfo, tmp: Path, target: str, cast, config:
             yield name, tensor
 
     if info.declared.get("rope_scaling") and target in ("hf", "meta"):
-        result.notes.append(f"the source's RoPE scaling ({info.declared['rope_scaling']}) is not written to the "
-                            f"output's {'config.json' if target == 'hf' else 'params.json'} (the trainer has none); "
-                            "copy it from the source's config if the output goes back to the reference code")
+        result.notes.append(
+            f"the source's RoPE scaling ({info.declared['rope_scaling']}) is not written to the "
+            f"output's {'config.json' if target == 'hf' else 'params.json'} (the trainer has none); "
+            "copy it from the source's config if the output goes back to the reference code"
+        )
     if target == "hf":
-        writers.write_hf(items(), tmp, args, dtype=str(cast or next(iter(info.dtypes), "float32")).removeprefix("torch."),
-                         max_shard_bytes=max_shard_bytes)
+        writers.write_hf(
+            items(),
+            tmp,
+            args,
+            dtype=str(cast or next(iter(info.dtypes), "float32")).removeprefix("torch."),
+            max_shard_bytes=max_shard_bytes,
+        )
     elif target == "meta":
         writers.write_meta(items(), tmp, args)
     elif target == "torch":
         writers.write_torch(dict(items()), tmp)
     else:
         dcp_io.save({"model": dict(items())}, tmp)
-

@@ -3,6 +3,7 @@
 Writes its progress to $TD_RESULT_DIR/rank<N>.json after every phase, so a rank that hangs or dies is
 named together with the phase it was in.
 """
+
 import json
 import os
 import sys
@@ -66,8 +67,14 @@ def main():
         tdev.synchronize(dev)
         dt = (time.perf_counter() - t0) / iters
         algbw = x.numel() * 4 / dt / 1e9
-        rows.append({"bytes": x.numel() * 4, "time_us": dt * 1e6, "algbw_gbs": algbw,
-                     "busbw_gbs": algbw * 2 * (world - 1) / world})
+        rows.append(
+            {
+                "bytes": x.numel() * 4,
+                "time_us": dt * 1e6,
+                "algbw_gbs": algbw,
+                "busbw_gbs": algbw * 2 * (world - 1) / world,
+            }
+        )
     save(bandwidth=rows)
     dist.barrier()
     dist.destroy_process_group()
@@ -78,6 +85,8 @@ if __name__ == "__main__":
     try:
         main()
     except BaseException as e:  # noqa: BLE001 - report every way a rank can die
-        save(error=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
-             traceback=traceback.format_exc()[-4000:])
+        save(
+            error=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
+            traceback=traceback.format_exc()[-4000:],
+        )
         raise

@@ -1,5 +1,6 @@
 """Subprocess entry for `diagnose --config ... --exact`: prints one JSON line, the peaks of
 memory_exact.exact_peaks (torch is imported here, never in the doctor's own process)."""
+
 from __future__ import annotations
 
 import argparse

@@ -5,6 +5,7 @@ that fails is captured with its traceback text so the doctor can classify it. to
 imported unless --no-import-torch asks for its files only (and even then when torch_npu
 is installed or torch is a CUDA build: those need the import to be judged).
 """
+
 import json
 import os
 import platform
@@ -83,8 +84,11 @@ def _error(exc_text):
 def main():
     files_only = "--no-import-torch" in sys.argv
     out = {
-        "python": {"version": platform.python_version(), "executable": sys.executable,
-                   "implementation": platform.python_implementation()},
+        "python": {
+            "version": platform.python_version(),
+            "executable": sys.executable,
+            "implementation": platform.python_implementation(),
+        },
         "torch": {"installed": False},
         "torch_npu": {"installed": False},
     }
@@ -94,8 +98,9 @@ def main():
         out["torch"].update(installed=True, location=torch_dir, dist_version=_dist_version("torch"))
         out["torch"].update(_torch_static(torch_dir))
     if npu_dir:
-        out["torch_npu"].update(installed=True, location=npu_dir, dist_version=_dist_version("torch_npu"),
-                                autoload_entry=_autoload_entry())
+        out["torch_npu"].update(
+            installed=True, location=npu_dir, dist_version=_dist_version("torch_npu"), autoload_entry=_autoload_entry()
+        )
     plain = _start_plain_import(out) if torch_dir else None
     if torch_dir and (npu_dir or out["torch"].get("cuda") or out["torch"].get("hip") or not files_only):
         _import_and_count(out)
@@ -136,8 +141,13 @@ def _start_plain_import(out):
     env = dict(os.environ)
     env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
     try:
-        return subprocess.Popen([sys.executable, "-c", "import torch"], env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [sys.executable, "-c", "import torch"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     except OSError:
         return None
 

@@ -9,6 +9,7 @@ The CANN in use is the one this shell points at (ASCEND_HOME_PATH / ASCEND_TOOLK
 else the one set_env.sh activates: <root>/ascend-toolkit/latest (or <root>/cann). Not the
 newest installed: a newer toolkit that `latest` does not point at is not used.
 """
+
 from __future__ import annotations
 
 import re
@@ -31,9 +32,9 @@ class CannInstall:
     version: str | None = None
     arch: str | None = None
     info_file: Path | None = None
-    problem: str | None = None      # why the version could not be read
+    problem: str | None = None  # why the version could not be read
     set_env: Path | None = None
-    from_env: str | None = None     # the env var that pointed here, if any
+    from_env: str | None = None  # the env var that pointed here, if any
     activated_by: str | None = None  # the link set_env.sh goes through (ascend-toolkit/latest, cann), if any
 
 
@@ -60,7 +61,7 @@ def read_kv(path: Path) -> dict[str, str]:
     return out
 
 
-ACTIVATED = (Path("ascend-toolkit") / "latest", Path("cann"))   # what set_env.sh of each layout uses
+ACTIVATED = (Path("ascend-toolkit") / "latest", Path("cann"))  # what set_env.sh of each layout uses
 
 
 def _candidate_homes(env: Mapping[str, str], roots: Sequence[Path]) -> list[tuple[Path, str | None, str | None]]:
@@ -118,7 +119,7 @@ def discover(env: Mapping[str, str], roots: Sequence[Path] | None = None) -> Asc
             continue
         key = home.resolve()
         if key in seen:
-            if link:   # the env named it first: note that set_env.sh activates it too
+            if link:  # the env named it first: note that set_env.sh activates it too
                 cann = [replace(c, activated_by=link) if c.home.resolve() == key else c for c in cann]
             continue
         seen.add(key)
@@ -174,6 +175,7 @@ def set_env_paths(inst: AscendInstall) -> list[Path]:
 
 # ---- checks -------------------------------------------------------------------------
 
+
 def check_cann(inst: AscendInstall, min_cann: str, want_npu: bool) -> list[Finding]:
     """Is a CANN toolkit installed, readable, and new enough for our pins?"""
     cur = best(inst)
@@ -182,36 +184,82 @@ def check_cann(inst: AscendInstall, min_cann: str, want_npu: bool) -> list[Findi
     detail = "\n".join(f"{c.home}: {c.problem}" for c in broken)
     if cur is None:
         status = Status.FAIL if want_npu else Status.INFO
-        return [Finding("ascend.cann", status, f"CANN toolkit not found (looked in {roots} and $ASCEND_HOME_PATH)",
-                        detail=detail,
-                        fix=f"Install the CANN toolkit (>= {min_cann}) from https://www.hiascend.com/cann, or pass "
-                            "--ascend-root DIR if it lives elsewhere" if want_npu else "",
-                        data={"installs": [str(c.home) for c in inst.cann]})]
+        return [
+            Finding(
+                "ascend.cann",
+                status,
+                f"CANN toolkit not found (looked in {roots} and $ASCEND_HOME_PATH)",
+                detail=detail,
+                fix=f"Install the CANN toolkit (>= {min_cann}) from https://www.hiascend.com/cann, or pass "
+                "--ascend-root DIR if it lives elsewhere"
+                if want_npu
+                else "",
+                data={"installs": [str(c.home) for c in inst.cann]},
+            )
+        ]
     others = [c for c in inst.cann if c.version and c is not cur]
-    why = (f"{cur.from_env} points at it" if cur.from_env else
-           f"{cur.activated_by} -> {cur.home.resolve().name}, what set_env.sh activates" if cur.activated_by else
-           "newest found; no ascend-toolkit/latest link")
-    newer = sorted((c for c in others if version_key(c.version or "") > version_key(cur.version or "")),
-                   key=lambda c: version_key(c.version or ""), reverse=True)
+    why = (
+        f"{cur.from_env} points at it"
+        if cur.from_env
+        else f"{cur.activated_by} -> {cur.home.resolve().name}, what set_env.sh activates"
+        if cur.activated_by
+        else "newest found; no ascend-toolkit/latest link"
+    )
+    newer = sorted(
+        (c for c in others if version_key(c.version or "") > version_key(cur.version or "")),
+        key=lambda c: version_key(c.version or ""),
+        reverse=True,
+    )
     if others:
-        detail = "\n".join(filter(None, [detail, "also installed, not in use: " + ", ".join(
-            f"{c.version} ({c.home})" for c in others)]))
-    data = {"version": cur.version, "home": str(cur.home), "arch": cur.arch, "active_because": why,
-            "info_file": str(cur.info_file), "set_env": str(cur.set_env) if cur.set_env else None,
-            "newer_installed": [c.version for c in newer]}
+        detail = "\n".join(
+            filter(
+                None, [detail, "also installed, not in use: " + ", ".join(f"{c.version} ({c.home})" for c in others)]
+            )
+        )
+    data = {
+        "version": cur.version,
+        "home": str(cur.home),
+        "arch": cur.arch,
+        "active_because": why,
+        "info_file": str(cur.info_file),
+        "set_env": str(cur.set_env) if cur.set_env else None,
+        "newer_installed": [c.version for c in newer],
+    }
     if version_key(cur.version or "") < version_key(min_cann):
-        good = max((c for c in newer if version_key(c.version or "") >= version_key(min_cann)),
-                   key=lambda c: version_key(c.version or ""), default=None)
-        fix = (f"CANN {good.version} is installed but not active: ln -sfn {good.home.resolve()} "
-               f"{cur.activated_by or cur.home}   (then source set_env.sh again)"
-               if good and (cur.activated_by or not cur.from_env) else
-               f"export ASCEND_HOME_PATH={good.home.resolve()} (or source its set_env.sh)" if good else
-               f"Install CANN >= {min_cann} (titan-npu needs its HCCL and ops)")
-        return [Finding("ascend.cann", Status.FAIL, f"CANN {cur.version} is older than {min_cann} ({cur.home}; {why})",
-                        detail=detail, fix=fix, data=data)]
+        good = max(
+            (c for c in newer if version_key(c.version or "") >= version_key(min_cann)),
+            key=lambda c: version_key(c.version or ""),
+            default=None,
+        )
+        fix = (
+            f"CANN {good.version} is installed but not active: ln -sfn {good.home.resolve()} "
+            f"{cur.activated_by or cur.home}   (then source set_env.sh again)"
+            if good and (cur.activated_by or not cur.from_env)
+            else f"export ASCEND_HOME_PATH={good.home.resolve()} (or source its set_env.sh)"
+            if good
+            else f"Install CANN >= {min_cann} (titan-npu needs its HCCL and ops)"
+        )
+        return [
+            Finding(
+                "ascend.cann",
+                Status.FAIL,
+                f"CANN {cur.version} is older than {min_cann} ({cur.home}; {why})",
+                detail=detail,
+                fix=fix,
+                data=data,
+            )
+        ]
     status = Status.WARN if broken else Status.OK
-    return [Finding("ascend.cann", status, f"CANN {cur.version} ({cur.home}; {why})", detail=detail,
-                    fix="Remove or repair the broken install(s) listed above" if broken else "", data=data)]
+    return [
+        Finding(
+            "ascend.cann",
+            status,
+            f"CANN {cur.version} ({cur.home}; {why})",
+            detail=detail,
+            fix="Remove or repair the broken install(s) listed above" if broken else "",
+            data=data,
+        )
+    ]
 
 
 def check_cann_env(inst: AscendInstall, env: Mapping[str, str]) -> list[Finding]:
@@ -229,37 +277,74 @@ def check_cann_env(inst: AscendInstall, env: Mapping[str, str]) -> list[Finding]
     if first and first[1] is not cur:
         p, other = first
         older = version_key(other.version or "") < version_key(cur.version or "")
-        return [Finding("ascend.env", Status.FAIL,
-                        f"LD_LIBRARY_PATH lists {'an older ' if older else 'another '}CANN ({other.version or '?'}) "
-                        f"before the one in use ({cur.version})",
-                        detail=f"{p} comes first, so the loader takes libhccl / libascendcl from CANN "
-                               f"{other.version or other.home} while the rest of CANN {cur.version} is used "
-                               "(undefined symbols, or HCCL/runtime errors that make no sense).",
-                        fix=f"Remove {other.home}'s entries from LD_LIBRARY_PATH (start from a clean shell), "
-                            f"then: {fix}", data={"first": p, "first_version": other.version, "in_use": cur.version})]
+        return [
+            Finding(
+                "ascend.env",
+                Status.FAIL,
+                f"LD_LIBRARY_PATH lists {'an older ' if older else 'another '}CANN ({other.version or '?'}) "
+                f"before the one in use ({cur.version})",
+                detail=f"{p} comes first, so the loader takes libhccl / libascendcl from CANN "
+                f"{other.version or other.home} while the rest of CANN {cur.version} is used "
+                "(undefined symbols, or HCCL/runtime errors that make no sense).",
+                fix=f"Remove {other.home}'s entries from LD_LIBRARY_PATH (start from a clean shell), then: {fix}",
+                data={"first": p, "first_version": other.version, "in_use": cur.version},
+            )
+        ]
     if homes and lib_on_path:
-        return [Finding("ascend.env", Status.OK, f"CANN environment sourced (ASCEND_HOME_PATH={homes[0]})",
-                        data={"set_env": str(script) if script else None})]
+        return [
+            Finding(
+                "ascend.env",
+                Status.OK,
+                f"CANN environment sourced (ASCEND_HOME_PATH={homes[0]})",
+                data={"set_env": str(script) if script else None},
+            )
+        ]
     missing = []
     if not homes:
         missing.append("ASCEND_HOME_PATH / ASCEND_TOOLKIT_HOME unset")
     if not lib_on_path:
         missing.append(f"{cur.home}/lib64 not on LD_LIBRARY_PATH")
-    return [Finding("ascend.env", Status.FAIL, "CANN installed but set_env.sh not sourced in this shell",
-                    detail="; ".join(missing) + ". torch_npu will fail with 'libhccl.so: cannot open shared object file'.",
-                    fix=fix + "   (add it to your job script / ~/.bashrc)",
-                    data={"set_env": str(script) if script else None})]
+    return [
+        Finding(
+            "ascend.env",
+            Status.FAIL,
+            "CANN installed but set_env.sh not sourced in this shell",
+            detail="; ".join(missing) + ". torch_npu will fail with 'libhccl.so: cannot open shared object file'.",
+            fix=fix + "   (add it to your job script / ~/.bashrc)",
+            data={"set_env": str(script) if script else None},
+        )
+    ]
 
 
 def check_driver(inst: AscendInstall, want_npu: bool) -> list[Finding]:
     """NPU driver version from <root>/driver/version.info."""
     if inst.driver_problem:
-        return [Finding("ascend.driver", Status.WARN, f"NPU driver version unreadable: {inst.driver_problem}",
-                        fix="Reinstall the Ascend driver package (Ascend-hdk-*-npu-driver)")]
+        return [
+            Finding(
+                "ascend.driver",
+                Status.WARN,
+                f"NPU driver version unreadable: {inst.driver_problem}",
+                fix="Reinstall the Ascend driver package (Ascend-hdk-*-npu-driver)",
+            )
+        ]
     if inst.driver_version:
-        return [Finding("ascend.driver", Status.OK, f"NPU driver {inst.driver_version}",
-                        data={"version": inst.driver_version, "file": str(inst.driver_file)})]
+        return [
+            Finding(
+                "ascend.driver",
+                Status.OK,
+                f"NPU driver {inst.driver_version}",
+                data={"version": inst.driver_version, "file": str(inst.driver_file)},
+            )
+        ]
     status = Status.FAIL if want_npu else Status.INFO
-    return [Finding("ascend.driver", status, "NPU driver not found (no driver/version.info under the Ascend roots)",
-                    fix="Install the Ascend NPU driver and firmware (Ascend-hdk-*-npu-driver) on the host; "
-                        "in a container mount /usr/local/Ascend/driver" if want_npu else "")]
+    return [
+        Finding(
+            "ascend.driver",
+            status,
+            "NPU driver not found (no driver/version.info under the Ascend roots)",
+            fix="Install the Ascend NPU driver and firmware (Ascend-hdk-*-npu-driver) on the host; "
+            "in a container mount /usr/local/Ascend/driver"
+            if want_npu
+            else "",
+        )
+    ]

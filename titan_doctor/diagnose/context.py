@@ -1,5 +1,6 @@
 """What the checks look at, gathered once per run: env, interpreter, roots, requested
 ranks, and the probe (started at construction so it overlaps everything else)."""
+
 from __future__ import annotations
 
 import functools
@@ -25,8 +26,8 @@ class Context:
     logs: list[Path] = field(default_factory=list)
     import_torch: bool = True
     checkpoint: Path | None = None
-    config: Any = None          # --config with --checkpoint: the loaded trainer JobConfig to compare against
-    config_name: str = ""       # what the user typed for --config (named in findings)
+    config: Any = None  # --config with --checkpoint: the loaded trainer JobConfig to compare against
+    config_name: str = ""  # what the user typed for --config (named in findings)
     _probe: probe.Probe | None = None
 
     def start_probe(self) -> None:
@@ -59,8 +60,9 @@ class Context:
     @functools.cached_property
     def ascend_present(self) -> bool:
         """Any sign this host is meant for Ascend (decides warn vs info for absences)."""
-        return bool(self.davinci or self.npu_smi.found or self.ascend.driver_version
-                    or any(c.version for c in self.ascend.cann))
+        return bool(
+            self.davinci or self.npu_smi.found or self.ascend.driver_version or any(c.version for c in self.ascend.cann)
+        )
 
     @property
     def wants_npu(self) -> bool:

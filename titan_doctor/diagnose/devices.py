@@ -1,6 +1,7 @@
 """Which accelerators this host offers: npu-smi, /dev/davinci* nodes,
 ASCEND_RT_VISIBLE_DEVICES against the requested --nproc, and what the trainer would
 pick (titan_train.runtime.device.select, the project's one selection rule)."""
+
 from __future__ import annotations
 
 import re
@@ -68,28 +69,66 @@ def check_npus(smi: NpuSmi, nodes: list[int]) -> list[Finding]:
     if not smi.found and not nodes:
         return [Finding("devices.npu", Status.INFO, "no Ascend NPU on this host (no npu-smi, no /dev/davinci*)")]
     if smi.error:
-        return [Finding("devices.npu", Status.FAIL, smi.error, fix="Check the driver: dmesg | grep -i davinci; "
-                        "reinstall/restart the Ascend driver")]
+        return [
+            Finding(
+                "devices.npu",
+                Status.FAIL,
+                smi.error,
+                fix="Check the driver: dmesg | grep -i davinci; reinstall/restart the Ascend driver",
+            )
+        ]
     if not smi.found:
-        return [Finding("devices.npu", Status.WARN, f"{len(nodes)} /dev/davinci node(s) but npu-smi not on PATH",
-                        fix="export PATH=/usr/local/Ascend/driver/tools:$PATH (or mount it into the container)",
-                        data={"davinci": nodes})]
+        return [
+            Finding(
+                "devices.npu",
+                Status.WARN,
+                f"{len(nodes)} /dev/davinci node(s) but npu-smi not on PATH",
+                fix="export PATH=/usr/local/Ascend/driver/tools:$PATH (or mount it into the container)",
+                data={"davinci": nodes},
+            )
+        ]
     bad = [n for n in smi.npus if n["health"].upper() != "OK"]
-    lines = [f"NPU {n['id']} {n['name']}: {n['health']}" + (
-        f", HBM {n['hbm_used_mb']}/{n['hbm_total_mb']} MB" if "hbm_total_mb" in n else "") for n in smi.npus]
+    lines = [
+        f"NPU {n['id']} {n['name']}: {n['health']}"
+        + (f", HBM {n['hbm_used_mb']}/{n['hbm_total_mb']} MB" if "hbm_total_mb" in n else "")
+        for n in smi.npus
+    ]
     data = {"npus": smi.npus, "davinci": nodes}
     if not smi.npus:
         return [Finding("devices.npu", Status.FAIL, "npu-smi lists no NPU", fix="Check the driver install", data=data)]
     if bad:
-        return [Finding("devices.npu", Status.FAIL, f"{len(bad)} of {len(smi.npus)} NPU(s) not healthy",
-                        detail="\n".join(lines), fix="npu-smi info -t health -i <id> for the reason; "
-                        "reset the card (npu-smi set -t reset -i <id> -c 0) or report it", data=data)]
+        return [
+            Finding(
+                "devices.npu",
+                Status.FAIL,
+                f"{len(bad)} of {len(smi.npus)} NPU(s) not healthy",
+                detail="\n".join(lines),
+                fix="npu-smi info -t health -i <id> for the reason; "
+                "reset the card (npu-smi set -t reset -i <id> -c 0) or report it",
+                data=data,
+            )
+        ]
     busy = [n for n in smi.npus if n.get("hbm_total_mb") and n["hbm_used_mb"] > 0.2 * n["hbm_total_mb"]]
     if busy:
-        return [Finding("devices.npu", Status.WARN, f"{len(busy)} NPU(s) already have >20% HBM in use",
-                        detail="\n".join(lines), fix="npu-smi info shows the processes; stop stale jobs", data=data)]
-    return [Finding("devices.npu", Status.OK, f"{len(smi.npus)} NPU(s) healthy ({smi.npus[0]['name']})",
-                    detail="\n".join(lines), data=data)]
+        return [
+            Finding(
+                "devices.npu",
+                Status.WARN,
+                f"{len(busy)} NPU(s) already have >20% HBM in use",
+                detail="\n".join(lines),
+                fix="npu-smi info shows the processes; stop stale jobs",
+                data=data,
+            )
+        ]
+    return [
+        Finding(
+            "devices.npu",
+            Status.OK,
+            f"{len(smi.npus)} NPU(s) healthy ({smi.npus[0]['name']})",
+            detail="\n".join(lines),
+            data=data,
+        )
+    ]
 
 
 def parse_visible(value: str) -> list[int] | None:
@@ -104,22 +143,45 @@ def check_visible(env: Mapping[str, str], nproc: int | None, npu_total: int) -> 
     raw = env.get("ASCEND_RT_VISIBLE_DEVICES")
     if raw is None:
         if nproc and npu_total and nproc > npu_total:
-            return [Finding("devices.visible", Status.FAIL, f"--nproc {nproc} but only {npu_total} NPU(s) on this host",
-                            fix=f"Use --nproc {npu_total} or more nodes (--nnodes)")]
+            return [
+                Finding(
+                    "devices.visible",
+                    Status.FAIL,
+                    f"--nproc {nproc} but only {npu_total} NPU(s) on this host",
+                    fix=f"Use --nproc {npu_total} or more nodes (--nnodes)",
+                )
+            ]
         return [Finding("devices.visible", Status.OK, "ASCEND_RT_VISIBLE_DEVICES not set (all NPUs visible)")]
     ids = parse_visible(raw)
     if ids is None or len(set(ids)) != len(ids):
-        return [Finding("devices.visible", Status.FAIL, f"ASCEND_RT_VISIBLE_DEVICES={raw!r} is not a list of distinct ids",
-                        fix="export ASCEND_RT_VISIBLE_DEVICES=0,1,2,3")]
+        return [
+            Finding(
+                "devices.visible",
+                Status.FAIL,
+                f"ASCEND_RT_VISIBLE_DEVICES={raw!r} is not a list of distinct ids",
+                fix="export ASCEND_RT_VISIBLE_DEVICES=0,1,2,3",
+            )
+        ]
     out_of_range = [i for i in ids if npu_total and i >= npu_total]
     if out_of_range:
-        return [Finding("devices.visible", Status.FAIL, f"ASCEND_RT_VISIBLE_DEVICES names NPU(s) {out_of_range} "
-                        f"but the host has {npu_total}", fix=f"Use ids 0..{npu_total - 1}")]
+        return [
+            Finding(
+                "devices.visible",
+                Status.FAIL,
+                f"ASCEND_RT_VISIBLE_DEVICES names NPU(s) {out_of_range} but the host has {npu_total}",
+                fix=f"Use ids 0..{npu_total - 1}",
+            )
+        ]
     if nproc and nproc > len(ids):
-        return [Finding("devices.visible", Status.FAIL, f"--nproc {nproc} but ASCEND_RT_VISIBLE_DEVICES={raw} "
-                        f"exposes {len(ids)} NPU(s)",
-                        fix=f"export ASCEND_RT_VISIBLE_DEVICES={','.join(str(i) for i in range(nproc))}   "
-                            f"or --nproc {len(ids)}")]
+        return [
+            Finding(
+                "devices.visible",
+                Status.FAIL,
+                f"--nproc {nproc} but ASCEND_RT_VISIBLE_DEVICES={raw} exposes {len(ids)} NPU(s)",
+                fix=f"export ASCEND_RT_VISIBLE_DEVICES={','.join(str(i) for i in range(nproc))}   "
+                f"or --nproc {len(ids)}",
+            )
+        ]
     return [Finding("devices.visible", Status.OK, f"ASCEND_RT_VISIBLE_DEVICES={raw} ({len(ids)} NPU(s))")]
 
 
@@ -133,13 +195,22 @@ def check_accelerator(probe: Mapping[str, Any], nproc: int | None) -> list[Findi
         npu_error = "torch_npu is not installed"
     elif n.get("imported") is False:
         npu_error = f"torch_npu failed to import: {n.get('error')}"
-    p = tdevice.Probe(npu_count=int(n.get("npu_count") or 0), cuda_count=int(t.get("cuda_count") or 0),
-                      npu_error=npu_error)
+    p = tdevice.Probe(
+        npu_count=int(n.get("npu_count") or 0), cuda_count=int(t.get("cuda_count") or 0), npu_error=npu_error
+    )
     dev = tdevice.select("auto", p)
     msg = f"trainer device: {dev.type} x{dev.count} with {dev.backend}"
     data = {"type": dev.type, "backend": dev.backend, "count": dev.count, "note": dev.note}
     if dev.type != "cpu" and nproc and nproc > dev.count:
-        return [Finding("devices.accelerator", Status.FAIL, msg + f", but --nproc {nproc} > {dev.count}",
-                        fix=f"--nproc {dev.count} per node", data=data)]
-    return [Finding("devices.accelerator", Status.OK if dev.type != "cpu" else Status.INFO, msg,
-                    detail=dev.note, data=data)]
+        return [
+            Finding(
+                "devices.accelerator",
+                Status.FAIL,
+                msg + f", but --nproc {nproc} > {dev.count}",
+                fix=f"--nproc {dev.count} per node",
+                data=data,
+            )
+        ]
+    return [
+        Finding("devices.accelerator", Status.OK if dev.type != "cpu" else Status.INFO, msg, detail=dev.note, data=data)
+    ]

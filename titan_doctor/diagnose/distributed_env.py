@@ -2,6 +2,7 @@
 port, rank variables, HCCL_* values (ranges in rules/hccl_env.toml), NCCL/CUDA leftovers
 that do nothing on Ascend (named and converted by migrate's env mapping,
 rules/migrate/env.toml), hccn_tool link health, and /dev/shm size."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -62,22 +63,26 @@ def port_free(port: int, host: str = "") -> tuple[bool, str]:
             return False, os.strerror(e.errno) if e.errno else str(e)
 
 
-LAUNCHER_VARS = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")   # set by torchrun for its workers
+LAUNCHER_VARS = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")  # set by torchrun for its workers
 
 
 def check_master(env: Mapping[str, str], nnodes: int = 1) -> list[Finding]:
     """MASTER_ADDR resolvable (and not loopback for multi-node), MASTER_PORT valid and free;
     a multi-rank environment without a launcher needs MASTER_ADDR itself."""
     ws = env.get("WORLD_SIZE", "").strip()
-    if (not env.get("MASTER_ADDR") and ws.isdigit() and int(ws) > 1
-            and not any(env.get(v) for v in LAUNCHER_VARS)):
-        return [Finding("dist.master.addr", Status.FAIL,
-                        f"WORLD_SIZE={ws} but MASTER_ADDR is unset, and no launcher (torchrun) runs this process",
-                        detail="init_process_group(init_method='env://') reads MASTER_ADDR/MASTER_PORT and fails "
-                               "with 'environment variable MASTER_ADDR expected, but not set'.",
-                        fix=f"Launch with torchrun --nproc_per_node <N> (it sets them for every rank), or export "
-                            f"MASTER_ADDR=<rank-0 host> MASTER_PORT={DEFAULT_PORT}",
-                        data={"world_size": int(ws)})]
+    if not env.get("MASTER_ADDR") and ws.isdigit() and int(ws) > 1 and not any(env.get(v) for v in LAUNCHER_VARS):
+        return [
+            Finding(
+                "dist.master.addr",
+                Status.FAIL,
+                f"WORLD_SIZE={ws} but MASTER_ADDR is unset, and no launcher (torchrun) runs this process",
+                detail="init_process_group(init_method='env://') reads MASTER_ADDR/MASTER_PORT and fails "
+                "with 'environment variable MASTER_ADDR expected, but not set'.",
+                fix=f"Launch with torchrun --nproc_per_node <N> (it sets them for every rank), or export "
+                f"MASTER_ADDR=<rank-0 host> MASTER_PORT={DEFAULT_PORT}",
+                data={"world_size": int(ws)},
+            )
+        ]
     addr_finding, addresses = _check_addr(env.get("MASTER_ADDR"), nnodes)
     return [addr_finding] + _check_port(env.get("MASTER_PORT"), addresses)
 
@@ -87,17 +92,29 @@ def _check_addr(addr: str | None, nnodes: int) -> tuple[Finding, list[str] | Non
     code = "dist.master.addr"
     if not addr:
         if nnodes > 1:
-            return Finding(code, Status.FAIL, f"MASTER_ADDR unset with --nnodes {nnodes}",
-                           fix="export MASTER_ADDR=<IP of the rank-0 node> on every node"), None
+            return Finding(
+                code,
+                Status.FAIL,
+                f"MASTER_ADDR unset with --nnodes {nnodes}",
+                fix="export MASTER_ADDR=<IP of the rank-0 node> on every node",
+            ), None
         return Finding(code, Status.OK, "MASTER_ADDR unset (single node: launcher uses localhost)"), None
     got = resolve(addr)
     if isinstance(got, str):
-        return Finding(code, Status.FAIL, f"MASTER_ADDR={addr} does not resolve: {got}",
-                       fix="Set MASTER_ADDR to the rank-0 node's IP address (or add it to /etc/hosts)",
-                       data={"host": addr, "error": got}), []
+        return Finding(
+            code,
+            Status.FAIL,
+            f"MASTER_ADDR={addr} does not resolve: {got}",
+            fix="Set MASTER_ADDR to the rank-0 node's IP address (or add it to /etc/hosts)",
+            data={"host": addr, "error": got},
+        ), []
     if nnodes > 1 and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in got):
-        return Finding(code, Status.FAIL, f"MASTER_ADDR={addr} is loopback but --nnodes {nnodes}",
-                       fix="Use the rank-0 node's network IP"), got
+        return Finding(
+            code,
+            Status.FAIL,
+            f"MASTER_ADDR={addr} is loopback but --nnodes {nnodes}",
+            fix="Use the rank-0 node's network IP",
+        ), got
     return Finding(code, Status.OK, f"MASTER_ADDR={addr} -> {', '.join(got[:3])}", data={"addresses": got}), got
 
 
@@ -107,8 +124,11 @@ def _check_port(port_raw: str | None, addresses: list[str] | None) -> list[Findi
     port = DEFAULT_PORT
     if port_raw is not None:
         if not port_raw.isdigit() or not 1 <= int(port_raw) <= 65535:
-            return [Finding(code, Status.FAIL, f"MASTER_PORT={port_raw!r} is not a port number",
-                            fix="export MASTER_PORT=29500")]
+            return [
+                Finding(
+                    code, Status.FAIL, f"MASTER_PORT={port_raw!r} is not a port number", fix="export MASTER_PORT=29500"
+                )
+            ]
         port = int(port_raw)
     if addresses is not None and not any(is_local_address(a) for a in addresses):
         why = "MASTER_ADDR does not resolve" if not addresses else "rank 0 is another host"
@@ -117,10 +137,16 @@ def _check_port(port_raw: str | None, addresses: list[str] | None) -> list[Findi
     label = f"MASTER_PORT={port}" if port_raw else f"default port {port}"
     if free:
         return [Finding(code, Status.OK, f"{label} is free on this host", data={"port": port})]
-    return [Finding(code, Status.FAIL, f"{label} is already in use on this host ({err})",
-                    detail="Rank 0 will fail with 'EADDRINUSE ... address already in use'.",
-                    fix=f"ss -ltnp | grep :{port}   to find the holder, or export MASTER_PORT=<free port>",
-                    data={"port": port, "error": err})]
+    return [
+        Finding(
+            code,
+            Status.FAIL,
+            f"{label} is already in use on this host ({err})",
+            detail="Rank 0 will fail with 'EADDRINUSE ... address already in use'.",
+            fix=f"ss -ltnp | grep :{port}   to find the holder, or export MASTER_PORT=<free port>",
+            data={"port": port, "error": err},
+        )
+    ]
 
 
 def check_ranks(env: Mapping[str, str], nproc: int | None, nnodes: int = 1) -> list[Finding]:
@@ -130,8 +156,14 @@ def check_ranks(env: Mapping[str, str], nproc: int | None, nnodes: int = 1) -> l
     for k in names:
         if k in env:
             if not re.fullmatch(r"\d+", env[k].strip()):
-                return [Finding("dist.ranks", Status.FAIL, f"{k}={env[k]!r} is not a non-negative integer",
-                                fix=f"unset {k}  (torchrun / titan-train set it per rank)")]
+                return [
+                    Finding(
+                        "dist.ranks",
+                        Status.FAIL,
+                        f"{k}={env[k]!r} is not a non-negative integer",
+                        fix=f"unset {k}  (torchrun / titan-train set it per rank)",
+                    )
+                ]
             vals[k] = int(env[k])
     if not vals:
         return [Finding("dist.ranks", Status.OK, "RANK/WORLD_SIZE unset (the launcher sets them per rank)")]
@@ -151,9 +183,16 @@ def check_ranks(env: Mapping[str, str], nproc: int | None, nnodes: int = 1) -> l
         probs.append(f"WORLD_SIZE={ws} is not a multiple of LOCAL_WORLD_SIZE={lws}")
     shown = ", ".join(f"{k}={v}" for k, v in vals.items())
     if probs:
-        return [Finding("dist.ranks", Status.FAIL, "rank variables inconsistent: " + "; ".join(probs),
-                        detail=shown, fix="unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE and let the launcher set them",
-                        data=vals)]
+        return [
+            Finding(
+                "dist.ranks",
+                Status.FAIL,
+                "rank variables inconsistent: " + "; ".join(probs),
+                detail=shown,
+                fix="unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE and let the launcher set them",
+                data=vals,
+            )
+        ]
     return [Finding("dist.ranks", Status.OK, f"rank variables consistent ({shown})", data=vals)]
 
 
@@ -193,13 +232,16 @@ def _bytes_not_mb(r: dict, value: int) -> Finding:
         why = change.why if change is not None else "no exact conversion"
         shown = f"{value} bytes is not a whole number of MB"
         fix = f"export {r['name']}=<MB>: {why}"
-    return Finding("dist.hccl_env", Status.FAIL,
-                   f"{r['name']}={value} is {r['unit']}, i.e. {value / (1 << 20):.1f} TiB, more than any NPU has: "
-                   f"it was given in bytes",
-                   detail=f"{r['why']}. {shown}; as MB it asks every communicator for "
-                          f"2 x {value} MB and HCCL init fails (out of memory).",
-                   fix=f"{fix}, or unset it for HCCL's default {r['default']} MB",
-                   data={"var": r["name"], "value": value, "as_mb": mb, "source": r["source"]})
+    return Finding(
+        "dist.hccl_env",
+        Status.FAIL,
+        f"{r['name']}={value} is {r['unit']}, i.e. {value / (1 << 20):.1f} TiB, more than any NPU has: "
+        f"it was given in bytes",
+        detail=f"{r['why']}. {shown}; as MB it asks every communicator for "
+        f"2 x {value} MB and HCCL init fails (out of memory).",
+        fix=f"{fix}, or unset it for HCCL's default {r['default']} MB",
+        data={"var": r["name"], "value": value, "as_mb": mb, "source": r["source"]},
+    )
 
 
 def check_hccl_env(env: Mapping[str, str], if_names: list[str] | None = None) -> list[Finding]:
@@ -210,20 +252,37 @@ def check_hccl_env(env: Mapping[str, str], if_names: list[str] | None = None) ->
         if raw is None:
             continue
         if not raw.strip().isdigit():
-            out.append(Finding("dist.hccl_env", Status.FAIL, f"{r['name']}={raw!r} is not an integer ({r['unit']})",
-                               fix=f"export {r['name']}={r['default']}", data={"var": r["name"]}))
+            out.append(
+                Finding(
+                    "dist.hccl_env",
+                    Status.FAIL,
+                    f"{r['name']}={raw!r} is not an integer ({r['unit']})",
+                    fix=f"export {r['name']}={r['default']}",
+                    data={"var": r["name"]},
+                )
+            )
         elif r.get("device_memory_bound") and int(raw) > largest_device_mb():
             out.append(_bytes_not_mb(r, int(raw)))
         elif not r["min"] <= int(raw) <= r["max"]:
-            out.append(Finding("dist.hccl_env", Status.FAIL,
-                               f"{r['name']}={raw} outside [{r['min']}, {r['max']}] {r['unit']} ({r['why']})",
-                               fix=f"export {r['name']}={min(max(int(raw), r['min']), r['max'])}",
-                               data={"var": r["name"], "source": r["source"]}))
+            out.append(
+                Finding(
+                    "dist.hccl_env",
+                    Status.FAIL,
+                    f"{r['name']}={raw} outside [{r['min']}, {r['max']}] {r['unit']} ({r['why']})",
+                    fix=f"export {r['name']}={min(max(int(raw), r['min']), r['max'])}",
+                    data={"var": r["name"], "source": r["source"]},
+                )
+            )
         elif "warn_above" in r and int(raw) > r["warn_above"]:
-            out.append(Finding("dist.hccl_env", Status.WARN,
-                               f"{r['name']}={raw} {r['unit']} is unusually large ({r['why']})",
-                               fix=f"export {r['name']}={r['default']}  (raise only as far as your largest message needs)",
-                               data={"var": r["name"], "source": r["source"]}))
+            out.append(
+                Finding(
+                    "dist.hccl_env",
+                    Status.WARN,
+                    f"{r['name']}={raw} {r['unit']} is unusually large ({r['why']})",
+                    fix=f"export {r['name']}={r['default']}  (raise only as far as your largest message needs)",
+                    data={"var": r["name"], "source": r["source"]},
+                )
+            )
         else:
             out.append(Finding("dist.hccl_env", Status.OK, f"{r['name']}={raw} {r['unit']}", data={"var": r["name"]}))
     ip = env.get("HCCL_IF_IP")
@@ -231,9 +290,15 @@ def check_hccl_env(env: Mapping[str, str], if_names: list[str] | None = None) ->
         if is_local_address(ip):
             out.append(Finding("dist.hccl_env", Status.OK, f"HCCL_IF_IP={ip} is an address of this host"))
         else:
-            out.append(Finding("dist.hccl_env", Status.FAIL, f"HCCL_IF_IP={ip} is not an address of this host",
-                               fix="Set it per node to that node's own IP (ip -4 addr), or unset it",
-                               data={"var": "HCCL_IF_IP"}))
+            out.append(
+                Finding(
+                    "dist.hccl_env",
+                    Status.FAIL,
+                    f"HCCL_IF_IP={ip} is not an address of this host",
+                    fix="Set it per node to that node's own IP (ip -4 addr), or unset it",
+                    data={"var": "HCCL_IF_IP"},
+                )
+            )
     spec = env.get("HCCL_SOCKET_IFNAME")
     if spec:
         names = interfaces() if if_names is None else if_names
@@ -241,10 +306,16 @@ def check_hccl_env(env: Mapping[str, str], if_names: list[str] | None = None) ->
         if hit:
             out.append(Finding("dist.hccl_env", Status.OK, f"HCCL_SOCKET_IFNAME={spec} matches {', '.join(hit)}"))
         else:
-            out.append(Finding("dist.hccl_env", Status.FAIL, f"HCCL_SOCKET_IFNAME={spec} matches no interface",
-                               detail="interfaces here: " + ", ".join(names),
-                               fix=f"export HCCL_SOCKET_IFNAME={next((n for n in names if n != 'lo'), 'eth0')}",
-                               data={"var": "HCCL_SOCKET_IFNAME", "interfaces": names}))
+            out.append(
+                Finding(
+                    "dist.hccl_env",
+                    Status.FAIL,
+                    f"HCCL_SOCKET_IFNAME={spec} matches no interface",
+                    detail="interfaces here: " + ", ".join(names),
+                    fix=f"export HCCL_SOCKET_IFNAME={next((n for n in names if n != 'lo'), 'eth0')}",
+                    data={"var": "HCCL_SOCKET_IFNAME", "interfaces": names},
+                )
+            )
     if not out:
         out.append(Finding("dist.hccl_env", Status.OK, "no HCCL_* overrides (defaults apply)"))
     return out
@@ -269,19 +340,32 @@ def check_leftovers(env: Mapping[str, str], on_npu: bool) -> list[Finding]:
     found = []
     if candidates:  # the migrate rules are loaded only when something could match
         from titan_doctor.migrate.rules import builtin_rules
+
         rules = builtin_rules()
         found = sorted(k for k in candidates if _is_leftover(k, rules))
     if not found:
         return [Finding("dist.leftovers", Status.OK, "no NCCL_*/CUDA_* leftovers in the environment")]
     if not on_npu:
-        return [Finding("dist.leftovers", Status.INFO, f"{len(found)} NCCL_*/CUDA_* variable(s) set "
-                        "(fine here: no Ascend stack found)", detail=", ".join(found))]
+        return [
+            Finding(
+                "dist.leftovers",
+                Status.INFO,
+                f"{len(found)} NCCL_*/CUDA_* variable(s) set (fine here: no Ascend stack found)",
+                detail=", ".join(found),
+            )
+        ]
     out = []
     for k in found:
         eq, value, fix = translate(rules, k, env[k])
-        out.append(Finding("dist.leftovers", Status.WARN, f"{k}={env[k]} does nothing on Ascend"
-                           + (f"; use {eq}" if eq else ""), fix=fix,
-                           data={"var": k, "equivalent": eq, "value": value}))
+        out.append(
+            Finding(
+                "dist.leftovers",
+                Status.WARN,
+                f"{k}={env[k]} does nothing on Ascend" + (f"; use {eq}" if eq else ""),
+                fix=fix,
+                data={"var": k, "equivalent": eq, "value": value},
+            )
+        )
     return out
 
 
@@ -317,22 +401,33 @@ def check_hccn(env: Mapping[str, str], device_ids: list[int], timeout: float = 1
         res = {}
         for what, key in (("-link", "link"), ("-net_health", "health")):
             try:
-                p = subprocess.run([exe, "-i", str(i), what, "-g"], capture_output=True, text=True,
-                                   timeout=timeout, env=dict(env))
-                res[key] = p.stdout.strip().splitlines()[-1].split(":")[-1].strip() if p.stdout.strip() else \
-                    f"exit {p.returncode}"
+                p = subprocess.run(
+                    [exe, "-i", str(i), what, "-g"], capture_output=True, text=True, timeout=timeout, env=dict(env)
+                )
+                res[key] = (
+                    p.stdout.strip().splitlines()[-1].split(":")[-1].strip()
+                    if p.stdout.strip()
+                    else f"exit {p.returncode}"
+                )
             except (subprocess.TimeoutExpired, OSError) as e:
                 res[key] = f"no answer ({type(e).__name__})"
         (good if res["link"].upper() == "UP" and res["health"].lower() == "success" else bad).append((i, res))
     lines = [f"NPU {i}: link {r['link']}, net health {r['health']}" for i, r in good + bad]
     if bad:
-        return [Finding("dist.hccn", Status.FAIL, f"{len(bad)} NPU NIC(s) unhealthy: "
-                        + ", ".join(str(i) for i, _ in bad), detail="\n".join(lines),
-                        fix="hccn_tool -i <id> -net_health -g; check cables/switch and the detect IP "
-                            "(hccn_tool -i <id> -netdetect -s address <gateway>)",
-                        data={"bad": [i for i, _ in bad]})]
-    return [Finding("dist.hccn", Status.OK, f"{len(good)} NPU NIC(s) link UP, net health Success",
-                    detail="\n".join(lines))]
+        return [
+            Finding(
+                "dist.hccn",
+                Status.FAIL,
+                f"{len(bad)} NPU NIC(s) unhealthy: " + ", ".join(str(i) for i, _ in bad),
+                detail="\n".join(lines),
+                fix="hccn_tool -i <id> -net_health -g; check cables/switch and the detect IP "
+                "(hccn_tool -i <id> -netdetect -s address <gateway>)",
+                data={"bad": [i for i, _ in bad]},
+            )
+        ]
+    return [
+        Finding("dist.hccn", Status.OK, f"{len(good)} NPU NIC(s) link UP, net health Success", detail="\n".join(lines))
+    ]
 
 
 def check_shm(path: Path = Path("/dev/shm"), minimum: int = SHM_MIN) -> list[Finding]:
@@ -340,13 +435,25 @@ def check_shm(path: Path = Path("/dev/shm"), minimum: int = SHM_MIN) -> list[Fin
     try:
         st = os.statvfs(path)
     except OSError as e:
-        return [Finding("dist.shm", Status.WARN, f"{path} unusable: {os.strerror(e.errno or errno.ENOENT)}",
-                        fix="docker run --shm-size=16g ... (or mount a tmpfs on /dev/shm)")]
+        return [
+            Finding(
+                "dist.shm",
+                Status.WARN,
+                f"{path} unusable: {os.strerror(e.errno or errno.ENOENT)}",
+                fix="docker run --shm-size=16g ... (or mount a tmpfs on /dev/shm)",
+            )
+        ]
     size = st.f_blocks * st.f_frsize
     gib = size / (1 << 30)
     if size < minimum:
-        return [Finding("dist.shm", Status.WARN, f"{path} is only {size / (1 << 20):.0f} MiB",
-                        detail="DataLoader workers and gloo fail with 'Bus error' / 'No space left' on small shm.",
-                        fix="docker run --shm-size=16g ...  (Kubernetes: an emptyDir with medium: Memory)",
-                        data={"bytes": size})]
+        return [
+            Finding(
+                "dist.shm",
+                Status.WARN,
+                f"{path} is only {size / (1 << 20):.0f} MiB",
+                detail="DataLoader workers and gloo fail with 'Bus error' / 'No space left' on small shm.",
+                fix="docker run --shm-size=16g ...  (Kubernetes: an emptyDir with medium: Memory)",
+                data={"bytes": size},
+            )
+        ]
     return [Finding("dist.shm", Status.OK, f"{path} {gib:.1f} GiB", data={"bytes": size})]

@@ -9,6 +9,7 @@ structure, so a code nobody listed still says which component failed and how bad
 
 `find_codes(line)` returns every code a line reports, each decoded into a `Code`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,25 +19,30 @@ from typing import Any
 
 import titan_knowledge as knowledge
 
-INTERNAL_FROM = 9000          # E-codes 9000-9999 are internal errors (CANN error-code reference)
+INTERNAL_FROM = 9000  # E-codes 9000-9999 are internal errors (CANN error-code reference)
 RANK_ECODE_USER = 35
 RANK_ECODE_INTERNAL = 60
 RANK_HCCL_DEFAULT = 70
 RANK_PTA_WRAPPER = 85
-RANK_PTA_OTHER = 75     # torch_npu raises these with the CANN text (E-code, aclnn detail) that says why
+RANK_PTA_OTHER = 75  # torch_npu raises these with the CANN text (E-code, aclnn detail) that says why
 
 # An E-code stands alone: "EI0006: ...", "Get_Socket_Timeout(EI0006):", "EZ9999[PID: 1]",
 # "detail:EZ1001:". Not inside a word, a hex number or a path.
 _ECODE = re.compile(r"(?<![\w.\-/])(E[0-9A-Z]\d{4})(?=[\s:\[\]()]|$)")
 # aclError codes after the phrases torch_npu and CANN print them with (the ACL samples and
 # C++ apps: "acl set device 0 failed, errorCode = 507033").
-_ACL = re.compile(r"(?:error code is:?|error code:|errorCode =|error no is|runtime result =|result =|ret =|failed:)"
-                  r"\s*(\d{6})\b", re.I)
+_ACL = re.compile(
+    r"(?:error code is:?|error code:|errorCode =|error no is|runtime result =|result =|ret =|failed:)"
+    r"\s*(\d{6})\b",
+    re.I,
+)
 # "HCCL function error: HcclAllreduce, error code is 6"; MindIE/ATB: "HcclCommInitRootInfo fail, error:2"
 _HCCL = re.compile(r"(?i)hccl\w*.*?error code is (\d{1,3})\b|\b(?P<call>hccl\w+) fail(?:ed)?, error:\s?(\d{1,3})\b")
-_NCCL = re.compile(r"\bNCCL Error (\d)\b|\b(nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage))\b"
-                   r"|\bNCCL (?:error|failure)\b.*?[:,]\s*(unhandled cuda error|unhandled system error|internal error"
-                   r"|invalid argument|invalid usage|remote process exited or there was a network error)")
+_NCCL = re.compile(
+    r"\bNCCL Error (\d)\b|\b(nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage))\b"
+    r"|\bNCCL (?:error|failure)\b.*?[:,]\s*(unhandled cuda error|unhandled system error|internal error"
+    r"|invalid argument|invalid usage|remote process exited or there was a network error)"
+)
 _PTA = re.compile(r"\bERR(\d{2})(\d{3})\b")
 # Text one of which a line that prints an aclError, HcclResult or ERR code contains.
 NEEDLES = ("error code", "errorCode", "rror no is", "result =", "ret =", "failed:", "ERR", ", error:", "NCCL", "nccl")
@@ -45,15 +51,15 @@ _MESSAGE_NOISE = re.compile(r"^[\s:)\]]*(?:\[PID: ?\d+\]\s*)?(?:\d{4}-\d\d-\d\d-
 
 @dataclass(frozen=True)
 class Code:
-    id: str                   # finding id suffix: ecode.EI0006, acl.507033, hccl.result, torch_npu.ERR02200
-    code: str                 # as printed: EI0006, 507033, 5, ERR02200
+    id: str  # finding id suffix: ecode.EI0006, acl.507033, hccl.result, torch_npu.ERR02200
+    code: str  # as printed: EI0006, 507033, 5, ERR02200
     title: str
     cause: str
     fix: str
-    rank: int                 # lower = closer to the root cause
+    rank: int  # lower = closer to the root cause
     consequence: bool = False  # what a rank sees when ANOTHER rank failed (a timeout waiting for it)
     source: str = ""
-    message: str = ""         # the text the log printed after an E-code
+    message: str = ""  # the text the log printed after an E-code
 
 
 @functools.cache
@@ -79,16 +85,33 @@ def decode_ecode(code: str, message: str = "") -> Code:
     internal = int(code[2:]) >= INTERNAL_FROM
     known = t["ecode"].get(code)
     if known:
-        return Code(f"ecode.{code}", code, f"{code}: {known['title']}", known["cause"], known["fix"],
-                    int(known.get("rank", RANK_ECODE_INTERNAL if internal else RANK_ECODE_USER)),
-                    bool(known.get("consequence", False)), known["source"], message)
+        return Code(
+            f"ecode.{code}",
+            code,
+            f"{code}: {known['title']}",
+            known["cause"],
+            known["fix"],
+            int(known.get("rank", RANK_ECODE_INTERNAL if internal else RANK_ECODE_USER)),
+            bool(known.get("consequence", False)),
+            known["source"],
+            message,
+        )
     kind = "internal error" if internal else "error"
-    cause = (f"{code} is a {module} {kind} (E + component '{code[1]}' = {module}; "
-             f"{'9000-9999: internal, the message names the failing step' if internal else '0000-8999: a user-fixable error'}).")
-    return Code(f"ecode.{code}", code, f"{code}: {module} {kind}", cause,
-                comp["fix"] if comp else "Read the message after the code and the plog under $HOME/ascend/log",
-                RANK_ECODE_INTERNAL if internal else RANK_ECODE_USER, False,
-                comp["source"] if comp else "", message)
+    cause = (
+        f"{code} is a {module} {kind} (E + component '{code[1]}' = {module}; "
+        f"{'9000-9999: internal, the message names the failing step' if internal else '0000-8999: a user-fixable error'})."
+    )
+    return Code(
+        f"ecode.{code}",
+        code,
+        f"{code}: {module} {kind}",
+        cause,
+        comp["fix"] if comp else "Read the message after the code and the plog under $HOME/ascend/log",
+        RANK_ECODE_INTERNAL if internal else RANK_ECODE_USER,
+        False,
+        comp["source"] if comp else "",
+        message,
+    )
 
 
 def decode_acl(n: int) -> Code:
@@ -98,25 +121,38 @@ def decode_acl(n: int) -> Code:
     cls = t["acl_class"].get(n // 100000)
     mod = t["acl_module"].get(f"{n // 1000 % 100:02d}")
     known = t["acl"].get(n)
-    where = (mod["module"] if mod else f"module {n // 1000 % 100:02d}")
+    where = mod["module"] if mod else f"module {n // 1000 % 100:02d}"
     klass = cls["meaning"] if cls else "unknown class"
     name = known["name"] if known else "unlisted code"
     meaning = known["meaning"] if known else f"a {where} error"
     cause = (known or {}).get("cause") or f"{meaning} ({n // 100000}xxxxx = {klass}; {where})."
     fix = (known or {}).get("fix") or (cls["fix"] if cls else "Read the lines next to it and the plog")
     rank = int((known or {}).get("rank", cls["rank"] if cls else 50))
-    return Code(f"acl.{n}", str(n), f"{n} {name}: {meaning}", cause, fix, rank,
-                bool((known or {}).get("consequence", False)), (known or cls or {}).get("source", ""))
+    return Code(
+        f"acl.{n}",
+        str(n),
+        f"{n} {name}: {meaning}",
+        cause,
+        fix,
+        rank,
+        bool((known or {}).get("consequence", False)),
+        (known or cls or {}).get("source", ""),
+    )
 
 
 def decode_hccl(n: int) -> Code:
     e = _tables()["hccl"].get(n)
     name = e["name"] if e else f"HcclResult {n}"
-    return Code("hccl.result", str(n), f"HCCL call failed with error code {n}: {name}",
-                f"An HCCL API call returned {name}; an EI/EJ code printed with it says more.",
-                e["fix"] if e else "Read the EIxxxx/EJxxxx lines after it and the other ranks' logs",
-                int((e or {}).get("rank", RANK_HCCL_DEFAULT)), bool((e or {}).get("consequence", False)),
-                (e or {}).get("source", ""))
+    return Code(
+        "hccl.result",
+        str(n),
+        f"HCCL call failed with error code {n}: {name}",
+        f"An HCCL API call returned {name}; an EI/EJ code printed with it says more.",
+        e["fix"] if e else "Read the EIxxxx/EJxxxx lines after it and the other ranks' logs",
+        int((e or {}).get("rank", RANK_HCCL_DEFAULT)),
+        bool((e or {}).get("consequence", False)),
+        (e or {}).get("source", ""),
+    )
 
 
 def decode_nccl(key: int | str) -> Code | None:
@@ -124,8 +160,16 @@ def decode_nccl(key: int | str) -> Code | None:
     e = _tables()["nccl"].get(key)
     if e is None:
         return None
-    return Code(f"nccl.{e['name']}", str(e["code"]), f"NCCL error {e['code']} {e['name']}: {e['text']}", e["cause"],
-                e["fix"], int(e.get("rank", RANK_HCCL_DEFAULT)), bool(e.get("consequence", False)), e["source"])
+    return Code(
+        f"nccl.{e['name']}",
+        str(e["code"]),
+        f"NCCL error {e['code']} {e['name']}: {e['text']}",
+        e["cause"],
+        e["fix"],
+        int(e.get("rank", RANK_HCCL_DEFAULT)),
+        bool(e.get("consequence", False)),
+        e["source"],
+    )
 
 
 def decode_pta(module: str, err: int) -> Code:
@@ -136,15 +180,28 @@ def decode_pta(module: str, err: int) -> Code:
     meaning = e["meaning"] if e else f"error {err}"
     wrapper = bool(e and e.get("wrapper"))
     code = f"ERR{module}{err:03d}"
-    cause = (f"torch_npu's {m['meaning'] if m else mname} reported '{meaning}' (ERR + submodule {module} {mname} "
-             f"+ error {err:03d})."
-             + (" It only says that a call failed: the code printed with it (E-code, aclError or HCCL "
-                "error code) is the reason." if wrapper else " The message before it says what failed."))
-    return Code(f"torch_npu.{code}", code, f"{code}: torch_npu {mname} {meaning}", cause,
-                "Read the codes printed with it (decoded in the other findings)" if wrapper else
-                "Read the error message printed just before it",
-                RANK_PTA_WRAPPER + (5 if err == 999 else 0) if wrapper else RANK_PTA_OTHER,
-                False, (m or {}).get("source", ""))
+    cause = (
+        f"torch_npu's {m['meaning'] if m else mname} reported '{meaning}' (ERR + submodule {module} {mname} "
+        f"+ error {err:03d})."
+        + (
+            " It only says that a call failed: the code printed with it (E-code, aclError or HCCL "
+            "error code) is the reason."
+            if wrapper
+            else " The message before it says what failed."
+        )
+    )
+    return Code(
+        f"torch_npu.{code}",
+        code,
+        f"{code}: torch_npu {mname} {meaning}",
+        cause,
+        "Read the codes printed with it (decoded in the other findings)"
+        if wrapper
+        else "Read the error message printed just before it",
+        RANK_PTA_WRAPPER + (5 if err == 999 else 0) if wrapper else RANK_PTA_OTHER,
+        False,
+        (m or {}).get("source", ""),
+    )
 
 
 def _message_after(line: str, end: int) -> str:

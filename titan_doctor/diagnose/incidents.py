@@ -11,6 +11,7 @@ The root cause across incidents, as an engineer reads a multi-rank failure:
   3. among those, the one that failed first by timestamp, where the logs have them;
   4. otherwise the most specific, then the first in file order.
 """
+
 from __future__ import annotations
 
 import collections
@@ -23,11 +24,11 @@ from typing import Any
 from titan_doctor.diagnose import error_codes, log_lines, signatures
 from titan_doctor.diagnose.log_lines import Line
 
-GAP = 30            # lines between two events of one incident, at most
-MORE = 8            # lines under an E-code that continue its message (TraceBack, Reason, ...)
-NEAR = 3            # lines around an incident whose rank prefix it may borrow
-CONTEXT = 80        # lines kept to look back for the traceback an event ends
-WRAPPER_RANK = 80   # events ranked this or higher only report that a call failed
+GAP = 30  # lines between two events of one incident, at most
+MORE = 8  # lines under an E-code that continue its message (TraceBack, Reason, ...)
+NEAR = 3  # lines around an incident whose rank prefix it may borrow
+CONTEXT = 80  # lines kept to look back for the traceback an event ends
+WRAPPER_RANK = 80  # events ranked this or higher only report that a call failed
 
 
 @dataclass
@@ -36,18 +37,18 @@ class Event:
     title: str
     cause: str
     fix: str
-    rank: int                      # priority: lower = closer to the root cause
+    rank: int  # priority: lower = closer to the root cause
     consequence: bool
     source: str
     line: Line
     groups: dict[str, Any] = field(default_factory=dict)
-    lines: list[Line] = field(default_factory=list)   # every line of a multi-line message
+    lines: list[Line] = field(default_factory=list)  # every line of a multi-line message
     group_list: list[dict[str, str]] = field(default_factory=list)
     parse: str = ""
     merge: bool = False
     message: str = ""
-    note: str = ""                                     # why it is a consequence, when it is one
-    more: list[str] = field(default_factory=list)      # continuation lines of an E-code's message
+    note: str = ""  # why it is a consequence, when it is one
+    more: list[str] = field(default_factory=list)  # continuation lines of an E-code's message
     repeats: list[Line] = field(default_factory=list)  # lines that reported it again (they may name the device)
 
 
@@ -67,7 +68,7 @@ def might_report(text: str) -> bool:
     needles = _needles()
     if needles is None:
         return True
-    for n in needles:           # a plain loop: ~40% faster than any() over a generator here
+    for n in needles:  # a plain loop: ~40% faster than any() over a generator here
         if n in text:
             return True
     return error_codes.has_ecode(text)
@@ -79,8 +80,22 @@ def event_of_match(m: signatures.Match, line: Line | None = None) -> Event:
     # a pointer that names its subject (torchrun's "rank : 1 (local_rank: 1)") collects the
     # lines under it (exitcode, traceback) as its message does
     message = " ".join(line.body.split()) if s.only_in else ""
-    return Event(s.id, s.title, s.cause, s.fix, s.rank, s.consequence, s.source, line, dict(m.groups),
-                 [line], [dict(m.groups)], s.parse, s.merge, message)
+    return Event(
+        s.id,
+        s.title,
+        s.cause,
+        s.fix,
+        s.rank,
+        s.consequence,
+        s.source,
+        line,
+        dict(m.groups),
+        [line],
+        [dict(m.groups)],
+        s.parse,
+        s.merge,
+        message,
+    )
 
 
 def events_of(line: Line, section: str = "") -> list[Event]:
@@ -90,8 +105,24 @@ def events_of(line: Line, section: str = "") -> list[Event]:
     if m:
         out.append(event_of_match(m, line))
     for c in error_codes.find_codes(text):
-        out.append(Event(c.id, c.title, c.cause, c.fix, c.rank, c.consequence, c.source, line,
-                         {"code": c.code}, [line], [], "", False, c.message))
+        out.append(
+            Event(
+                c.id,
+                c.title,
+                c.cause,
+                c.fix,
+                c.rank,
+                c.consequence,
+                c.source,
+                line,
+                {"code": c.code},
+                [line],
+                [],
+                "",
+                False,
+                c.message,
+            )
+        )
     if section == LAUNCHER_FAILURES:
         for e in out:
             e.consequence = True
@@ -122,10 +153,10 @@ class Incident:
     path: str
     stream: str
     events: list[Event] = field(default_factory=list)
-    context: list[Line] = field(default_factory=list)   # lines above it: its traceback, the log line before
+    context: list[Line] = field(default_factory=list)  # lines above it: its traceback, the log line before
     order: int = 0
     near_ranks: dict[int, str] = field(default_factory=dict)  # rank -> stream of rank-prefixed lines around it
-    near_device: int | None = None   # torch_npu's "(PID:.., Device:N, ..)" line printed right after it
+    near_device: int | None = None  # torch_npu's "(PID:.., Device:N, ..)" line printed right after it
 
     @property
     def last_no(self) -> int:
@@ -141,7 +172,7 @@ class Incident:
     @property
     def rank(self) -> int | None:
         lines = self._lines()
-        for ln in lines:            # torch_npu's RankID and c10d's [Rank N] name the global rank
+        for ln in lines:  # torch_npu's RankID and c10d's [Rank N] name the global rank
             if ln.rank is not None and ln.stream == self.stream:
                 return ln.rank
         own = log_lines.file_rank(self.path)
@@ -159,12 +190,13 @@ class Incident:
             if ln.device is not None:
                 return ln.device
         dev = str(self.cause.groups.get("dev", ""))
-        if dev.isdigit():          # a signature's (?P<dev>...) group names the device index
+        if dev.isdigit():  # a signature's (?P<dev>...) group names the device index
             return int(dev)
         weak = next((ln.weak_device for ln in lines if ln.weak_device is not None), None)
-        if weak is None:     # the message lines under a code: "Aicpu kernel execute failed, device_id=0"
-            weak = next((d for e in self.events for m in e.more for d in [log_lines.weak_device(m)]
-                         if d is not None), None)
+        if weak is None:  # the message lines under a code: "Aicpu kernel execute failed, device_id=0"
+            weak = next(
+                (d for e in self.events for m in e.more for d in [log_lines.weak_device(m)] if d is not None), None
+            )
         return weak if weak is not None else self.near_device
 
     @property
@@ -213,7 +245,7 @@ def _context(path: str, recent: collections.deque, stream: str) -> list[Line]:
     i = len(lines)
     while i > 0 and lines[i - 1].is_traceback():
         i -= 1
-    return lines[max(i - 1, 0):] if i < len(lines) else []
+    return lines[max(i - 1, 0) :] if i < len(lines) else []
 
 
 def _near_ranks(path: str, recent: collections.deque, no: int) -> dict[int, str]:
@@ -232,16 +264,23 @@ def _lend(line: Line, above: Incident) -> None:
     (printed without the [rankN]: prefix of the traceback above it)."""
     if line.rank is not None:
         above.near_ranks.setdefault(line.rank, line.stream)
-    if line.device is not None and above.near_device is None and (
-            line.rank is None or above.rank is None or line.rank == above.rank):
+    if (
+        line.device is not None
+        and above.near_device is None
+        and (line.rank is None or above.rank is None or line.rank == above.rank)
+    ):
         above.near_device = line.device
 
 
 def _opens_incident(cur: Incident | None, line: Line) -> bool:
     """An event line starts a new incident unless the open one is the same process's, a
     few lines up, and names no other rank."""
-    return (cur is None or line.stream != cur.stream or line.no - cur.last_no > GAP
-            or (line.rank is not None and cur.rank is not None and line.rank != cur.rank))
+    return (
+        cur is None
+        or line.stream != cur.stream
+        or line.no - cur.last_no > GAP
+        or (line.rank is not None and cur.rank is not None and line.rank != cur.rank)
+    )
 
 
 def _follow(line: Line, cur: Incident | None, coded: Event | None) -> Event | None:
@@ -264,8 +303,8 @@ def incidents(paths: Iterable[Path]) -> tuple[list[Incident], int]:
     for path in paths:
         recent: collections.deque = collections.deque(maxlen=CONTEXT)
         cur: Incident | None = None
-        coded: Event | None = None          # the last E-code event, collecting its message lines
-        section = ""                        # the block of torchrun's failure summary we are in
+        coded: Event | None = None  # the last E-code event, collecting its message lines
+        section = ""  # the block of torchrun's failure summary we are in
         for no, text, parent in log_lines.raw_lines(path):
             total += 1
             if section or "Fail" in text or "Root Cause" in text:
@@ -275,13 +314,20 @@ def incidents(paths: Iterable[Path]) -> tuple[list[Incident], int]:
                 line = evs[0].line
                 if _opens_incident(cur, line):
                     if cur is not None and no - cur.last_no <= NEAR:
-                        _lend(line, cur)     # it may name the rank / device of the block just above
-                    cur = Incident(str(path), line.stream, context=_context(str(path), recent, line.stream),
-                                   order=len(out), near_ranks=_near_ranks(str(path), recent, no))
+                        _lend(line, cur)  # it may name the rank / device of the block just above
+                    cur = Incident(
+                        str(path),
+                        line.stream,
+                        context=_context(str(path), recent, line.stream),
+                        order=len(out),
+                        near_ranks=_near_ranks(str(path), recent, no),
+                    )
                     out.append(cur)
                 cur.events.extend(evs)
                 coded = next((e for e in reversed(evs) if e.message), None)
-            elif coded is not None or (cur is not None and no - cur.last_no <= NEAR and log_lines.has_prefix_rank(text)):
+            elif coded is not None or (
+                cur is not None and no - cur.last_no <= NEAR and log_lines.has_prefix_rank(text)
+            ):
                 coded = _follow(log_lines.parse(str(path), no, text, parent), cur, coded)
             recent.append((no, text, parent))
     for inc in out:
@@ -292,6 +338,7 @@ def incidents(paths: Iterable[Path]) -> tuple[list[Incident], int]:
 @dataclass
 class Actor:
     """One rank (or, without rank information, one process stream of one file)."""
+
     key: Any
     incidents: list[Incident]
 
@@ -322,7 +369,7 @@ def root(found: list[Incident]) -> Incident | None:
     substantive = [a for a in pool if a.best.cause.rank < WRAPPER_RANK]
     pool = substantive or pool
     if any(a.time for a in pool):
-        never = (13,)   # after any real (month, day, ...) key
+        never = (13,)  # after any real (month, day, ...) key
         pool.sort(key=lambda a: (a.time or never, a.best.cause.rank, a.best.order))
     else:
         pool.sort(key=lambda a: (a.best.cause.rank, a.best.order))

@@ -2,6 +2,7 @@
 when: the process prefix ([rank3]:, (VllmWorker rank=0 pid=48), worker-1:, [1,3]<stdout>:), the rank and
 device it names (torch_npu's "(PID:..., Device:N, RankID:N)", c10d's "[Rank N]"), and its
 timestamp in the formats torch, torch_npu, CANN, glog and vLLM print."""
+
 from __future__ import annotations
 
 import json
@@ -17,26 +18,30 @@ LOG_GLOBS = ("*.log", "*.txt", "*.out", "*.err", "error.json")
 # a clock time, docker build's "90.61 ".
 _LEAD = re.compile(r"^(?:\[\d+\]\s+|\d{4}-\d\d-\d\d[ T][\d:.,]+\s+|\d\d:\d\d:\d\d[.,]\d+\s+|\d+\.\d+\s+)*")
 _PREFIXES = (
-    re.compile(r"\[rank(?P<rank>\d+)\]:"),                                    # torch >= 2.2 per-rank prefix
-    re.compile(r"\[default(?P<rank>\d+)\]:"),                                 # torchrun --tee
+    re.compile(r"\[rank(?P<rank>\d+)\]:"),  # torch >= 2.2 per-rank prefix
+    re.compile(r"\[default(?P<rank>\d+)\]:"),  # torchrun --tee
     re.compile(r"\((?=[^()]*\bpid=\d+)[^()]*?(?:\brank=(?P<rank>\d+)[^()]*)?\)"),  # Ray / vLLM worker
-    re.compile(r"[A-Za-z][\w.]*-\d+(?=: )"),                                   # pdsh / mpirun host: "worker-1: "
-    re.compile(r"\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:"),                     # Open MPI --tag-output: "[1,2]<stdout>:"
+    re.compile(r"[A-Za-z][\w.]*-\d+(?=: )"),  # pdsh / mpirun host: "worker-1: "
+    re.compile(r"\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:"),  # Open MPI --tag-output: "[1,2]<stdout>:"
 )
 _PID_LINE = re.compile(r"\(PID:\s*\d+,\s*Device:\s*(-?\d+),\s*RankID:\s*(-?\d+)\)")
 # c10d "[Rank 3]", lmdeploy "Rank[2]", "aborted on rank 0", torchrun's summary "rank      : 0 (local_rank: 0)",
 # HCCL/MindIE "HcclCommInitRootInfo fail, error:2, rank:1, rankSize:4", c10d "[4] is setting up NCCL communicator",
 # titan-train's launcher summary "titan-train: rank 1 failed first (...)" / "  stuck: rank 1 (...)",
 # DCP's "CheckpointException ranks:dict_keys([0])" when one rank failed
-_RANK_MARK = re.compile(r"\bRank[ \[](\d+)\]|\bon rank (\d+)\b|^\s*rank\s*:\s*(\d+) \(local_rank|\brank:(\d+), rankSize:"
-                        r"|\[(\d+)\] is setting up [NH]CCL communicator"
-                        r"|^titan-train: rank (\d+) failed first \(|^\s*stuck: rank (\d+) \("
-                        r"|CheckpointException ranks:dict_keys\(\[(\d+)\]\)")
+_RANK_MARK = re.compile(
+    r"\bRank[ \[](\d+)\]|\bon rank (\d+)\b|^\s*rank\s*:\s*(\d+) \(local_rank|\brank:(\d+), rankSize:"
+    r"|\[(\d+)\] is setting up [NH]CCL communicator"
+    r"|^titan-train: rank (\d+) failed first \(|^\s*stuck: rank (\d+) \("
+    r"|CheckpointException ranks:dict_keys\(\[(\d+)\]\)"
+)
 # the device CANN's own text names: "deviceId=3", "device_id=3", the device-error report
 # "The error from device(chipId:7, dieId:0)" / "device(2)", "open device 2 failed", "invalid device=1",
 # the ACL samples' "acl set device 0 failed"
-_WEAK_DEVICE = re.compile(r"\b(?:deviceId|device_id|devId)\s?=\s?(\d+)\b|\bdevice\((?:chipId:)?(\d+)[,)]"
-                          r"|\b(?:open|set) device (\d+) failed|\binvalid device=(\d+)")
+_WEAK_DEVICE = re.compile(
+    r"\b(?:deviceId|device_id|devId)\s?=\s?(\d+)\b|\bdevice\((?:chipId:)?(\d+)[,)]"
+    r"|\b(?:open|set) device (\d+) failed|\binvalid device=(\d+)"
+)
 _RANK_IN_PATH = (re.compile(r"rank[_-]?(\d+)", re.I), re.compile(r"[/\\](\d+)[/\\]error\.json$"))
 # (month, day, hour, minute, second[, fraction]) in the formats the stack prints
 _TIMES = (
@@ -50,27 +55,29 @@ _TIMES = (
     re.compile(r"\b(\d\d)/(\d\d)/\d{4} (\d\d):(\d\d):(\d\d)\b"),
 )
 _CONTINUATION = re.compile(r"^(?:\s+\S|TraceBack|Solution|Possible Cause|Reason)")
-_TRACEBACK = re.compile(r"^(?:\s|Traceback \(most recent call last\)|[\w.]+(?:Error|Exception|Warning|Interrupt)\b"
-                        r"|The above exception|During handling of the above|$)")
+_TRACEBACK = re.compile(
+    r"^(?:\s|Traceback \(most recent call last\)|[\w.]+(?:Error|Exception|Warning|Interrupt)\b"
+    r"|The above exception|During handling of the above|$)"
+)
 
 
 @dataclass(frozen=True)
 class Line:
     path: str
-    no: int                   # physical line number, 1-based
+    no: int  # physical line number, 1-based
     text: str
-    stream: str               # the prefix naming the process that printed it; "" when none
-    rank: int | None          # rank the line names (RankID, [Rank N], prefix), if any
-    device: int | None        # device torch_npu names on it (Device:N), if any
-    weak_device: int | None   # device id from CANN's traceback text (deviceId=N), if any
-    time: tuple | None        # (month, day, h, m, s, fraction): sortable within a year
+    stream: str  # the prefix naming the process that printed it; "" when none
+    rank: int | None  # rank the line names (RankID, [Rank N], prefix), if any
+    device: int | None  # device torch_npu names on it (Device:N), if any
+    weak_device: int | None  # device id from CANN's traceback text (deviceId=N), if any
+    time: tuple | None  # (month, day, h, m, s, fraction): sortable within a year
 
     @property
     def body(self) -> str:
         """The text after the process prefix (its indentation kept)."""
         if not (self.stream and self.text.startswith(self.stream)):
             return self.text
-        rest = self.text[len(self.stream):]
+        rest = self.text[len(self.stream) :]
         rest = rest[1:] if rest.startswith(":") else rest
         return rest[1:] if rest.startswith(" ") else rest
 
@@ -167,7 +174,7 @@ def _prefix(text: str) -> tuple[str, int | None]:
         m = rx.match(text, start)
         if m:
             rank = m.groupdict().get("rank")
-            return text[:m.end()], int(rank) if rank else None
+            return text[: m.end()], int(rank) if rank else None
     return "", None
 
 

@@ -28,6 +28,7 @@ of a stage holds the same bytes), each in its own process when there are several
 Only torch and titan_train are imported; the doctor calls this through a subprocess
 (_exact_worker.py) so that `titan-doctor` itself never imports torch.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -68,11 +69,11 @@ class StepMemory:
 @dataclass
 class RankPeak:
     rank: int
-    stage: int                      # pipeline rank (0 without pp)
+    stage: int  # pipeline rank (0 without pp)
     peak_bytes: int
     categories: dict[str, int] = field(default_factory=dict)
     phases: dict[str, int] = field(default_factory=dict)
-    method: str = "full depth"      # or how it was extrapolated
+    method: str = "full depth"  # or how it was extrapolated
 
 
 class _FakeWorldMode(TorchDispatchMode):
@@ -94,8 +95,7 @@ class _FakeWorldMode(TorchDispatchMode):
             return func(*args, **kwargs)
         device = kwargs.get("device")
         to_meta = device is not None and torch.device(device).type == "meta"
-        stays_real = to_meta if not tensors else (
-            all(not t.is_meta for t in tensors) or device is None or to_meta)
+        stays_real = to_meta if not tensors else (all(not t.is_meta for t in tensors) or device is None or to_meta)
         if stays_real:
             with unset_fake_temporarily():
                 return func(*args, **kwargs)
@@ -153,7 +153,8 @@ def _step_tracker(parts):
     def labels(i: int) -> tuple[str, ...]:
         from_top, from_bottom = len(order) - 1 - i, i
         out = tuple(TOP[from_top] for _ in [0] if from_top < EDGE) + tuple(
-            BOTTOM[from_bottom] for _ in [0] if from_bottom < EDGE)
+            BOTTOM[from_bottom] for _ in [0] if from_bottom < EDGE
+        )
         return out or (INTERIOR,)
 
     class StepTracker(MemTracker):
@@ -208,7 +209,8 @@ def tracked_step(parts, step_fn: Callable, make_batches: Callable[[], list]) -> 
 
     tracker.cut = cut
     hook = register_optimizer_step_pre_hook(
-        lambda *_: tracker.cut((OPTIMIZER,)) if tracker.phase != (OPTIMIZER,) else None)
+        lambda *_: tracker.cut((OPTIMIZER,)) if tracker.phase != (OPTIMIZER,) else None
+    )
     try:
         with tracker:
             step_fn(parts, make_batches())
@@ -231,8 +233,13 @@ def random_batches(cfg, dims, device: torch.device) -> Callable[[], list]:
 
     def make() -> list:
         shape = (micro, t.seq_len)
-        return [(torch.randint(0, cfg.model.vocab_size, shape, device=device),
-                 torch.randint(0, cfg.model.vocab_size, shape, device=device)) for _ in range(t.grad_accum_steps)]
+        return [
+            (
+                torch.randint(0, cfg.model.vocab_size, shape, device=device),
+                torch.randint(0, cfg.model.vocab_size, shape, device=device),
+            )
+            for _ in range(t.grad_accum_steps)
+        ]
 
     return make
 
@@ -283,8 +290,10 @@ def exact_peaks(cfg, world_size: int, *, extrapolate: bool = True) -> list[RankP
         what.append(f"{depths[0]} and {depths[1]} layers per stage")
     if micro:
         what.append(f"{micro[0]} and {micro[1]} of {pipeline_microbatches(d)} pipeline micro-batches")
-    return [extrapolated(b, [(runs[i], k[i]) for runs, k in zip(further, steps)], "runs with " + ", ".join(what))
-            for i, b in enumerate(base)]
+    return [
+        extrapolated(b, [(runs[i], k[i]) for runs, k in zip(further, steps)], "runs with " + ", ".join(what))
+        for i, b in enumerate(base)
+    ]
 
 
 def extrapolated(base: RankPeak, along: list[tuple[RankPeak, int]], runs: str) -> RankPeak:
@@ -298,12 +307,19 @@ def extrapolated(base: RankPeak, along: list[tuple[RankPeak, int]], runs: str) -
     next to the edges, which are phases of their own (TOP[-1], BOTTOM[-1]).
     tests/diagnose/test_memory_exact.py checks this against running the config as it is."""
     names = [p for p in PHASES if p != INTERIOR and p in base.phases]
-    phases = {p: base.phases[p] + sum((o.phases.get(p, 0) - base.phases[p]) * k for o, k in along)
-              for p in names}
-    categories = {c: base.categories[c] + sum((o.categories.get(c, 0) - base.categories[c]) * k for o, k in along)
-                  for c in base.categories}
-    return RankPeak(rank=base.rank, stage=base.stage, peak_bytes=max(phases.values()), categories=categories,
-                    phases=phases, method=f"extrapolated from {runs}")
+    phases = {p: base.phases[p] + sum((o.phases.get(p, 0) - base.phases[p]) * k for o, k in along) for p in names}
+    categories = {
+        c: base.categories[c] + sum((o.categories.get(c, 0) - base.categories[c]) * k for o, k in along)
+        for c in base.categories
+    }
+    return RankPeak(
+        rank=base.rank,
+        stage=base.stage,
+        peak_bytes=max(phases.values()),
+        categories=categories,
+        phases=phases,
+        method=f"extrapolated from {runs}",
+    )
 
 
 def _many_microbatches(cfg, dims) -> bool:
@@ -320,8 +336,11 @@ def _with_microbatches(cfg, dims, n: int):
 
     d, t = cfg.distributed, cfg.training
     micro = t.batch_size // (dims.dp * t.grad_accum_steps * pipeline_microbatches(d))
-    return dataclasses.replace(cfg, distributed=dataclasses.replace(d, pp_microbatches=n),
-                               training=dataclasses.replace(t, batch_size=micro * n * dims.dp * t.grad_accum_steps))
+    return dataclasses.replace(
+        cfg,
+        distributed=dataclasses.replace(d, pp_microbatches=n),
+        training=dataclasses.replace(t, batch_size=micro * n * dims.dp * t.grad_accum_steps),
+    )
 
 
 # Per-stage depths of the two small runs: with 2 * EDGE - 1 layers every edge phase is a
@@ -333,8 +352,7 @@ def can_extrapolate(cfg, n_stages: int) -> bool:
     """Worth it and valid: every stage is deeper than the small runs, and which blocks are
     checkpointed does not depend on the depth (every block, or none)."""
     t = cfg.training
-    return (cfg.model.n_layers // n_stages > SMALL_DEPTHS[1]
-            and (t.activation_checkpoint == "none" or t.ac_every == 1))
+    return cfg.model.n_layers // n_stages > SMALL_DEPTHS[1] and (t.activation_checkpoint == "none" or t.ac_every == 1)
 
 
 def _with_layers(cfg, n_layers: int):
@@ -377,8 +395,13 @@ def _run_rank(cfg, world_size: int, dims, rank: int) -> RankPeak:
         with fake_tensors():
             parts = build(cfg, dims, cpu, mesh=mesh)
             mem = tracked_step(parts, step_fn, random_batches(cfg, dims, cpu))
-    return RankPeak(rank=rank, stage=rank // dims.tp % dims.pp, peak_bytes=mem.peak_bytes,
-                    categories=mem.categories, phases=mem.phases)
+    return RankPeak(
+        rank=rank,
+        stage=rank // dims.tp % dims.pp,
+        peak_bytes=mem.peak_bytes,
+        categories=mem.categories,
+        phases=mem.phases,
+    )
 
 
 def to_json(peaks: list[RankPeak]) -> list[dict[str, Any]]:
@@ -405,8 +428,14 @@ def measured_peaks(cfg, world_size: int) -> list[RankPeak]:
     for r, mem in enumerate(ranks):
         stage = r // dims.tp % dims.pp
         if stage not in worst or mem["peak_bytes"] > worst[stage].peak_bytes:
-            worst[stage] = RankPeak(rank=r, stage=stage, peak_bytes=mem["peak_bytes"], categories=mem["categories"],
-                                    phases=mem["phases"], method=f"measured, worst of {world_size} gloo ranks")
+            worst[stage] = RankPeak(
+                rank=r,
+                stage=stage,
+                peak_bytes=mem["peak_bytes"],
+                categories=mem["categories"],
+                phases=mem["phases"],
+                method=f"measured, worst of {world_size} gloo ranks",
+            )
     return [worst[s] for s in sorted(worst)]
 
 

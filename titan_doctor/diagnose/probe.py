@@ -4,6 +4,7 @@ The probe runs in the interpreter being diagnosed with TORCH_DEVICE_BACKEND_AUTO
 so that a broken torch_npu cannot take `import torch` down with it. It is started first
 and read last, so it overlaps with every other check.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,7 @@ SCRIPT = Path(__file__).with_name("_probe_script.py")
 class Probe:
     """A running probe; `result()` waits for it (bounded) and never raises."""
 
-    def __init__(self, python: str, env: dict[str, str], *, import_torch: bool = True,
-                 timeout: float = 120.0):
+    def __init__(self, python: str, env: dict[str, str], *, import_torch: bool = True, timeout: float = 120.0):
         self.python = python
         self.timeout = timeout
         child_env = dict(env)
@@ -29,7 +29,8 @@ class Probe:
         self._result: dict[str, Any] | None = None
         try:
             self._proc: subprocess.Popen | None = subprocess.Popen(
-                args, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                args, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
         except OSError as e:
             self._proc = None
             self._result = {"probe_error": f"cannot run {python}: {e.strerror or e}"}
@@ -43,8 +44,9 @@ class Probe:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.communicate()
-            self._result = {"probe_error": f"the probe did not finish within {self.timeout:.0f} s "
-                                           "(import torch hangs?)"}
+            self._result = {
+                "probe_error": f"the probe did not finish within {self.timeout:.0f} s (import torch hangs?)"
+            }
             return self._result
         self._result = parse(out, err, self._proc.returncode)
         return self._result

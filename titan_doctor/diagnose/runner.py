@@ -1,6 +1,7 @@
 """Run selected checks: the torch probe starts first, checks that need it run last,
 results come back in display order. A check that raises becomes a finding, never a
 traceback (unless --debug); broken knowledge files are a tool error (exit 2) instead."""
+
 from __future__ import annotations
 
 from titan_doctor.diagnose.context import Context
@@ -22,13 +23,25 @@ def run_checks(checks: list[Check], ctx: Context, *, debug: bool = False) -> lis
 def _one(check: Check, ctx: Context, debug: bool) -> list[Finding]:
     try:
         if check.needs_probe and "probe_error" in ctx.probe:
-            return [Finding(check.id, Status.FAIL, f"{check.title}: probe failed: {ctx.probe['probe_error'][-300:]}",
-                            fix=f"Run {ctx.python} -c 'import torch' to see the error")]
+            return [
+                Finding(
+                    check.id,
+                    Status.FAIL,
+                    f"{check.title}: probe failed: {ctx.probe['probe_error'][-300:]}",
+                    fix=f"Run {ctx.python} -c 'import torch' to see the error",
+                )
+            ]
         return check.run(ctx)
     except KnowledgeError:
         raise  # our data is broken, not the host: the command reports it and exits 2
     except Exception as e:  # noqa: BLE001 - one broken check must not hide the others
         if debug:
             raise
-        return [Finding(check.id, Status.FAIL, f"check crashed: {type(e).__name__}: {e}",
-                        fix="Re-run with --debug and report it")]
+        return [
+            Finding(
+                check.id,
+                Status.FAIL,
+                f"check crashed: {type(e).__name__}: {e}",
+                fix="Re-run with --debug and report it",
+            )
+        ]

@@ -3,6 +3,7 @@
 Shared by the log explainer and by the torch_npu import check, so an import error is
 classified the same way whether the doctor saw it live or in a log.
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,10 +31,10 @@ class Signature:
     fix: str
     source: str
     parse: str = ""
-    consequence: bool = False   # what a rank sees when another rank failed first
-    merge: bool = False         # a message spanning lines: one error's lines are judged together
-    needles: tuple[str, ...] | None = None   # a line holds one of these, or the pattern cannot match
-    only_in: str = ""           # report it only inside this part of a log (e.g. "launcher_root")
+    consequence: bool = False  # what a rank sees when another rank failed first
+    merge: bool = False  # a message spanning lines: one error's lines are judged together
+    needles: tuple[str, ...] | None = None  # a line holds one of these, or the pattern cannot match
+    only_in: str = ""  # report it only inside this part of a log (e.g. "launcher_root")
 
 
 def _runs(items: list) -> list[str]:
@@ -85,9 +86,22 @@ def load() -> tuple[Signature, ...]:
             rx = re.compile(e["pattern"])
         except (re.error, KeyError) as err:
             raise knowledge.KnowledgeError(f"log_signatures.toml: {e.get('id')}: bad pattern: {err}") from err
-        sigs.append(Signature(e["id"], e["title"], rx, int(e.get("rank", 50)), e["cause"], e["fix"],
-                              e["source"], e.get("parse", ""), bool(e.get("consequence", False)),
-                              bool(e.get("merge", False)), needles(e["pattern"], rx.flags), e.get("only_in", "")))
+        sigs.append(
+            Signature(
+                e["id"],
+                e["title"],
+                rx,
+                int(e.get("rank", 50)),
+                e["cause"],
+                e["fix"],
+                e["source"],
+                e.get("parse", ""),
+                bool(e.get("consequence", False)),
+                bool(e.get("merge", False)),
+                needles(e["pattern"], rx.flags),
+                e.get("only_in", ""),
+            )
+        )
     return tuple(sigs)
 
 

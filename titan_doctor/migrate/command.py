@@ -1,5 +1,6 @@
 """`titan-doctor migrate`: the click command. Parses options, picks the write mode,
 prints the report; the work itself is in engine/ (discovery, runner, writes)."""
+
 from __future__ import annotations
 
 import difflib
@@ -25,11 +26,13 @@ PROGRESS_MIN_FILES = 100
 
 # What --check exits 1 for, said once: --help, README and .pre-commit-hooks.yaml carry this
 # sentence word for word (tests/migrate/test_cli.py compares them).
-CHECK_EXIT_1 = ("--check exits 1 when a file would change, a [manual] finding remains, or a "
-                "file could not be parsed or decoded. Suppressed lines do not count: a line "
-                "with an inline `# titan-doctor: ignore[CODE]` comment (in Python, notebooks, "
-                "shell and Slurm scripts, .env, YAML or TOML) is neither changed nor reported "
-                "for CODE.")
+CHECK_EXIT_1 = (
+    "--check exits 1 when a file would change, a [manual] finding remains, or a "
+    "file could not be parsed or decoded. Suppressed lines do not count: a line "
+    "with an inline `# titan-doctor: ignore[CODE]` comment (in Python, notebooks, "
+    "shell and Slurm scripts, .env, YAML or TOML) is neither changed nor reported "
+    "for CODE."
+)
 
 
 class MigrateError(Exception):
@@ -81,33 +84,80 @@ Exit codes:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]}, help=HELP)
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff; write nothing.")
-@click.option("--check", is_flag=True,
-              help="Write nothing; exit 1 if a file would change or findings remain.")
-@click.option("--output", "-o", type=click.Path(path_type=Path), metavar="DIR",
-              help="Write a migrated copy of the tree to DIR instead of rewriting in place.")
-@click.option("--allow-dirty", is_flag=True,
-              help="Rewrite in place files that have uncommitted git changes.")
-@click.option("--allow-ignored", is_flag=True,
-              help="Rewrite in place files that git ignores (ignored folders are not "
-                   "walked; this is for ignored files or folders you name): they have no "
-                   "committed copy to restore from.")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Files processed in parallel.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif"]), default="text",
-              show_default=True, help="Report format.")
-@click.option("--exclude", multiple=True, metavar="GLOB",
-              help="Skip paths (relative to each PATH) matching GLOB; repeatable.")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if a file would change or findings remain.")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="Write a migrated copy of the tree to DIR instead of rewriting in place.",
+)
+@click.option("--allow-dirty", is_flag=True, help="Rewrite in place files that have uncommitted git changes.")
+@click.option(
+    "--allow-ignored",
+    is_flag=True,
+    help="Rewrite in place files that git ignores (ignored folders are not "
+    "walked; this is for ignored files or folders you name): they have no "
+    "committed copy to restore from.",
+)
+@click.option(
+    "--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True, help="Files processed in parallel."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "sarif"]),
+    default="text",
+    show_default=True,
+    help="Report format.",
+)
+@click.option(
+    "--exclude", multiple=True, metavar="GLOB", help="Skip paths (relative to each PATH) matching GLOB; repeatable."
+)
 @click.option("--select", multiple=True, help="Only these rule codes or prefixes (NPU1,NPU301).")
 @click.option("--ignore", multiple=True, help="Skip these rule codes or prefixes.")
-@click.option("--rules", "rule_files", multiple=True, type=click.Path(path_type=Path), metavar="FILE",
-              help="Extra rules TOML (same schema as rules/migrate/*.toml); repeatable.")
+@click.option(
+    "--rules",
+    "rule_files",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help="Extra rules TOML (same schema as rules/migrate/*.toml); repeatable.",
+)
 @click.option("--list-rules", is_flag=True, help="Print the rule codes and exit.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for tool errors.")
-def migrate(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, fmt, exclude,
-            select, ignore, rule_files, list_rules, debug):
+def migrate(
+    paths,
+    show_diff,
+    check,
+    output,
+    allow_dirty,
+    allow_ignored,
+    jobs,
+    fmt,
+    exclude,
+    select,
+    ignore,
+    rule_files,
+    list_rules,
+    debug,
+):
     try:
-        code = _run(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, fmt,
-                    exclude, select, ignore, rule_files, list_rules)
+        code = _run(
+            paths,
+            show_diff,
+            check,
+            output,
+            allow_dirty,
+            allow_ignored,
+            jobs,
+            fmt,
+            exclude,
+            select,
+            ignore,
+            rule_files,
+            list_rules,
+        )
     except MigrateError as e:
         click.echo(f"titan-doctor migrate: error: {e}", err=True)
         code = EXIT_USAGE
@@ -117,18 +167,34 @@ def migrate(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, f
         if debug:
             raise
         from titan_knowledge import KnowledgeError
+
         if isinstance(e, KnowledgeError):  # one line per problem (a rules file may have many)
             for line in str(e).splitlines():
                 click.echo(f"titan-doctor migrate: error: {line}", err=True)
         else:
-            click.echo(f"titan-doctor migrate: internal error: {type(e).__name__}: {e} "
-                       "(rerun with --debug for the traceback)", err=True)
+            click.echo(
+                f"titan-doctor migrate: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
+                err=True,
+            )
         code = EXIT_USAGE
     sys.exit(code)
 
 
-def _run(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, fmt, exclude,
-         select, ignore, rule_files, list_rules) -> int:
+def _run(
+    paths,
+    show_diff,
+    check,
+    output,
+    allow_dirty,
+    allow_ignored,
+    jobs,
+    fmt,
+    exclude,
+    select,
+    ignore,
+    rule_files,
+    list_rules,
+) -> int:
     from titan_doctor.migrate.engine import discovery, writes
     from titan_doctor.migrate.engine import runner as engine
     from titan_doctor.migrate.rules import load_rules
@@ -145,8 +211,9 @@ def _run(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, fmt,
         raise MigrateError("give at least one PATH (file or folder) to migrate")
     if output is not None and (show_diff or check):
         raise MigrateError("--output cannot be combined with --diff or --check")
-    if output is not None and any(output.resolve() == p.resolve() or
-                                  p.resolve() in output.resolve().parents for p in paths):
+    if output is not None and any(
+        output.resolve() == p.resolve() or p.resolve() in output.resolve().parents for p in paths
+    ):
         raise MigrateError(f"--output {output} must be outside the input paths")
 
     found = discovery.discover(paths, rules, exclude)
@@ -167,8 +234,9 @@ def _run(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, fmt,
     except OSError as e:
         raise MigrateError(f"cannot write {e.filename or output}: {e.strerror}") from e
 
-    findings = sorted((f for r in results for f in r.findings),
-                      key=lambda f: (f.path or "", f.line or 0, f.col or 0, f.code))
+    findings = sorted(
+        (f for r in results for f in r.findings), key=lambda f: (f.path or "", f.line or 0, f.col or 0, f.code)
+    )
     diffs = [_diff(r) for r in changed] if show_diff else []
     _report(fmt, findings, results, found, engine, diffs, writes_files, output, rules.help)
     status = exit_code(findings)
@@ -179,6 +247,7 @@ def _run(paths, show_diff, check, output, allow_dirty, allow_ignored, jobs, fmt,
 
 def _names(paths) -> str:
     from titan_doctor.migrate.engine.discovery import shown_name
+
     return ", ".join(shown_name(p) for p in paths[:5]) + (" ..." if len(paths) > 5 else "")
 
 
@@ -191,18 +260,21 @@ def _guard_in_place(changed, allow_dirty: bool, allow_ignored: bool) -> None:
     if not allow_dirty:
         dirty = gitstate.dirty(paths)
         if dirty:
-            raise MigrateError(f"refusing to rewrite {len(dirty)} file(s) with uncommitted changes "
-                               f"({_names(dirty)}); commit or stash them, or pass --allow-dirty")
+            raise MigrateError(
+                f"refusing to rewrite {len(dirty)} file(s) with uncommitted changes "
+                f"({_names(dirty)}); commit or stash them, or pass --allow-dirty"
+            )
     if not allow_ignored:
         ignored = gitstate.ignored(paths)
         if ignored:
-            raise MigrateError(f"refusing to rewrite {len(ignored)} file(s) that git ignores "
-                               f"({_names(ignored)}): there is no committed copy to restore "
-                               "them from; use --output DIR, or pass --allow-ignored")
+            raise MigrateError(
+                f"refusing to rewrite {len(ignored)} file(s) that git ignores "
+                f"({_names(ignored)}): there is no committed copy to restore "
+                "them from; use --output DIR, or pass --allow-ignored"
+            )
     for r in changed:
         if r.path.is_symlink() or r.path.read_bytes() != r.original:
-            raise MigrateError(f"{_names([r.path])} changed while migrate ran; nothing was "
-                               "written, run it again")
+            raise MigrateError(f"{_names([r.path])} changed while migrate ran; nothing was written, run it again")
 
 
 def _with_progress(engine, files, rules, jobs, fmt):
@@ -214,6 +286,7 @@ def _with_progress(engine, files, rules, jobs, fmt):
 
 def _diff(result) -> str:
     from titan_doctor.migrate.engine.discovery import shown_name
+
     name = shown_name(result.path)
     try:
         a = result.original.decode("utf-8").splitlines(keepends=True)
@@ -231,23 +304,32 @@ def _file_counts(engine, results, found) -> dict[str, int]:
 
 def _skipped(found) -> dict[str, dict]:
     from titan_doctor.migrate.engine.discovery import REASONS
-    return {reason: {"count": len(paths), "why": REASONS[reason], "paths": sorted(paths)}
-            for reason, paths in sorted(found.skipped.items())}
+
+    return {
+        reason: {"count": len(paths), "why": REASONS[reason], "paths": sorted(paths)}
+        for reason, paths in sorted(found.skipped.items())
+    }
 
 
-def _report(fmt, findings: list[Finding], results, found, engine, diffs, writes, output,
-            helps) -> None:
+def _report(fmt, findings: list[Finding], results, found, engine, diffs, writes, output, helps) -> None:
     counts = _file_counts(engine, results, found)
     suppressed = sum(r.suppressed for r in results)
     if fmt == "json":
         from titan_doctor.migrate.engine.discovery import shown_name
-        click.echo(to_json(findings, files=counts, skipped=_skipped(found), suppressed=suppressed,
-                           changed=[shown_name(r.path) for r in results if r.state == engine.CHANGED],
-                           diff="".join(diffs) if diffs else None))
+
+        click.echo(
+            to_json(
+                findings,
+                files=counts,
+                skipped=_skipped(found),
+                suppressed=suppressed,
+                changed=[shown_name(r.path) for r in results if r.state == engine.CHANGED],
+                diff="".join(diffs) if diffs else None,
+            )
+        )
         return
     if fmt == "sarif":
-        click.echo(to_sarif(findings, tool="titan-doctor migrate", version=__version__,
-                            rule_help=helps))
+        click.echo(to_sarif(findings, tool="titan-doctor migrate", version=__version__, rule_help=helps))
         return
     from tabulate import tabulate
 
@@ -257,10 +339,17 @@ def _report(fmt, findings: list[Finding], results, found, engine, diffs, writes,
         click.echo(render_lines(findings))
         click.echo()
     verb = "written to " + str(output) if output else ("rewritten" if writes else "would change")
-    click.echo(tabulate([[f"changed ({verb})", counts[engine.CHANGED]],
-                         ["unchanged", counts[engine.UNCHANGED]],
-                         ["failed", counts[engine.FAILED]],
-                         ["skipped (not read)", counts["skipped"]]], headers=["files", "count"]))
+    click.echo(
+        tabulate(
+            [
+                [f"changed ({verb})", counts[engine.CHANGED]],
+                ["unchanged", counts[engine.UNCHANGED]],
+                ["failed", counts[engine.FAILED]],
+                ["skipped (not read)", counts["skipped"]],
+            ],
+            headers=["files", "count"],
+        )
+    )
     if suppressed:
         click.echo(f"{suppressed} finding(s) suppressed by `# titan-doctor: ignore` comments")
     if found.skipped:

@@ -8,6 +8,7 @@ builder, so a dependency between pieces is visible where they are built.
 
 Imports nothing of the migrate package but the two leaves cstutil and suppress.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,7 +21,7 @@ from titan_doctor.findings import Finding, Status
 from titan_doctor.migrate.cstutil import dotted
 from titan_doctor.migrate.suppress import is_suppressed, silences
 
-Binding = tuple[str, bool]   # (qualified name an import binds, bound under an alias?)
+Binding = tuple[str, bool]  # (qualified name an import binds, bound under an alias?)
 
 
 @dataclass
@@ -40,20 +41,25 @@ class Context:
     binding visible for a root name; both come from the walk (walk/positions.py,
     walk/scopes.py)."""
 
-    def __init__(self, path: str, where: Callable[[cst.CSTNode], tuple[int, int]],
-                 lookup: Callable[[str], Binding | None],
-                 suppressed_lines: dict[int, frozenset[str]] | None = None, trace: bool = False) -> None:
+    def __init__(
+        self,
+        path: str,
+        where: Callable[[cst.CSTNode], tuple[int, int]],
+        lookup: Callable[[str], Binding | None],
+        suppressed_lines: dict[int, frozenset[str]] | None = None,
+        trace: bool = False,
+    ) -> None:
         self.path = path
         self._where, self._lookup = where, lookup
-        self.inner: set[int] = set()        # names that are not references (def names, keywords)
-        self.touched: set[int] = set()      # original nodes a piece has rewritten
-        self.in_import = 0                  # inside an import statement
+        self.inner: set[int] = set()  # names that are not references (def names, keywords)
+        self.touched: set[int] = set()  # original nodes a piece has rewritten
+        self.in_import = 0  # inside an import statement
         self.findings: list[Finding] = []
         self.suppressed: list[Finding] = []
         self.groups: list[Group] = []
         self._suppress = suppressed_lines or {}
-        self._rewrites: list[tuple[int, bool]] = []   # (finding index, needs torch_npu)
-        self._dead: set[int] = set()                  # finding indices of undone rewrites
+        self._rewrites: list[tuple[int, bool]] = []  # (finding index, needs torch_npu)
+        self._dead: set[int] = set()  # finding indices of undone rewrites
         self._manual_seen: set[tuple] = set()
         self._report_uses: dict[str, list[int]] = {}
         # for tests/migrate/test_differential.py: (finding index, node) and (node, qname)
@@ -75,14 +81,22 @@ class Context:
         return q
 
     # -- findings ---------------------------------------------------------------------------
-    def emit(self, code: str, status: Status, node: cst.CSTNode, message: str, fix: str = "",
-             *, rewrite: bool = False, npu: bool = True) -> bool:
+    def emit(
+        self,
+        code: str,
+        status: Status,
+        node: cst.CSTNode,
+        message: str,
+        fix: str = "",
+        *,
+        rewrite: bool = False,
+        npu: bool = True,
+    ) -> bool:
         """Record a finding at `node`. False when a `# titan-doctor: ignore` comment on its
         line suppresses it: the caller then leaves the code as it is. `rewrite`: the
         caller changes code with this finding (`npu`: the change needs torch_npu)."""
         line, col = self._where(node)
-        finding = Finding(code=code, status=status, message=message, fix=fix,
-                          path=self.path, line=line, col=col)
+        finding = Finding(code=code, status=status, message=message, fix=fix, path=self.path, line=line, col=col)
         if is_suppressed(self._suppress, line, code):
             self.suppressed.append(finding)
             return False
@@ -124,11 +138,11 @@ class Context:
         """(the group, True when its rewrites were undone because something in it stays
         CUDA-only)."""
         group = self.groups.pop()
-        undone = self._rewrites[group.first_rewrite:]
+        undone = self._rewrites[group.first_rewrite :]
         if not (group.blocked and undone):
             return group, False
         self._dead.update(i for i, _ in undone)
-        del self._rewrites[group.first_rewrite:]
+        del self._rewrites[group.first_rewrite :]
         return group, True
 
     def undo(self, index: int) -> None:
@@ -169,8 +183,7 @@ class LineContext:
     def report(self, code: str, status: Status, message: str, col: int, fix: str) -> bool:
         """Record a finding at `col` of the line; False when it is suppressed and the text
         must stay as it is."""
-        finding = Finding(code=code, status=status, message=message, fix=fix,
-                          path=self.path, line=self.line, col=col)
+        finding = Finding(code=code, status=status, message=message, fix=fix, path=self.path, line=self.line, col=col)
         if silences(self.ignore, code):
             if self.suppressed is not None:
                 self.suppressed.append(finding)

@@ -1,6 +1,7 @@
 """Small libcst helpers shared by the walk's pieces: dotted names and how to rebuild them
 without losing the user's layout, and the text of string literals. A leaf: it imports
 nothing of the migrate package."""
+
 from __future__ import annotations
 
 import libcst as cst
@@ -50,13 +51,13 @@ def plain_text(node: cst.SimpleString) -> str | None:
     a rewrite replace the text between the quotes; else a person does it."""
     value = string_value(node)
     head = len(node.prefix) + len(node.quote)
-    return value if value is not None and node.value[head:-len(node.quote)] == value else None
+    return value if value is not None and node.value[head : -len(node.quote)] == value else None
 
 
 def with_text(node: cst.SimpleString, text: str) -> cst.SimpleString:
     """The same literal (prefix and quotes kept) holding `text`."""
     head = len(node.prefix) + len(node.quote)
-    return node.with_changes(value=node.value[:head] + text + node.value[-len(node.quote):])
+    return node.with_changes(value=node.value[:head] + text + node.value[-len(node.quote) :])
 
 
 def operand_name(node: cst.BaseExpression) -> str | None:
@@ -74,8 +75,9 @@ def operand_name(node: cst.BaseExpression) -> str | None:
         return None
     if isinstance(node, cst.Call):
         func = node.func
-        keyed = ((isinstance(func, cst.Attribute) and func.attr.value == "get" and node.args)
-                 or (isinstance(func, cst.Name) and func.value == "getattr" and len(node.args) >= 2))
+        keyed = (isinstance(func, cst.Attribute) and func.attr.value == "get" and node.args) or (
+            isinstance(func, cst.Name) and func.value == "getattr" and len(node.args) >= 2
+        )
         if keyed:
             key = string_value(node.args[0 if isinstance(func, cst.Attribute) else 1].value)
             if key is not None:

@@ -8,6 +8,7 @@ Refresh the data after a torch_npu release:
 
     python -m titan_doctor.migrate.npu_api torch_npu-X.whl > rules/migrate/npu_api.toml
 """
+
 from __future__ import annotations
 
 import ast
@@ -23,8 +24,11 @@ PACKAGE = "torch_npu"
 def wheel_sources(wheel: Path) -> dict[str, str]:
     """Every torch_npu/**/*.py in the wheel, by path, as text."""
     with zipfile.ZipFile(wheel) as zf:
-        return {n: zf.read(n).decode("utf-8", "replace") for n in zf.namelist()
-                if n.startswith(PACKAGE + "/") and n.endswith(".py")}
+        return {
+            n: zf.read(n).decode("utf-8", "replace")
+            for n in zf.namelist()
+            if n.startswith(PACKAGE + "/") and n.endswith(".py")
+        }
 
 
 def _parse(text: str) -> ast.Module:
@@ -49,8 +53,7 @@ def _module_file(sources: dict[str, str], module: str) -> str | None:
 
 def _literal_all(tree: ast.Module) -> list[str]:
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
             try:
                 return list(ast.literal_eval(node.value))
             except ValueError:
@@ -90,7 +93,7 @@ def submodules(sources: dict[str, str], module: str = "torch_npu.npu") -> list[s
     subs = set()
     for p in sources:
         if p.startswith(prefix):
-            child = p[len(prefix):].split("/")[0].removesuffix(".py")
+            child = p[len(prefix) :].split("/")[0].removesuffix(".py")
             if child and child != "__init__" and not child.startswith("_"):
                 subs.add(child)
     return sorted(subs)
@@ -118,7 +121,7 @@ def resolves(sources: dict[str, str], dotted: str, _depth: int = 0) -> bool:
     uses them as `Owner.member` somewhere.
     """
     if dotted.startswith("torch.npu"):
-        dotted = "torch_npu.npu" + dotted[len("torch.npu"):]
+        dotted = "torch_npu.npu" + dotted[len("torch.npu") :]
     parts = dotted.split(".")
     if parts[0] != PACKAGE or _depth > 12:
         return False
@@ -140,16 +143,18 @@ def _resolve_in(sources: dict[str, str], module: str, rest: list[str], depth: in
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             return not tail
         if isinstance(node, ast.ClassDef) and node.name == name:
-            return all(_word_in({"c": ast.get_source_segment(sources[path], node) or ""}, ["c"], t)
-                       for t in tail)
+            return all(_word_in({"c": ast.get_source_segment(sources[path], node) or ""}, ["c"], t) for t in tail)
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, ast.Name) and t.id == name for t in targets):
                 if not tail:
                     return True
                 # an instance of a helper class: its members live in the modules it uses
-                deps = [path] + [_module_file(sources, _absolute(module, n.level, n.module, is_pkg)) or ""
-                                 for n in tree.body if isinstance(n, ast.ImportFrom)]
+                deps = [path] + [
+                    _module_file(sources, _absolute(module, n.level, n.module, is_pkg)) or ""
+                    for n in tree.body
+                    if isinstance(n, ast.ImportFrom)
+                ]
                 deps += [p for p in sources if p.startswith(path.rsplit("/", 1)[0] + "/")]
                 return all(_word_in(sources, deps, t) for t in tail)
         if isinstance(node, ast.ImportFrom):

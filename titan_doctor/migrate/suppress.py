@@ -7,6 +7,7 @@ Like flake8's `# noqa`, the comment applies to the physical line a finding is re
 works in every file kind with `#` comments: Python, notebook cells (Python and shell
 lines), shell and Slurm scripts, .env, YAML, TOML.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,7 +15,7 @@ import re
 _PATTERN = r"#\s*titan-doctor:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?"
 _COMMENT = re.compile(_PATTERN.encode())
 _COMMENT_TEXT = re.compile(_PATTERN)
-ALL = frozenset({""})   # every code starts with ""
+ALL = frozenset({""})  # every code starts with ""
 
 
 def _codes(listed: str | None) -> frozenset[str]:

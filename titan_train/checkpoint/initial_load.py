@@ -7,6 +7,7 @@ checkpoint in the trainer's naming goes through DCP's own resharding load; every
 read slice by slice (sources.py). A checkpoint that does not fit
 the [model] config is refused before anything is loaded, naming the field that disagrees.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,8 +23,7 @@ def open_checked(path: str | Path, args) -> tuple[CheckpointInfo, Source]:
     """Describe `path`, open its weights, and refuse it unless it fits `args` (ModelArgs)."""
     info = detect.describe(path)
     source = Source(info, heads={"n_heads": args.n_heads, "n_kv_heads": args.kv_heads})
-    result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by,
-                         info.unmapped)
+    result = fit.compare(info.model, args, fit.expected_shapes(args), info.declared, info.declared_by, info.unmapped)
     if not result.ok:
         raise CheckpointError(fit.one_line(result, args, f"checkpoint {path}"))
     return info, source
@@ -44,20 +44,27 @@ def load_initial(model_parts, path: str | Path, *, args, optimizers=None) -> str
         loaded = _load_slices(parts, source)
     naming_note = ", HF names mapped, q/k un-permuted" if info.keymap.naming == naming.HF else ""
     stages = f" into {len(parts)} local pipeline stage(s)" if len(parts) > 1 else ""
-    return (f"initial weights from {path}: {info.label}{naming_note}, {loaded} tensors{stages}"
-            + ("" if optimizers is None else " + optimizer state")
-            + "".join(f"\n[titan-train] warning: {w}" for w in numeric_warnings(info, args)))
+    return (
+        f"initial weights from {path}: {info.label}{naming_note}, {loaded} tensors{stages}"
+        + ("" if optimizers is None else " + optimizer state")
+        + "".join(f"\n[titan-train] warning: {w}" for w in numeric_warnings(info, args))
+    )
 
 
 def numeric_warnings(info: CheckpointInfo, args) -> list[str]:
     """What loads but computes differently from the checkpoint's own model: rope_theta /
     norm_eps its config.json or params.json declares, and RoPE scaling the trainer lacks."""
     result = fit.compare(info.model, args, {}, info.declared, info.declared_by)
-    out = [f"{d.describe()}; {d.fix(args.d_model, args.multiple_of)} to compute what the checkpoint was trained as"
-           for d in result.fields if d.numeric]
+    out = [
+        f"{d.describe()}; {d.fix(args.d_model, args.multiple_of)} to compute what the checkpoint was trained as"
+        for d in result.fields
+        if d.numeric
+    ]
     if info.declared.get("rope_scaling"):
-        out.append(f"{info.declared_by} declares RoPE scaling ({info.declared['rope_scaling']}), which the trainer "
-                   "does not implement: outputs differ from the reference model")
+        out.append(
+            f"{info.declared_by} declares RoPE scaling ({info.declared['rope_scaling']}), which the trainer "
+            "does not implement: outputs differ from the reference model"
+        )
     return out
 
 
@@ -65,10 +72,11 @@ def _check_has_optimizer(info: CheckpointInfo, path: str | Path) -> None:
     """initial_load_model_only = false: only a DCP checkpoint in the trainer's layout carries
     AdamW moments under the trainer's parameter names."""
     if info.format != "dcp" or not info.has_optimizer:
-        raise CheckpointError(f"checkpoint.initial_load_model_only = false needs a DCP checkpoint with "
-                              f"optimizer state; {path} is a {info.label}"
-                              + ("" if info.format != "dcp" else " without optimizer state"),
-                              fix="set checkpoint.initial_load_model_only = true (weights only)")
+        raise CheckpointError(
+            f"checkpoint.initial_load_model_only = false needs a DCP checkpoint with "
+            f"optimizer state; {path} is a {info.label}" + ("" if info.format != "dcp" else " without optimizer state"),
+            fix="set checkpoint.initial_load_model_only = true (weights only)",
+        )
 
 
 def _load_slices(parts, source: Source) -> int:
@@ -82,8 +90,7 @@ def _load_slices(parts, source: Source) -> int:
         for name, param in (item for part in parts for item in part.named_parameters()):
             if isinstance(param, DTensor):
                 local = param.to_local()
-                shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh,
-                                                                      param.placements)
+                shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
                 index = tuple(slice(o, o + s) for o, s in zip(offset, shape))
             else:
                 local, index = param, None
@@ -102,16 +109,18 @@ def _load_dcp(parts, info: CheckpointInfo, optimizers) -> int:
 
     model_sd = {k: v for part in parts for k, v in get_model_state_dict(part).items()}
     to_load = {raw: model_sd[ours] for raw, ours in info.keymap.to_ours.items() if ours in model_sd}
-    optim_sd = optimizers.state_dict() if optimizers is not None else None   # flat: state.<fqn>.<name>
+    optim_sd = optimizers.state_dict() if optimizers is not None else None  # flat: state.<fqn>.<name>
     if optim_sd is not None:
         root = info.keymap.prefix[: -len("model.")] if info.keymap.prefix.endswith("model.") else ""
         for key, value in optim_sd.items():
             if key.startswith("state.") and torch.is_tensor(value):
                 raw = f"{root}optim.{key}"
                 if raw not in info.tensors:
-                    raise CheckpointError(f"{info.root}: optimizer state {raw} is missing; the checkpoint's "
-                                          "optimizer does not match this run's (AdamW over the same parameters)",
-                                          fix="set checkpoint.initial_load_model_only = true")
+                    raise CheckpointError(
+                        f"{info.root}: optimizer state {raw} is missing; the checkpoint's "
+                        "optimizer does not match this run's (AdamW over the same parameters)",
+                        fix="set checkpoint.initial_load_model_only = true",
+                    )
                 to_load[raw] = value
     dcp_io.load_into(to_load, info.root)
     loaded = {ours: to_load[raw] for raw, ours in info.keymap.to_ours.items() if ours in model_sd}

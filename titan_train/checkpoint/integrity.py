@@ -5,6 +5,7 @@ or corrupt `.metadata` (a disk that filled up, a copy that stopped, a hand-delet
 without reading the tensors. Damage inside a file of the right size is caught by the load
 itself (checkpoint.py falls back then too).
 """
+
 from __future__ import annotations
 
 from pathlib import Path

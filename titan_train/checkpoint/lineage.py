@@ -11,6 +11,7 @@ What it decides:
 - resume takes the newest complete checkpoint in the folder (by step) and continues its
   lineage; a fallback (unreadable newest) stays within that lineage.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,9 +36,9 @@ class FolderInUse(Exception):
 class Entry:
     step: int
     path: Path
-    lineage: str | None       # None: no record (written by an older trainer, or not by us)
-    complete: bool            # has DCP's .metadata
-    record: dict | None = field(default=None, compare=False, repr=False)   # its titan-run.json, read once
+    lineage: str | None  # None: no record (written by an older trainer, or not by us)
+    complete: bool  # has DCP's .metadata
+    record: dict | None = field(default=None, compare=False, repr=False)  # its titan-run.json, read once
 
     @property
     def label(self) -> str:
@@ -49,8 +50,14 @@ def new_id() -> str:
 
 
 def record(lineage_id: str, step: int, config: dict) -> dict:
-    return {"lineage": lineage_id, "step": step, "written": time.time(), "host": socket.gethostname(),
-            "pid": os.getpid(), "config": config}
+    return {
+        "lineage": lineage_id,
+        "step": step,
+        "written": time.time(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "config": config,
+    }
 
 
 def write_record(folder: Path, rec: dict) -> None:
@@ -76,8 +83,15 @@ def survey(folder: str | Path) -> list[Entry]:
         match = _STEP_DIR.match(child.name)
         if match and child.is_dir():
             rec = read_record(child)
-            out.append(Entry(int(match.group(1)), child, rec.get("lineage") if rec else None,
-                             (child / ".metadata").is_file(), rec))
+            out.append(
+                Entry(
+                    int(match.group(1)),
+                    child,
+                    rec.get("lineage") if rec else None,
+                    (child / ".metadata").is_file(),
+                    rec,
+                )
+            )
     return sorted(out, key=lambda e: e.step)
 
 
@@ -96,9 +110,11 @@ def check_fresh_start(folder: str | Path, fresh: bool, say=print) -> None:
     if not entries:
         return
     if not fresh:
-        raise FolderInUse(f"checkpoint.folder {folder} already holds checkpoints {describe(entries)} and "
-                          "checkpoint.resume = false: rerun with `titan-train run --fresh` to move them to "
-                          f"{folder}/previous-<time>/ (nothing is deleted), or set checkpoint.folder to a new folder")
+        raise FolderInUse(
+            f"checkpoint.folder {folder} already holds checkpoints {describe(entries)} and "
+            "checkpoint.resume = false: rerun with `titan-train run --fresh` to move them to "
+            f"{folder}/previous-<time>/ (nothing is deleted), or set checkpoint.folder to a new folder"
+        )
     aside = Path(folder) / f"previous-{time.strftime('%Y%m%d-%H%M%S')}"
     n = 0
     while aside.exists():

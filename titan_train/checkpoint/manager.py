@@ -20,6 +20,7 @@ from `[checkpoint] initial_load_path` (HF, Meta, torch.save, DCP ...), and a run
 finishes writes `export_final`; both live in checkpoint_formats/ and reach every pipeline
 stage.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -59,8 +60,13 @@ def train_states(parts, progress) -> dict[str, Stateful]:
     """The top-level checkpoint keys (the converter and the checkpoint doctor rely on them):
     model.<fqn>, optim.state.<fqn>.<name> / optim.param_groups.<fqn>.<name>, scheduler.*,
     progress.*, loss_scaler.*."""
-    return {"model": ModelState(parts.model_parts), "optim": parts.optimizers, "scheduler": parts.schedulers,
-            "progress": progress, "loss_scaler": parts.scaler}
+    return {
+        "model": ModelState(parts.model_parts),
+        "optim": parts.optimizers,
+        "scheduler": parts.schedulers,
+        "progress": progress,
+        "loss_scaler": parts.scaler,
+    }
 
 
 class Checkpointer:
@@ -73,8 +79,18 @@ class Checkpointer:
     `wait()`, finishes that write, renames it to step-N and prunes. Until then the previous
     complete step-N is what a crash resumes from."""
 
-    def __init__(self, cfg, states: dict[str, Stateful], *, say=print, model_args=None, job=None,
-                 stop_step: int | None = None, before_save=None, data_identity: dict | None = None):
+    def __init__(
+        self,
+        cfg,
+        states: dict[str, Stateful],
+        *,
+        say=print,
+        model_args=None,
+        job=None,
+        stop_step: int | None = None,
+        before_save=None,
+        data_identity: dict | None = None,
+    ):
         """`job`: the whole JobConfig (recorded with every save, compared on resume);
         `data_identity`: the content of the data and tokenizer (recorded, compared on resume);
         `stop_step`: a `--stop-after` step, saved whatever save_interval says;
@@ -112,20 +128,23 @@ class Checkpointer:
                 self.say(note)
             try:
                 load(candidate.path, self.states)
-            except CheckpointException as e:   # damage the index check could not see
+            except CheckpointException as e:  # damage the index check could not see
                 if dist.get_rank() == 0:
                     resume_plan.set_aside(candidate.path, f"failed to load ({_first_line(e)})", self.say)
                 dist.barrier()
                 continue
             self.last_saved, self.lineage = candidate.step, candidate.lineage
             if self.job is not None:
-                resume_compare.apply_optimizer_config(self.states["optim"], self.states["scheduler"],
-                                                      self.job.optimizer)
+                resume_compare.apply_optimizer_config(
+                    self.states["optim"], self.states["scheduler"], self.job.optimizer
+                )
             return candidate.step
         if chosen[0]:
-            raise CheckpointError(f"no checkpoint in {self.cfg.folder} could be loaded (see above); start with "
-                                  "`titan-train run --fresh` (moves them aside) or set checkpoint.folder")
-        self.load_initial()   # nothing of its own to resume: [checkpoint] initial_load_path, if set
+            raise CheckpointError(
+                f"no checkpoint in {self.cfg.folder} could be loaded (see above); start with "
+                "`titan-train run --fresh` (moves them aside) or set checkpoint.folder"
+            )
+        self.load_initial()  # nothing of its own to resume: [checkpoint] initial_load_path, if set
         return None
 
     def maybe_save(self, step: int, *, last: bool = False) -> Path | None:
@@ -177,8 +196,12 @@ class Checkpointer:
         from titan_train.checkpoint.initial_load import load_initial
 
         optimizers = None if self.cfg.initial_load_model_only else self.states["optim"]
-        self.say("[titan-train] " + load_initial(self.states["model"].parts, self.cfg.initial_load_path,
-                                                 args=self.model_args, optimizers=optimizers))
+        self.say(
+            "[titan-train] "
+            + load_initial(
+                self.states["model"].parts, self.cfg.initial_load_path, args=self.model_args, optimizers=optimizers
+            )
+        )
 
     def export_if_missing(self, step: int) -> None:
         """A rerun of a job that already reached training.steps trains nothing, but an
@@ -191,8 +214,10 @@ class Checkpointer:
         found = [existing_export(self.cfg.folder, step, self.cfg.export_final) if dist.get_rank() == 0 else None]
         dist.broadcast_object_list(found, src=0)
         if found[0] is not None:
-            self.say(f"[titan-train] {found[0]} already holds the final model ({self.cfg.export_final}); "
-                     "delete it to export again")
+            self.say(
+                f"[titan-train] {found[0]} already holds the final model ({self.cfg.export_final}); "
+                "delete it to export again"
+            )
             return
         self.export_final(step)
 
@@ -201,8 +226,14 @@ class Checkpointer:
         torch.save file or HF safetensors in <folder>/export-step-N."""
         from titan_train.checkpoint.formats.export import export_final
 
-        path = export_final(self.states["model"].parts, self.cfg.folder, self.cfg.export_final,
-                            args=self.model_args, step=step, dtype=self.cfg.export_dtype)
+        path = export_final(
+            self.states["model"].parts,
+            self.cfg.folder,
+            self.cfg.export_final,
+            args=self.model_args,
+            step=step,
+            dtype=self.cfg.export_dtype,
+        )
         if path is not None:
             self.say(f"[titan-train] exported the final model to {path}")
         return path
@@ -277,15 +308,16 @@ def save(folder: str | Path, step: int, states: dict[str, Stateful], mark=None) 
 
 # ---- [checkpoint] async_save: the write runs in the background while training goes on ----
 
+
 @dataclass
 class PendingSave:
     step: int
     tmp: Path
     final: Path
-    future: Any        # concurrent.futures.Future from dcp.async_save
-    mark: Any = None   # writes the run's record into tmp (before the write starts)
-    renamed: threading.Event = field(default_factory=threading.Event)   # rank 0: tmp -> final done
-    error: list = field(default_factory=list)   # rank 0: what the rename raised, re-raised in finish
+    future: Any  # concurrent.futures.Future from dcp.async_save
+    mark: Any = None  # writes the run's record into tmp (before the write starts)
+    renamed: threading.Event = field(default_factory=threading.Event)  # rank 0: tmp -> final done
+    error: list = field(default_factory=list)  # rank 0: what the rename raised, re-raised in finish
 
     def done(self) -> bool:
         return self.future.done()
@@ -327,7 +359,7 @@ def _rename_when_written(future, pending: PendingSave) -> None:
             shutil.rmtree(pending.final, ignore_errors=True)
             pending.tmp.rename(pending.final)
             faults.maybe_inject(pending.step, 0, site="renamed")
-    except BaseException as e:   # noqa: B036  (re-raised on the main thread by finish_async_save)
+    except BaseException as e:  # noqa: B036  (re-raised on the main thread by finish_async_save)
         pending.error.append(e)
     finally:
         pending.renamed.set()
@@ -347,10 +379,12 @@ def finish_async_save(pending: PendingSave) -> Path:
 def load(path: str | Path, states: dict[str, Stateful]) -> None:
     keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
     if any(k.startswith("train.") for k in keys):
-        raise CheckpointError(f"{path} uses the old layout (train.model.*); the trainer now writes flat model.* keys: "
-                              "resume it with the titan-npu version that wrote it, or start in a new "
-                              f"checkpoint.folder with checkpoint.initial_load_path = \"{path}\" (its weights; "
-                              "initial_load_model_only = false also its optimizer state)")
+        raise CheckpointError(
+            f"{path} uses the old layout (train.model.*); the trainer now writes flat model.* keys: "
+            "resume it with the titan-npu version that wrote it, or start in a new "
+            f'checkpoint.folder with checkpoint.initial_load_path = "{path}" (its weights; '
+            "initial_load_model_only = false also its optimizer state)"
+        )
     if "model" in states:
         _check_same_model(path, keys, states["model"])
     dcp.load(states, checkpoint_id=str(path))
@@ -365,16 +399,25 @@ def _check_same_model(path, saved_meta: dict, model: ModelState) -> None:
     everyone: list = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, own)
     want = {k: v for d in everyone for k, v in d.items()}
-    saved = {k[len("model."):]: tuple(m.size) for k, m in saved_meta.items()
-             if k.startswith("model.") and hasattr(m, "size")}
+    saved = {
+        k[len("model.") :]: tuple(m.size)
+        for k, m in saved_meta.items()
+        if k.startswith("model.") and hasattr(m, "size")
+    }
     extra, missing = sorted(set(saved) - set(want)), sorted(set(want) - set(saved))
     differ = sorted(k for k in set(want) & set(saved) if want[k] != saved[k])
     if extra or missing or differ:
-        what = (f"{differ[0]} is {list(saved[differ[0]])} there and {list(want[differ[0]])} here" if differ else
-                f"it has {len(extra)} parameter(s) this model lacks ({extra[0]}, ...)" if extra else
-                f"it lacks {len(missing)} of this model's parameters ({missing[0]}, ...)")
-        raise CheckpointError(f"{path} holds another model shape: {what}; resume with the [model] section that wrote "
-                              "it, or start with `titan-train run --fresh` or another checkpoint.folder")
+        what = (
+            f"{differ[0]} is {list(saved[differ[0]])} there and {list(want[differ[0]])} here"
+            if differ
+            else f"it has {len(extra)} parameter(s) this model lacks ({extra[0]}, ...)"
+            if extra
+            else f"it lacks {len(missing)} of this model's parameters ({missing[0]}, ...)"
+        )
+        raise CheckpointError(
+            f"{path} holds another model shape: {what}; resume with the [model] section that wrote "
+            "it, or start with `titan-train run --fresh` or another checkpoint.folder"
+        )
 
 
 def recover_partial(folder: str | Path, say=print) -> None:
@@ -390,14 +433,18 @@ def recover_partial(folder: str | Path, say=print) -> None:
         whole = (tmp / ".metadata").is_file() and (tmp / lineage.RECORD).is_file()
         if whole and not final.exists():
             tmp.rename(final)
-            say(f"[titan-train] {tmp.name} was completely written (a save whose rename a crash interrupted): "
-                f"kept as {final.name}")
+            say(
+                f"[titan-train] {tmp.name} was completely written (a save whose rename a crash interrupted): "
+                f"kept as {final.name}"
+            )
             continue
         aside = tmp.with_name(final.name + ".incomplete")
         shutil.rmtree(aside, ignore_errors=True)
         tmp.rename(aside)
-        say(f"[titan-train] {tmp.name} is an incomplete save (a crash during the write): moved to {aside.name}, "
-            "never resumed from; delete it to free the space")
+        say(
+            f"[titan-train] {tmp.name} is an incomplete save (a crash during the write): moved to {aside.name}, "
+            "never resumed from; delete it to free the space"
+        )
 
 
 def _first_line(e: Exception) -> str:

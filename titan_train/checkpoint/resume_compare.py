@@ -15,19 +15,39 @@ DCP reshards onto any mesh.
 
 The classification lives here, not in config.py, so the config stays plain dataclasses.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-SHAPE = [("model", "vocab_size"), ("model", "d_model"), ("model", "n_layers"), ("model", "n_heads"),
-         ("model", "n_kv_heads"), ("model", "ffn_dim")]
-OPTIMIZER = [("optimizer", "lr"), ("optimizer", "betas"), ("optimizer", "weight_decay"), ("optimizer", "eps"),
-             ("training", "warmup_steps"), ("training", "steps"), ("training", "lr_schedule"),
-             ("training", "min_lr_ratio"), ("training", "max_norm")]
-DATA = [("training", "seq_len"), ("training", "batch_size"), ("training", "grad_accum_steps"),
-        ("data", "dataset"), ("data", "text_field")]
-TOKENIZER = [("data", "tokenizer")]   # not a data order: the ids the embedding rows were trained for
+SHAPE = [
+    ("model", "vocab_size"),
+    ("model", "d_model"),
+    ("model", "n_layers"),
+    ("model", "n_heads"),
+    ("model", "n_kv_heads"),
+    ("model", "ffn_dim"),
+]
+OPTIMIZER = [
+    ("optimizer", "lr"),
+    ("optimizer", "betas"),
+    ("optimizer", "weight_decay"),
+    ("optimizer", "eps"),
+    ("training", "warmup_steps"),
+    ("training", "steps"),
+    ("training", "lr_schedule"),
+    ("training", "min_lr_ratio"),
+    ("training", "max_norm"),
+]
+DATA = [
+    ("training", "seq_len"),
+    ("training", "batch_size"),
+    ("training", "grad_accum_steps"),
+    ("data", "dataset"),
+    ("data", "text_field"),
+]
+TOKENIZER = [("data", "tokenizer")]  # not a data order: the ids the embedding rows were trained for
 NUMERICS = [("model", "norm_eps"), ("model", "rope_theta"), ("training", "mixed_precision")]
 
 
@@ -47,20 +67,28 @@ def compare_data(saved: dict | None, current: dict, where: str, data_cfg) -> lis
     if not saved or not current:
         return []
     if saved.get("tokenizer") and saved["tokenizer"] != current.get("tokenizer"):
-        what = (f"data.tokenizer = {data_cfg.tokenizer!r} defines other tokens than the tokenizer it was trained with "
-                f"(sha256 {saved['tokenizer'][:12]}..., now {str(current.get('tokenizer'))[:12]}...)")
+        what = (
+            f"data.tokenizer = {data_cfg.tokenizer!r} defines other tokens than the tokenizer it was trained with "
+            f"(sha256 {saved['tokenizer'][:12]}..., now {str(current.get('tokenizer'))[:12]}...)"
+        )
         if not data_cfg.allow_tokenizer_change:
-            raise TokenizerChanged(f"{where}: {what}: token ids would mean other text than the embedding and output "
-                                   "rows learned; point data.tokenizer at the tokenizer it was trained with, set "
-                                   "data.allow_tokenizer_change = true to continue anyway, or start with "
-                                   "`titan-train run --fresh`")
-        return [f"[titan-train] warning: {what}; continuing (data.allow_tokenizer_change = true): the loss jumps "
-                "and the model relearns its vocabulary"]
+            raise TokenizerChanged(
+                f"{where}: {what}: token ids would mean other text than the embedding and output "
+                "rows learned; point data.tokenizer at the tokenizer it was trained with, set "
+                "data.allow_tokenizer_change = true to continue anyway, or start with "
+                "`titan-train run --fresh`"
+            )
+        return [
+            f"[titan-train] warning: {what}; continuing (data.allow_tokenizer_change = true): the loss jumps "
+            "and the model relearns its vocabulary"
+        ]
     for key in ("index", "tokens"):
         if saved.get(key) and current.get(key) and saved[key] != current[key]:
-            return [f"[titan-train] data changed since the checkpoint: data.dataset = {data_cfg.dataset!r} holds "
-                    "other content than it did then; training continues at the same sample count, on other text "
-                    "than the old run would have read next"]
+            return [
+                f"[titan-train] data changed since the checkpoint: data.dataset = {data_cfg.dataset!r} holds "
+                "other content than it did then; training continues at the same sample count, on other text "
+                "than the old run would have read next"
+            ]
     return []
 
 
@@ -74,20 +102,27 @@ class Changes:
     def lines(self) -> list[str]:
         out = []
         if self.optimizer:
-            out.append(f"[titan-train] optimizer/schedule changed since the checkpoint, using the config's: "
-                       f"{_fmt(self.optimizer)}")
+            out.append(
+                f"[titan-train] optimizer/schedule changed since the checkpoint, using the config's: "
+                f"{_fmt(self.optimizer)}"
+            )
         if self.data:
-            out.append(f"[titan-train] data layout changed since the checkpoint ({_fmt(self.data)}): training "
-                       "continues at the same sample count, but the batches no longer continue the old run's data "
-                       "order (sequences are cut and grouped differently)")
+            out.append(
+                f"[titan-train] data layout changed since the checkpoint ({_fmt(self.data)}): training "
+                "continues at the same sample count, but the batches no longer continue the old run's data "
+                "order (sequences are cut and grouped differently)"
+            )
         for name, old, new in self.tokenizer:
-            out.append(f"[titan-train] warning: {name} changed since the checkpoint ({old!r} -> {new!r}): token ids "
-                       "now mean other text than the embedding and output rows were trained on, so the loss jumps "
-                       f"and the model relearns its vocabulary; set {name} = {old!r} to continue the old run, or "
-                       "start with `titan-train run --fresh`")
+            out.append(
+                f"[titan-train] warning: {name} changed since the checkpoint ({old!r} -> {new!r}): token ids "
+                "now mean other text than the embedding and output rows were trained on, so the loss jumps "
+                f"and the model relearns its vocabulary; set {name} = {old!r} to continue the old run, or "
+                "start with `titan-train run --fresh`"
+            )
         if self.numerics:
-            out.append(f"[titan-train] model numerics changed since the checkpoint, using the config's: "
-                       f"{_fmt(self.numerics)}")
+            out.append(
+                f"[titan-train] model numerics changed since the checkpoint, using the config's: {_fmt(self.numerics)}"
+            )
         return out
 
 
@@ -116,18 +151,32 @@ def compare(saved: dict, current: dict, where: str) -> Changes:
         old, new = _value(saved, section, key), _value(current, section, key)
         if old is not None and old != new:
             what, fix = f"model.{key} = {old}, the config says {new}", f"set model.{key} = {old}"
-            if key == "ffn_dim":   # derived, not a config field: name the fields that set it
+            if key == "ffn_dim":  # derived, not a config field: name the fields that set it
                 what = f"a SwiGLU hidden width of {old}, the config gives {new}"
-                inputs = [(k, saved["model"].get(k), (current.get("model") or {}).get(k))
-                          for k in ("multiple_of", "ffn_dim_multiplier")]
-                fix = " and ".join(f"set model.{k} = {o!r}" if o is not None else f"remove model.{k}"
-                                   for k, o, n in inputs if o != n) or "set model.multiple_of / ffn_dim_multiplier as before"
-            raise ShapeChanged(f"{where} was trained with {what}: a checkpoint only resumes into the same model "
-                               f"shape; {fix}, or start with `titan-train run --fresh` (moves the old checkpoints "
-                               "aside) or another checkpoint.folder")
+                inputs = [
+                    (k, saved["model"].get(k), (current.get("model") or {}).get(k))
+                    for k in ("multiple_of", "ffn_dim_multiplier")
+                ]
+                fix = (
+                    " and ".join(
+                        f"set model.{k} = {o!r}" if o is not None else f"remove model.{k}"
+                        for k, o, n in inputs
+                        if o != n
+                    )
+                    or "set model.multiple_of / ffn_dim_multiplier as before"
+                )
+            raise ShapeChanged(
+                f"{where} was trained with {what}: a checkpoint only resumes into the same model "
+                f"shape; {fix}, or start with `titan-train run --fresh` (moves the old checkpoints "
+                "aside) or another checkpoint.folder"
+            )
     changes = Changes()
-    for bucket, fields in ((changes.optimizer, OPTIMIZER), (changes.data, DATA), (changes.numerics, NUMERICS),
-                           (changes.tokenizer, TOKENIZER)):
+    for bucket, fields in (
+        (changes.optimizer, OPTIMIZER),
+        (changes.data, DATA),
+        (changes.numerics, NUMERICS),
+        (changes.tokenizer, TOKENIZER),
+    ):
         for section, key in fields:
             if section not in saved:
                 continue
@@ -157,7 +206,7 @@ def apply_optimizer_config(optimizers, schedulers, opt_cfg) -> None:
     otherwise keep the old run's values for the rest of training."""
     for opt, sched in zip(optimizers.optimizers, schedulers.schedulers):
         sched.base_lrs = [opt_cfg.lr for _ in opt.param_groups]
-        factor = sched.lr_lambdas[0](sched.last_epoch)   # the schedule as the config defines it now
+        factor = sched.lr_lambdas[0](sched.last_epoch)  # the schedule as the config defines it now
         for group in opt.param_groups:
             group["initial_lr"] = opt_cfg.lr
             group["lr"] = opt_cfg.lr * factor

@@ -15,6 +15,7 @@ on another host cannot be checked from here: the run is refused, naming it and t
 Released on every exit Python sees (normal end, error, SIGTERM / SIGINT stop); after a
 SIGKILL the next run finds the pid dead and takes it over.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,7 +28,7 @@ from pathlib import Path
 from titan_train.runtime.processes import pid_alive, proc_start
 
 LOCK_NAME = "run.lock"
-HELD_ENV = "TITAN_RUN_LOCK_PID"   # set by a launcher holding the lock for the ranks it starts
+HELD_ENV = "TITAN_RUN_LOCK_PID"  # set by a launcher holding the lock for the ranks it starts
 
 
 class FolderLocked(Exception):
@@ -45,7 +46,7 @@ def read(path: Path) -> dict | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
-        return {}   # unreadable: treated like a lock from an unknown owner
+        return {}  # unreadable: treated like a lock from an unknown owner
 
 
 def _stale(info: dict) -> bool:
@@ -71,47 +72,60 @@ class RunLock:
     def acquire(self) -> RunLock:
         self.created_folder = not self.folder.exists()
         self.folder.mkdir(parents=True, exist_ok=True)
-        me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
-              "proc_start": proc_start(os.getpid())}
+        me = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": time.time(),
+            "proc_start": proc_start(os.getpid()),
+        }
         mine = self.folder / f".{LOCK_NAME}.{me['pid']}"
         mine.write_text(json.dumps(me), encoding="utf-8")
         try:
-            for _ in range(3):   # a stale lock is moved away, then we try again
+            for _ in range(3):  # a stale lock is moved away, then we try again
                 try:
                     os.link(mine, self.path)
                     self.held = True
                     return self
                 except FileExistsError:
                     self._take_over_if_stale()
-            raise FolderLocked(f"checkpoint folder {self.folder} is being taken over by another run at the same time; "
-                               "start one run per folder")
+            raise FolderLocked(
+                f"checkpoint folder {self.folder} is being taken over by another run at the same time; "
+                "start one run per folder"
+            )
         finally:
             mine.unlink(missing_ok=True)
 
     def _take_over_if_stale(self) -> None:
         info = read(self.path)
         if info is None:
-            return   # released between our link and this read: try again
+            return  # released between our link and this read: try again
         if not info or info.get("host") != socket.gethostname():
             what = _owner_line(info) if info else "an unreadable lock"
-            raise FolderLocked(f"checkpoint folder {self.folder} is owned by another run ({what}) that cannot be "
-                               f"checked from {socket.gethostname()}; if that job is gone, delete {self.path}, "
-                               "or set checkpoint.folder to another folder")
+            raise FolderLocked(
+                f"checkpoint folder {self.folder} is owned by another run ({what}) that cannot be "
+                f"checked from {socket.gethostname()}; if that job is gone, delete {self.path}, "
+                "or set checkpoint.folder to another folder"
+            )
         if not _stale(info):
-            raise FolderLocked(f"checkpoint folder {self.folder} is in use by another run ({_owner_line(info)}); "
-                               "wait for it, stop it, or set checkpoint.folder to another folder")
+            raise FolderLocked(
+                f"checkpoint folder {self.folder} is in use by another run ({_owner_line(info)}); "
+                "wait for it, stop it, or set checkpoint.folder to another folder"
+            )
         aside = self.folder / f".{LOCK_NAME}.stale-{os.getpid()}"
         try:
             os.rename(self.path, aside)
         except FileNotFoundError:
             return
-        if read(aside) != info:   # another run took it over between our read and rename: give it back
+        if read(aside) != info:  # another run took it over between our read and rename: give it back
             os.rename(aside, self.path)
-            raise FolderLocked(f"checkpoint folder {self.folder} was just taken by another run; start one run per folder")
+            raise FolderLocked(
+                f"checkpoint folder {self.folder} was just taken by another run; start one run per folder"
+            )
         aside.unlink(missing_ok=True)
         gone = "its pid now belongs to another process" if pid_alive(info["pid"]) else "that process is gone"
-        self.say(f"[titan-train] took over {self.path}: its run ({_owner_line(info)}) ended without releasing it "
-                 f"({gone})")
+        self.say(
+            f"[titan-train] took over {self.path}: its run ({_owner_line(info)}) ended without releasing it ({gone})"
+        )
 
     def release(self) -> None:
         if not self.held:
@@ -122,7 +136,7 @@ class RunLock:
             self.path.unlink(missing_ok=True)
         if self.created_folder:
             try:
-                self.folder.rmdir()   # a run that saved nothing leaves no empty folder behind
+                self.folder.rmdir()  # a run that saved nothing leaves no empty folder behind
             except OSError:
                 pass
 

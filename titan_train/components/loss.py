@@ -1,4 +1,5 @@
 """The training loss, in one place for the eager step and the pipeline's last stage."""
+
 from __future__ import annotations
 
 import torch

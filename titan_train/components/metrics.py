@@ -4,6 +4,7 @@ writing them to metrics.jsonl and, optionally, TensorBoard.
 Peak FLOPs come from rules/devices.toml for accelerators; for a CPU there is no datasheet
 number that means anything, so a short matmul probe measures what this machine reaches.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,7 +30,7 @@ def measure_matmul_flops(dtype_name: str, seconds: float = 0.3, n: int = 1024) -
         reps += 1
         elapsed = time.perf_counter() - start
         if elapsed >= seconds and reps >= 3:
-            return 2 * n ** 3 * reps / elapsed
+            return 2 * n**3 * reps / elapsed
 
 
 def peak_flops(device_type: str, device_name: str, dtype_name: str, override_tflops: float = 0.0) -> tuple[float, str]:
@@ -65,9 +66,13 @@ MEMORY_LABELS = {"tensors": "mem", "rss": "rss"}  # device.peak_memory_kind -> t
 def format_line(m: dict[str, Any], eta: Eta | None = None) -> str:
     """One human line per logged step (rank 0); with `eta`, the step out of the total and an ETA."""
     done, left = eta.fields(m["step"]) if eta else (f"{m['step']:>5}", None)
-    parts = [f"step {done}", f"loss {m['loss']:.4f}", f"grad_norm {m['grad_norm']:.3f}",
-             f"lr {m['lr']:.2e}",
-             f"tok/s {m['tokens_per_s']:,.0f} ({m['tokens_per_s_per_rank']:,.0f}/rank)"]
+    parts = [
+        f"step {done}",
+        f"loss {m['loss']:.4f}",
+        f"grad_norm {m['grad_norm']:.3f}",
+        f"lr {m['lr']:.2e}",
+        f"tok/s {m['tokens_per_s']:,.0f} ({m['tokens_per_s_per_rank']:,.0f}/rank)",
+    ]
     if m.get("mfu") is not None and m["mfu"] < 1.0:
         parts.append(f"mfu {m['mfu'] * 100:.1f}%")
     elif m.get("mfu_over_peak") is not None or m.get("mfu") is not None:
@@ -106,8 +111,10 @@ def require_tensorboard() -> None:
         import tensorboard  # noqa: F401  (torch.utils.tensorboard needs the package itself)
         from torch.utils.tensorboard import SummaryWriter  # noqa: F401
     except ImportError:
-        raise MissingExtra("metrics.tensorboard = true needs tensorboard: pip install 'titan-npu[tb]' "
-                           "(or set metrics.tensorboard = false)") from None
+        raise MissingExtra(
+            "metrics.tensorboard = true needs tensorboard: pip install 'titan-npu[tb]' "
+            "(or set metrics.tensorboard = false)"
+        ) from None
 
 
 class TensorBoardSink:
@@ -125,7 +132,9 @@ class TensorBoardSink:
     def write(self, record: dict[str, Any]) -> None:
         if "step" not in record:
             if record.get("event") == "start":
-                self._w.add_text("start", "```\n" + json.dumps(record, indent=2) + "\n```", record.get("resumed_from", 0))
+                self._w.add_text(
+                    "start", "```\n" + json.dumps(record, indent=2) + "\n```", record.get("resumed_from", 0)
+                )
             return
         for key, value in record.items():
             if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -226,8 +235,20 @@ class MetricsLogger:
     since the last logged step; time inside `paused()` (saving, profiler flush) is not in it.
     """
 
-    def __init__(self, sinks: list, *, every: int, dims, dev, tokens_per_step: int, flops_per_token: float,
-                 peak: float, last_step: int, total_steps: int, say=print):
+    def __init__(
+        self,
+        sinks: list,
+        *,
+        every: int,
+        dims,
+        dev,
+        tokens_per_step: int,
+        flops_per_token: float,
+        peak: float,
+        last_step: int,
+        total_steps: int,
+        say=print,
+    ):
         self.sinks, self.every, self.last_step, self.say = sinks, every, last_step, say
         self.dims, self.dev, self.tokens_per_step = dims, dev, tokens_per_step
         self.flops_per_token, self.peak = flops_per_token, peak
@@ -257,12 +278,18 @@ class MetricsLogger:
         self.window.step(self.tokens_per_step)
         tps, elapsed = self.window.rate()
         world = self.dims.world_size
-        record = {"step": step, "loss": loss.item() / (self.dims.dp * self.dims.tp),
-                  "grad_norm": stats.grad_norm.item(), "lr": stats.lr, "tokens_per_s": tps,
-                  "tokens_per_s_per_rank": tps / world,
-                  **mfu_fields(mfu(tps / world, self.flops_per_token, self.peak)),
-                  "peak_mem_gib": device.peak_memory_bytes(self.dev) / 2 ** 30,
-                  "peak_mem_kind": device.peak_memory_kind(self.dev), "elapsed_s": elapsed}
+        record = {
+            "step": step,
+            "loss": loss.item() / (self.dims.dp * self.dims.tp),
+            "grad_norm": stats.grad_norm.item(),
+            "lr": stats.lr,
+            "tokens_per_s": tps,
+            "tokens_per_s_per_rank": tps / world,
+            **mfu_fields(mfu(tps / world, self.flops_per_token, self.peak)),
+            "peak_mem_gib": device.peak_memory_bytes(self.dev) / 2**30,
+            "peak_mem_kind": device.peak_memory_kind(self.dev),
+            "elapsed_s": elapsed,
+        }
         if stats.loss_scale is not None:
             record["loss_scale"] = stats.loss_scale
         self.say(format_line(record, self.eta), flush=True)

@@ -7,6 +7,7 @@ mesh dim that has more than one rank adds the partial sums. No DTensor op runs (
 dispatch is slow on NPU and costs extra all-reduces), clipping stays on the device, and
 the norm reaches the host only when a caller asks for it.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,7 +45,7 @@ class LossScaler(Stateful):
     step together. Checkpointed, so a resumed run continues with the scale it had."""
 
     enabled: bool = False
-    scale: float = 2.0 ** 16
+    scale: float = 2.0**16
     good_steps: int = 0
     growth_interval: int = 1000
 

@@ -1,5 +1,6 @@
 """`titan-train plot`: loss, tokens/s, MFU and memory over steps from runs' metrics.jsonl,
 one line per run, as one PNG (matplotlib, the `plot` extra)."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,12 @@ from pathlib import Path
 
 from titan_train.components.metrics import MissingExtra
 
-PANELS = (("loss", "loss", 1.0), ("tokens_per_s", "tokens/s", 1.0), ("mfu", "MFU (%)", 100.0),
-          ("peak_mem_gib", "peak memory (GiB)", 1.0))
+PANELS = (
+    ("loss", "loss", 1.0),
+    ("tokens_per_s", "tokens/s", 1.0),
+    ("mfu", "MFU (%)", 100.0),
+    ("peak_mem_gib", "peak memory (GiB)", 1.0),
+)
 
 
 class PlotError(Exception):

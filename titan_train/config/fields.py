@@ -5,6 +5,7 @@ the bound sits next to the definition, and both the one-line error for a bad val
 (`range_error`) and the README's config reference (`config_reference`) are generated from
 it, so neither can drift from the code. Nothing here imports torch.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,8 +25,8 @@ class Range:
 
     def describe(self) -> str:
         """'>= 1', '> 0', 'in [0, 1]', 'in (0, 1)', or '' when unbounded."""
-        low = (f"[{_num(self.ge)}" if self.ge is not None else f"({_num(self.gt)}" if self.gt is not None else None)
-        high = (f"{_num(self.le)}]" if self.le is not None else f"{_num(self.lt)})" if self.lt is not None else None)
+        low = f"[{_num(self.ge)}" if self.ge is not None else f"({_num(self.gt)}" if self.gt is not None else None
+        high = f"{_num(self.le)}]" if self.le is not None else f"{_num(self.lt)})" if self.lt is not None else None
         if low and high:
             return f"in {low}, {high}"
         if low:
@@ -35,17 +36,31 @@ class Range:
         return ""
 
     def holds(self, value: float) -> bool:
-        return ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
-                and (self.le is None or value <= self.le) and (self.lt is None or value < self.lt))
+        return (
+            (self.ge is None or value >= self.ge)
+            and (self.gt is None or value > self.gt)
+            and (self.le is None or value <= self.le)
+            and (self.lt is None or value < self.lt)
+        )
 
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
 
 
-def setting(default: Any = dataclasses.MISSING, doc: str = "", *, ge: float | None = None, gt: float | None = None,
-            le: float | None = None, lt: float | None = None, choices: tuple = (), each: bool = False,
-            default_factory: Any = dataclasses.MISSING, toml_key: str = "") -> Any:
+def setting(
+    default: Any = dataclasses.MISSING,
+    doc: str = "",
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    choices: tuple = (),
+    each: bool = False,
+    default_factory: Any = dataclasses.MISSING,
+    toml_key: str = "",
+) -> Any:
     """A dataclass field with its documentation and valid values as metadata.
     `each`: the range applies to every element of a list value; `toml_key`: the key's name
     in TOML when it differs from the field's (a Python keyword)."""

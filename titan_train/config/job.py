@@ -4,6 +4,7 @@ One dataclass per section; each field has a default and a comment saying what it
 Every mistake is a `ConfigError` with one line naming the key and what would be valid,
 raised before any process group starts. Nothing here imports torch.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,10 +34,12 @@ class ConfigError(Exception):
 @dataclass
 class OptimizerConfig:
     name: str = setting("AdamW", "only AdamW today", choices=("AdamW",))
-    lr: float = setting(3e-4, "peak learning rate (after warmup); above 1e30 AdamW's bias-corrected step "
-                              "overflows fp32", gt=0, le=1e30)
-    betas: list[float] = setting(doc="AdamW's moment decay rates, two numbers", ge=0, lt=1, each=True,
-                                 default_factory=lambda: [0.9, 0.95])
+    lr: float = setting(
+        3e-4, "peak learning rate (after warmup); above 1e30 AdamW's bias-corrected step overflows fp32", gt=0, le=1e30
+    )
+    betas: list[float] = setting(
+        doc="AdamW's moment decay rates, two numbers", ge=0, lt=1, each=True, default_factory=lambda: [0.9, 0.95]
+    )
     weight_decay: float = setting(0.1, "decoupled weight decay", ge=0)
     eps: float = setting(1e-8, "added to the denominator of the AdamW update", gt=0, lt=1)
 
@@ -47,10 +50,14 @@ class DistributedConfig:
     fsdp: bool = setting(True, "shard params/grads/optimizer state with FSDP2")
     tp_size: int = setting(1, "tensor-parallel degree", ge=1)
     pp_size: int = setting(1, "pipeline stages; dp = world_size / (tp_size x pp_size)", ge=1)
-    pp_microbatches: int = setting(0, "micro-batches per pipeline step, splitting each rank's batch (0 = pp_size)",
-                                   ge=0)
-    pp_schedule: str = setting("1f1b", "pipeline schedule (interleaved_1f1b: two stages per rank)",
-                               choices=("gpipe", "1f1b", "interleaved_1f1b"))
+    pp_microbatches: int = setting(
+        0, "micro-batches per pipeline step, splitting each rank's batch (0 = pp_size)", ge=0
+    )
+    pp_schedule: str = setting(
+        "1f1b",
+        "pipeline schedule (interleaved_1f1b: two stages per rank)",
+        choices=("gpipe", "1f1b", "interleaved_1f1b"),
+    )
     cpu_offload: bool = setting(False, "keep sharded params and optimizer state in host memory")
 
 
@@ -60,21 +67,25 @@ class CheckpointConfig:
     keep_last_n: int = setting(0, "keep only the newest N step-* folders (0 = keep all)", ge=0)
     folder: str = setting("", "default: outputs/<config name>/checkpoints")
     resume: bool = setting(True, "resume from the newest complete step-* folder")
-    async_save: bool = setting(False, "DCP async save: training goes on while step-N.tmp is written",
-                               toml_key="async")
-    initial_load_path: str = setting("", "a new run (nothing to resume) starts from this checkpoint: DCP, "
-                                         "torch.save, HF safetensors, Meta, DeepSpeed")
-    initial_load_model_only: bool = setting(True, "weights only; false also loads the optimizer moments (DCP in "
-                                                  "the trainer's layout)")
-    export_final: str = setting("none", "at the last step write the model to <folder>/export-step-N/",
-                                choices=("none", "torch", "hf"))
+    async_save: bool = setting(False, "DCP async save: training goes on while step-N.tmp is written", toml_key="async")
+    initial_load_path: str = setting(
+        "",
+        "a new run (nothing to resume) starts from this checkpoint: DCP, torch.save, HF safetensors, Meta, DeepSpeed",
+    )
+    initial_load_model_only: bool = setting(
+        True, "weights only; false also loads the optimizer moments (DCP in the trainer's layout)"
+    )
+    export_final: str = setting(
+        "none", "at the last step write the model to <folder>/export-step-N/", choices=("none", "torch", "hf")
+    )
     export_dtype: str = setting("fp32", "dtype of export_final", choices=tuple(PRECISIONS))
 
 
 @dataclass
 class TrainingConfig:
-    batch_size: int = setting(8, "GLOBAL batch in sequences per optimizer step (split over dp ranks and "
-                                 "grad_accum_steps)", ge=1)
+    batch_size: int = setting(
+        8, "GLOBAL batch in sequences per optimizer step (split over dp ranks and grad_accum_steps)", ge=1
+    )
     seq_len: int = setting(256, "tokens per sequence", ge=1)
     steps: int = setting(40, "optimizer steps to reach (a resumed run continues up to this)", ge=1)
     grad_accum_steps: int = setting(1, "micro-batches per optimizer step", ge=1)
@@ -82,23 +93,31 @@ class TrainingConfig:
     warmup_steps: int = setting(5, "linear warmup from 0 to optimizer.lr", ge=0)
     lr_schedule: str = setting("cosine", "decay after warmup", choices=("cosine", "linear", "constant"))
     min_lr_ratio: float = setting(0.1, "floor of the decay, as a fraction of lr", ge=0, le=1)
-    mixed_precision: str = setting("fp32", "compute dtype of params; reductions stay fp32",
-                                   choices=tuple(PRECISIONS))
+    mixed_precision: str = setting("fp32", "compute dtype of params; reductions stay fp32", choices=tuple(PRECISIONS))
     seed: int = setting(0, "weight init (any integer)")
-    activation_checkpoint: str = setting("none", "full: recompute whole blocks; selective: keep matmul/attention "
-                                                 "outputs", choices=("none", "full", "selective"))
+    activation_checkpoint: str = setting(
+        "none",
+        "full: recompute whole blocks; selective: keep matmul/attention outputs",
+        choices=("none", "full", "selective"),
+    )
     ac_every: int = setting(1, "apply activation checkpointing to every k-th block (1 = all)", ge=1)
     compile: bool = setting(False, "torch.compile each transformer block")
 
 
 @dataclass
 class DataConfig:
-    dataset: str = setting("builtin", '"builtin" (generated), a folder from `titan-train prepare-data` '
-                                      "(memory-mapped), or a small .txt / .jsonl file (tokenized in RAM)")
+    dataset: str = setting(
+        "builtin",
+        '"builtin" (generated), a folder from `titan-train prepare-data` '
+        "(memory-mapped), or a small .txt / .jsonl file (tokenized in RAM)",
+    )
     tokenizer: str = setting("byte", '"byte" (built in) or a HuggingFace tokenizer.json path')
     text_field: str = setting("text", "the JSONL field holding the text")
-    allow_tokenizer_change: bool = setting(False, "resume a checkpoint trained with another tokenizer (its token "
-                                                  "ids then mean other text than the model learned)")
+    allow_tokenizer_change: bool = setting(
+        False,
+        "resume a checkpoint trained with another tokenizer (its token "
+        "ids then mean other text than the model learned)",
+    )
 
 
 @dataclass
@@ -107,8 +126,11 @@ class MetricsConfig:
     tensorboard: bool = setting(False, "also write TensorBoard event files (pip install 'titan-npu[tb]')")
     tb_folder: str = setting("", "TensorBoard folder (default: <run folder>/tb)")
     peak_tflops: float = setting(0.0, "override the per-device peak used for MFU (0 = look up / measure)", ge=0)
-    output: str = setting("", "metrics.jsonl path (default: outputs/<config name>/metrics.jsonl); its folder is "
-                              "the run folder (traces, rank logs, hang dumps)")
+    output: str = setting(
+        "",
+        "metrics.jsonl path (default: outputs/<config name>/metrics.jsonl); its folder is "
+        "the run folder (traces, rank logs, hang dumps)",
+    )
 
 
 @dataclass
@@ -122,8 +144,7 @@ class ProfilingConfig:
     record_shapes: bool = setting(False, "record operator input shapes")
     profile_memory: bool = setting(False, "record tensor allocations per operator")
     with_stack: bool = setting(False, "record Python stacks (large traces)")
-    memory_snapshot: bool = setting(False, "also dump the allocator history (memory_snapshot_rank<N>.pickle; "
-                                           "npu/cuda)")
+    memory_snapshot: bool = setting(False, "also dump the allocator history (memory_snapshot_rank<N>.pickle; npu/cuda)")
     npu_level: str = setting("Level1", "torch_npu profiler level", choices=("Level0", "Level1", "Level2"))
 
 
@@ -132,8 +153,7 @@ class WatchdogConfig:
     enabled: bool = setting(True, "fail a hung run with per-rank stack dumps instead of waiting forever")
     factor: float = setting(20.0, "a step is hung when it takes factor x the median step time ...", gt=1)
     floor_s: float = setting(300.0, "... and at least this many seconds", gt=0)
-    startup_s: float = setting(1800.0, "limit for the first steps, before there is a median (compile, warm-up)",
-                               gt=0)
+    startup_s: float = setting(1800.0, "limit for the first steps, before there is a median (compile, warm-up)", gt=0)
 
 
 @dataclass
@@ -147,7 +167,7 @@ class JobConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
-    name: str = "job"                      # taken from the config file's name
+    name: str = "job"  # taken from the config file's name
 
 
 SECTIONS = [f.name for f in dataclasses.fields(JobConfig) if f.name != "name"]
@@ -166,11 +186,12 @@ KEY_ALIASES = {(s, f.metadata["toml_key"]): f.name for (s, _), f in FIELDS.items
 
 def _field_hints() -> dict[tuple[str, str], Any]:
     hints = typing.get_type_hints(JobConfig)
-    return {(section, name): hint for section in SECTIONS
-            for name, hint in typing.get_type_hints(hints[section]).items()}
+    return {
+        (section, name): hint for section in SECTIONS for name, hint in typing.get_type_hints(hints[section]).items()
+    }
 
 
-HINTS = _field_hints()   # (section, key) -> the field's type
+HINTS = _field_hints()  # (section, key) -> the field's type
 
 
 def _coerce(section: str, key: str, value: Any) -> Any:
@@ -201,8 +222,9 @@ def from_dict(raw: dict[str, Any], name: str = "job") -> JobConfig:
         for key, value in values.items():
             key = KEY_ALIASES.get((section, key), key)
             if (section, key) not in HINTS:
-                raise ConfigError(f"unknown key {section}.{key}; valid keys in [{section}]: "
-                                  f"{', '.join(_section_keys(section))}")
+                raise ConfigError(
+                    f"unknown key {section}.{key}; valid keys in [{section}]: {', '.join(_section_keys(section))}"
+                )
             value = _coerce(section, key, value)
             choices = CHOICES.get((section, key))
             if choices and value not in choices:
@@ -278,11 +300,14 @@ def validate(cfg: JobConfig, world_size: int) -> None:
     if len(cfg.optimizer.betas) != 2:
         raise ConfigError(f"optimizer.betas = {cfg.optimizer.betas}: expected two numbers in [0, 1), e.g. [0.9, 0.95]")
     if m.d_model % m.n_heads:
-        raise ConfigError(f"model.n_heads = {m.n_heads} must divide model.d_model = {m.d_model} "
-                          f"(valid: {_divisors(m.d_model, limit=m.d_model // 8)})")
+        raise ConfigError(
+            f"model.n_heads = {m.n_heads} must divide model.d_model = {m.d_model} "
+            f"(valid: {_divisors(m.d_model, limit=m.d_model // 8)})"
+        )
     if m.n_heads % m.n_kv_heads:
-        raise ConfigError(f"model.n_kv_heads = {m.n_kv_heads} must divide model.n_heads = {m.n_heads} "
-                          f"(valid: {_divisors(m.n_heads)})")
+        raise ConfigError(
+            f"model.n_kv_heads = {m.n_kv_heads} must divide model.n_heads = {m.n_heads} (valid: {_divisors(m.n_heads)})"
+        )
     if (m.d_model // m.n_heads) % 2:
         raise ConfigError(f"model.d_model / model.n_heads = {m.d_model // m.n_heads} must be even for RoPE")
     tp, pp = d.tp_size, d.pp_size
@@ -292,21 +317,29 @@ def validate(cfg: JobConfig, world_size: int) -> None:
         raise ConfigError(str(e)) from None
     for key, value in (("n_heads", m.n_heads), ("n_kv_heads", m.n_kv_heads)):
         if value % tp:
-            raise ConfigError(f"distributed.tp_size = {tp} must divide model.{key} = {value} "
-                              f"(valid tp_size: {_common_divisors(m.n_heads, m.n_kv_heads, world_size)})")
+            raise ConfigError(
+                f"distributed.tp_size = {tp} must divide model.{key} = {value} "
+                f"(valid tp_size: {_common_divisors(m.n_heads, m.n_kv_heads, world_size)})"
+            )
     _validate_widths(m, tp)
     if t.seq_len > m.max_seq_len:
         raise ConfigError(f"training.seq_len = {t.seq_len} exceeds model.max_seq_len = {m.max_seq_len}")
     if tp > 1 and t.seq_len % tp:
-        raise ConfigError(f"training.seq_len = {t.seq_len} must be a multiple of distributed.tp_size = {tp} "
-                          "(sequence parallel splits it)")
+        raise ConfigError(
+            f"training.seq_len = {t.seq_len} must be a multiple of distributed.tp_size = {tp} "
+            "(sequence parallel splits it)"
+        )
     if dims.dp > 1 and not d.fsdp:
-        raise ConfigError(f"distributed.fsdp = false needs one data-parallel group, but world size {world_size} / "
-                          f"(tp_size {tp} x pp_size {pp}) = {dims.dp}; set fsdp = true or change the layout")
+        raise ConfigError(
+            f"distributed.fsdp = false needs one data-parallel group, but world size {world_size} / "
+            f"(tp_size {tp} x pp_size {pp}) = {dims.dp}; set fsdp = true or change the layout"
+        )
     per_step = dims.dp * t.grad_accum_steps
     if t.batch_size % per_step:
-        raise ConfigError(f"training.batch_size = {t.batch_size} (global) must be a multiple of data-parallel ranks "
-                          f"({dims.dp}) x training.grad_accum_steps ({t.grad_accum_steps}) = {per_step}")
+        raise ConfigError(
+            f"training.batch_size = {t.batch_size} (global) must be a multiple of data-parallel ranks "
+            f"({dims.dp}) x training.grad_accum_steps ({t.grad_accum_steps}) = {per_step}"
+        )
     if pp > 1:
         _validate_pipeline(cfg, dims, local_batch=t.batch_size // per_step)
 
@@ -316,9 +349,11 @@ def advisories(cfg: JobConfig) -> list[str]:
     t = cfg.training
     out = []
     if 0 < t.steps <= t.warmup_steps:
-        out.append(f"training.warmup_steps = {t.warmup_steps} >= training.steps = {t.steps}: the learning rate "
-                   f"never reaches optimizer.lr (it ends at {t.steps / (t.warmup_steps + 1):.0%} of it) and never "
-                   f"decays; set warmup_steps below steps (often 1-10% of them)")
+        out.append(
+            f"training.warmup_steps = {t.warmup_steps} >= training.steps = {t.steps}: the learning rate "
+            f"never reaches optimizer.lr (it ends at {t.steps / (t.warmup_steps + 1):.0%} of it) and never "
+            f"decays; set warmup_steps below steps (often 1-10% of them)"
+        )
     return out
 
 
@@ -336,17 +371,23 @@ def _validate_widths(m: ModelArgs, tp: int) -> None:
     parallelism splits it and the vocabulary into tp_size equal parts."""
     ffn = m.ffn_dim
     if ffn < 1:
-        raise ConfigError(f"model.ffn_dim_multiplier = {m.ffn_dim_multiplier} makes a SwiGLU width of {ffn}; "
-                          "use a multiplier >= 1 / int(8 * model.d_model / 3)")
+        raise ConfigError(
+            f"model.ffn_dim_multiplier = {m.ffn_dim_multiplier} makes a SwiGLU width of {ffn}; "
+            "use a multiplier >= 1 / int(8 * model.d_model / 3)"
+        )
     if ffn % tp:
-        raise ConfigError(f"distributed.tp_size = {tp} must divide the SwiGLU width {ffn} (from model.d_model = "
-                          f"{m.d_model}, ffn_dim_multiplier = {m.ffn_dim_multiplier}, multiple_of = "
-                          f"{m.multiple_of}); set model.multiple_of to a multiple of {tp}, or tp_size to one of: "
-                          f"{_divisors(ffn, limit=64)}")
+        raise ConfigError(
+            f"distributed.tp_size = {tp} must divide the SwiGLU width {ffn} (from model.d_model = "
+            f"{m.d_model}, ffn_dim_multiplier = {m.ffn_dim_multiplier}, multiple_of = "
+            f"{m.multiple_of}); set model.multiple_of to a multiple of {tp}, or tp_size to one of: "
+            f"{_divisors(ffn, limit=64)}"
+        )
     if m.vocab_size % tp:
         multiple = -(-m.vocab_size // tp) * tp
-        raise ConfigError(f"distributed.tp_size = {tp} must divide model.vocab_size = {m.vocab_size} (the embedding "
-                          f"and output are split by vocabulary rows); set model.vocab_size = {multiple}")
+        raise ConfigError(
+            f"distributed.tp_size = {tp} must divide model.vocab_size = {m.vocab_size} (the embedding "
+            f"and output are split by vocabulary rows); set model.vocab_size = {multiple}"
+        )
 
 
 def _validate_pipeline(cfg: JobConfig, dims: ParallelDims, local_batch: int) -> None:
@@ -355,19 +396,27 @@ def _validate_pipeline(cfg: JobConfig, dims: ParallelDims, local_batch: int) -> 
     stages = pipeline_stages(d)
     if m.n_layers < stages:
         per_rank = "" if stages == dims.pp else f" ({stages // dims.pp} per rank with pp_schedule = '{d.pp_schedule}')"
-        raise ConfigError(f"distributed.pp_size = {dims.pp} makes {stages} pipeline stages{per_rank}, but model.n_layers "
-                          f"= {m.n_layers}: every stage needs at least one transformer block")
+        raise ConfigError(
+            f"distributed.pp_size = {dims.pp} makes {stages} pipeline stages{per_rank}, but model.n_layers "
+            f"= {m.n_layers}: every stage needs at least one transformer block"
+        )
     mb = pipeline_microbatches(d)
     if local_batch % mb:
-        raise ConfigError(f"distributed.pp_microbatches = {mb} must divide the {local_batch} sequences each pipeline "
-                          "step gets (training.batch_size / (dp x grad_accum_steps))")
+        raise ConfigError(
+            f"distributed.pp_microbatches = {mb} must divide the {local_batch} sequences each pipeline "
+            "step gets (training.batch_size / (dp x grad_accum_steps))"
+        )
     if d.pp_schedule == "1f1b" and mb < dims.pp:
-        raise ConfigError(f"distributed.pp_schedule = '1f1b' needs distributed.pp_microbatches >= pp_size = {dims.pp} "
-                          f"(got {mb}); raise it or use pp_schedule = 'gpipe'")
+        raise ConfigError(
+            f"distributed.pp_schedule = '1f1b' needs distributed.pp_microbatches >= pp_size = {dims.pp} "
+            f"(got {mb}); raise it or use pp_schedule = 'gpipe'"
+        )
     rounds = max(1, mb // dims.pp)
     if d.pp_schedule == "interleaved_1f1b" and mb % rounds:
-        raise ConfigError(f"distributed.pp_microbatches = {mb} with pp_schedule = 'interleaved_1f1b' must be a multiple "
-                          f"of pp_microbatches // pp_size = {rounds}")
+        raise ConfigError(
+            f"distributed.pp_microbatches = {mb} with pp_schedule = 'interleaved_1f1b' must be a multiple "
+            f"of pp_microbatches // pp_size = {rounds}"
+        )
 
 
 def pipeline_stages(d: DistributedConfig) -> int:

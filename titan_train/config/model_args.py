@@ -4,6 +4,7 @@
 No torch here: the config loader, the CLI's `--print-config` and the doctor read it
 without paying for `import torch`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -4,6 +4,7 @@ The one place for "the degrees multiply to the world size". Config validation ca
 before any process starts, the trainer builds its mesh from it, and the memory planner
 describes a layout with it. No torch at import.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,11 +29,17 @@ class ParallelDims:
             if value < 1:
                 raise LayoutError(f"distributed.{key} = {value} must be >= 1")
         if world_size % (tp * pp):
-            what = (f"distributed.tp_size = {tp}" if pp == 1 else
-                    f"distributed.pp_size = {pp}" if tp == 1 else
-                    f"distributed.tp_size x pp_size = {tp} x {pp} = {tp * pp}")
-            raise LayoutError(f"{what} must divide the world size {world_size} "
-                              f"(valid: {', '.join(str(k) for k in range(1, world_size + 1) if world_size % k == 0)})")
+            what = (
+                f"distributed.tp_size = {tp}"
+                if pp == 1
+                else f"distributed.pp_size = {pp}"
+                if tp == 1
+                else f"distributed.tp_size x pp_size = {tp} x {pp} = {tp * pp}"
+            )
+            raise LayoutError(
+                f"{what} must divide the world size {world_size} "
+                f"(valid: {', '.join(str(k) for k in range(1, world_size + 1) if world_size % k == 0)})"
+            )
         dims = cls(dp=world_size // (tp * pp), tp=tp, pp=pp)
         dims.validate(world_size)
         return dims
@@ -42,8 +49,10 @@ class ParallelDims:
             if getattr(self, name) < 1:
                 raise LayoutError(f"{name} degree {getattr(self, name)} must be >= 1")
         if self.world_size != world_size:
-            raise LayoutError(f"dp {self.dp} x pp {self.pp} x tp {self.tp} = {self.world_size} "
-                              f"does not match the world size {world_size}")
+            raise LayoutError(
+                f"dp {self.dp} x pp {self.pp} x tp {self.tp} = {self.world_size} "
+                f"does not match the world size {world_size}"
+            )
 
     @property
     def world_size(self) -> int:

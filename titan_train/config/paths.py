@@ -4,11 +4,12 @@ and what a `--config` argument names (a path, or a shipped config's name).
 In a source checkout they sit at the repository root; a wheel carries them as
 titan_train/_data/configs. (rules/ is read through titan_knowledge.)
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
-_PACKAGE = Path(__file__).resolve().parents[1]   # titan_train/
+_PACKAGE = Path(__file__).resolve().parents[1]  # titan_train/
 
 
 def configs_dir() -> Path:

@@ -5,6 +5,7 @@ checks that `config.validate` runs.
     python -m titan_train.config.reference            # rewrite README.md between the markers
     python -m titan_train.config.reference --check    # exit 1 when README.md is out of date
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,9 @@ def render(readme_text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m titan_train.config.reference",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m titan_train.config.reference", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--readme", type=Path, default=README, help="the README to update (default: the repo's)")
     parser.add_argument("--check", action="store_true", help="exit 1 when the README is out of date; write nothing")
     args = parser.parse_args(argv)
@@ -70,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.check:
         if current != wanted:
-            print(f"{args.readme}: config reference is out of date; run python -m titan_train.config.reference",
-                  file=sys.stderr)
+            print(
+                f"{args.readme}: config reference is out of date; run python -m titan_train.config.reference",
+                file=sys.stderr,
+            )
             return 1
         return 0
     if current != wanted:

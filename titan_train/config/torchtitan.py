@@ -19,6 +19,7 @@ torchtitan/distributed/pipeline_parallel.py (n_microbatches = local_batch_size /
 pipeline_parallel_microbatch_size; two stages per rank for multi-stage schedules), torch's
 pipelining get_schedule_class (schedule names), and rules/torchtitan_llama3.toml (flavors).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -37,29 +38,57 @@ MARKERS = {"job", "parallelism", "lr_scheduler", "activation_checkpoint", "compi
 # torchtitan's defaults for the keys we convert (job_config.py, v0.2.2).
 DEFAULTS = {
     "job": {"dump_folder": "./outputs"},
-    "profiling": {"enable_profiling": False, "save_traces_folder": "profile_traces", "profile_freq": 10,
-                  "profiler_active": 1, "profiler_warmup": 3, "enable_memory_snapshot": False},
+    "profiling": {
+        "enable_profiling": False,
+        "save_traces_folder": "profile_traces",
+        "profile_freq": 10,
+        "profiler_active": 1,
+        "profiler_warmup": 3,
+        "enable_memory_snapshot": False,
+    },
     "metrics": {"log_freq": 10, "enable_tensorboard": False, "save_tb_folder": "tb"},
     "model": {"name": "llama3", "flavor": "debugmodel", "hf_assets_path": "./tests/assets/tokenizer"},
     "optimizer": {"name": "AdamW", "lr": 8e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1},
     "lr_scheduler": {"warmup_steps": 200, "decay_type": "linear", "min_lr_factor": 0.0},
-    "training": {"dataset": "c4_test", "local_batch_size": 8, "global_batch_size": -1, "seq_len": 2048,
-                 "max_norm": 1.0, "steps": 10000, "enable_cpu_offload": False,
-                 "mixed_precision_param": "bfloat16"},
-    "parallelism": {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": -1,
-                    "tensor_parallel_degree": 1, "pipeline_parallel_degree": 1,
-                    "pipeline_parallel_schedule": "1F1B", "pipeline_parallel_microbatch_size": 1,
-                    "context_parallel_degree": 1},
-    "checkpoint": {"enable": False, "folder": "checkpoint", "interval": 500, "async_mode": "disabled",
-                   "keep_latest_k": 10, "initial_load_model_only": True},
+    "training": {
+        "dataset": "c4_test",
+        "local_batch_size": 8,
+        "global_batch_size": -1,
+        "seq_len": 2048,
+        "max_norm": 1.0,
+        "steps": 10000,
+        "enable_cpu_offload": False,
+        "mixed_precision_param": "bfloat16",
+    },
+    "parallelism": {
+        "data_parallel_replicate_degree": 1,
+        "data_parallel_shard_degree": -1,
+        "tensor_parallel_degree": 1,
+        "pipeline_parallel_degree": 1,
+        "pipeline_parallel_schedule": "1F1B",
+        "pipeline_parallel_microbatch_size": 1,
+        "context_parallel_degree": 1,
+    },
+    "checkpoint": {
+        "enable": False,
+        "folder": "checkpoint",
+        "interval": 500,
+        "async_mode": "disabled",
+        "keep_latest_k": 10,
+        "initial_load_model_only": True,
+    },
     "activation_checkpoint": {"mode": "selective", "selective_ac_option": "2"},
     "compile": {"enable": False},
 }
-_OFF = (False, "", [], None, "none", "disabled")   # values that switch a feature off
+_OFF = (False, "", [], None, "none", "disabled")  # values that switch a feature off
 # Keys that change nothing about training, whatever their value.
 NO_EFFECT = {
-    ("job", "description"), ("job", "print_config"), ("job", "config_file"), ("job", "custom_config_module"),
-    ("metrics", "disable_color_printing"), ("model", "print_after_conversion"),
+    ("job", "description"),
+    ("job", "print_config"),
+    ("job", "config_file"),
+    ("job", "custom_config_module"),
+    ("metrics", "disable_color_printing"),
+    ("model", "print_after_conversion"),
 }
 
 
@@ -100,7 +129,7 @@ def _flatten(raw: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 class _Reader:
     def __init__(self, raw: dict[str, Any]):
         self.raw, self.used = raw, set()
-        self.extension: tuple[str, ...] = ()   # keys a custom config module adds (listed once, by convert)
+        self.extension: tuple[str, ...] = ()  # keys a custom config module adds (listed once, by convert)
         self.out = Conversion()
 
     def get(self, section: str, key: str) -> Any:
@@ -134,7 +163,12 @@ class _Reader:
         for name, value in _flatten(self.raw).items():
             section, _, key = name.partition(".")
             added = any(name == e or name.startswith(e + ".") for e in self.extension)
-            if name not in self.used and not added and (section, key) not in NO_EFFECT and self.switched_on(name, value):
+            if (
+                name not in self.used
+                and not added
+                and (section, key) not in NO_EFFECT
+                and self.switched_on(name, value)
+            ):
                 self.out.ignored.append(f"{name} = {value!r}: no equivalent in this trainer")
 
 
@@ -178,8 +212,11 @@ def check_keys(raw: dict[str, Any]) -> list[tuple[str, str]]:
     A config that loads a custom config module may add sections and fields of its own; their
     keys are returned (to be listed as ignored) instead of refused."""
     unknown = _unknown_keys(raw, _known_keys())
-    custom = [f"{t}.{k}" for t, k in (("job", "custom_config_module"), ("experimental", "custom_args_module"))
-              if isinstance(raw.get(t), dict) and raw[t].get(k)]
+    custom = [
+        f"{t}.{k}"
+        for t, k in (("job", "custom_config_module"), ("experimental", "custom_args_module"))
+        if isinstance(raw.get(t), dict) and raw[t].get(k)
+    ]
     if unknown and not custom:
         more = f" ({len(unknown) - 1} more unknown)" if len(unknown) > 1 else ""
         raise ConfigError(f"torchtitan config (v0.2.2 fields): {unknown[0][1]}{more}")
@@ -209,16 +246,19 @@ def _model(r: _Reader) -> None:
     knowledge = load_knowledge("torchtitan_llama3")
     flavors = {f["name"]: f for f in knowledge["flavor"]}
     if flavor not in flavors:
-        raise ConfigError(f"model.flavor = {flavor!r} is not a torchtitan llama3 flavor; use one of: "
-                          f"{', '.join(flavors)}")
+        raise ConfigError(
+            f"model.flavor = {flavor!r} is not a torchtitan llama3 flavor; use one of: {', '.join(flavors)}"
+        )
     shape = {k: v for k, v in knowledge["model_defaults"].items() if k != "source"}
     shape.update({k: v for k, v in flavors[flavor].items() if k not in ("name", "source", "attention")})
     for key, value in shape.items():
         r.set("model", key, value, f"model.flavor = {flavor!r}")
     if "attention" in flavors[flavor]:
         r.out.approximated.append(f"model.flavor = {flavor!r}: {flavors[flavor]['attention']} runs as causal SDPA")
-    r.out.approximated.append("llama3 RoPE frequency scaling (scaling_factor 8) is not applied: plain RoPE "
-                              f"with rope_theta {shape['rope_theta']:g}")
+    r.out.approximated.append(
+        "llama3 RoPE frequency scaling (scaling_factor 8) is not applied: plain RoPE "
+        f"with rope_theta {shape['rope_theta']:g}"
+    )
     assets = r.get("model", "hf_assets_path")
     tokenizer = Path(assets) / "tokenizer.json" if assets else None
     if tokenizer is not None and tokenizer.is_file():
@@ -236,8 +276,12 @@ def _optimizer(r: _Reader) -> None:
     if name != "AdamW":
         raise ConfigError(f"optimizer.name = {name!r}: only AdamW converts to this trainer")
     r.set("optimizer", "lr", float(r.get("optimizer", "lr")), "optimizer.lr")
-    r.set("optimizer", "betas", [float(r.get("optimizer", "beta1")), float(r.get("optimizer", "beta2"))],
-          "optimizer.beta1/beta2")
+    r.set(
+        "optimizer",
+        "betas",
+        [float(r.get("optimizer", "beta1")), float(r.get("optimizer", "beta2"))],
+        "optimizer.beta1/beta2",
+    )
     r.set("optimizer", "eps", float(r.get("optimizer", "eps")), "optimizer.eps")
     r.set("optimizer", "weight_decay", float(r.get("optimizer", "weight_decay")), "optimizer.weight_decay")
     r.ignore("optimizer.implementation", "the trainer's AdamW uses the foreach implementation")
@@ -269,11 +313,15 @@ def _parallelism(r: _Reader, world: int) -> int:
         raise ConfigError(f"parallelism: tensor ({tp}) x pipeline ({pp}) degrees must divide the world size {world}")
     dp = world // (tp * pp)
     if shard != -1 and replicate * shard != dp:
-        raise ConfigError(f"parallelism: data_parallel_replicate_degree ({replicate}) x data_parallel_shard_degree "
-                          f"({shard}) must be {dp} for {world} ranks with tp {tp} x pp {pp}; or set the shard degree to -1")
+        raise ConfigError(
+            f"parallelism: data_parallel_replicate_degree ({replicate}) x data_parallel_shard_degree "
+            f"({shard}) must be {dp} for {world} ranks with tp {tp} x pp {pp}; or set the shard degree to -1"
+        )
     if replicate > 1:
-        r.out.approximated.append(f"data_parallel_replicate_degree = {replicate} (HSDP): runs as FSDP over all "
-                                  f"{dp} data-parallel ranks (same math, more all-gather traffic)")
+        r.out.approximated.append(
+            f"data_parallel_replicate_degree = {replicate} (HSDP): runs as FSDP over all "
+            f"{dp} data-parallel ranks (same math, more all-gather traffic)"
+        )
     r.set("distributed", "tp_size", tp, "parallelism.tensor_parallel_degree")
     r.set("distributed", "pp_size", pp, "parallelism.pipeline_parallel_degree")
     if pp > 1:
@@ -281,15 +329,25 @@ def _parallelism(r: _Reader, world: int) -> int:
         local = int(r.get("training", "local_batch_size"))
         micro = int(r.get("parallelism", "pipeline_parallel_microbatch_size"))
         if micro < 1 or local % micro:
-            raise ConfigError(f"parallelism.pipeline_parallel_microbatch_size = {micro} must divide training.local_batch_size "
-                              f"= {local}")
+            raise ConfigError(
+                f"parallelism.pipeline_parallel_microbatch_size = {micro} must divide training.local_batch_size "
+                f"= {local}"
+            )
         r.set("distributed", "pp_microbatches", local // micro, "parallelism.pipeline_parallel_microbatch_size")
     r.used.update({"parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_microbatch_size"})
-    for key in ("fsdp_reshard_after_forward", "enable_async_tensor_parallel", "disable_loss_parallel",
-                "expert_parallel_degree", "expert_tensor_parallel_degree", "pipeline_parallel_layers_per_stage",
-                "module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
-                "pipeline_parallel_last_stage_less_layers", "context_parallel_load_balancer",
-                "context_parallel_rotate_method"):
+    for key in (
+        "fsdp_reshard_after_forward",
+        "enable_async_tensor_parallel",
+        "disable_loss_parallel",
+        "expert_parallel_degree",
+        "expert_tensor_parallel_degree",
+        "pipeline_parallel_layers_per_stage",
+        "module_fqns_per_model_part",
+        "pipeline_parallel_first_stage_less_layers",
+        "pipeline_parallel_last_stage_less_layers",
+        "context_parallel_load_balancer",
+        "context_parallel_rotate_method",
+    ):
         r.used.add(f"parallelism.{key}")
         default = {"fsdp_reshard_after_forward": "default"}.get(key)
         value = r.raw.get("parallelism", {}).get(key)
@@ -305,8 +363,10 @@ def _training(r: _Reader, dp: int) -> None:
     if global_batch < 0:
         global_batch = local * dp
     if global_batch % (local * dp):
-        raise ConfigError(f"training.global_batch_size = {global_batch} must be a multiple of local_batch_size "
-                          f"({local}) x data-parallel degree ({dp})")
+        raise ConfigError(
+            f"training.global_batch_size = {global_batch} must be a multiple of local_batch_size "
+            f"({local}) x data-parallel degree ({dp})"
+        )
     r.set("training", "batch_size", global_batch, "training.local_batch_size x dp")
     r.set("training", "grad_accum_steps", global_batch // (local * dp), "training.global_batch_size")
     seq_len = int(r.get("training", "seq_len"))
@@ -324,8 +384,10 @@ def _training(r: _Reader, dp: int) -> None:
     if path:
         r.set("data", "dataset", str(path), "training.dataset_path")
     else:
-        r.out.ignored.append(f"training.dataset = {dataset!r}: HF datasets are not downloaded here; using the "
-                             "built-in corpus (set training.dataset_path to a .txt / .jsonl file)")
+        r.out.ignored.append(
+            f"training.dataset = {dataset!r}: HF datasets are not downloaded here; using the "
+            "built-in corpus (set training.dataset_path to a .txt / .jsonl file)"
+        )
     seed = r.raw.get("debug", {}).get("seed")
     r.used.add("debug.seed")
     if seed is not None:
@@ -344,14 +406,19 @@ def _outputs(r: _Reader) -> None:
 
     freq, warmup, active = (int(r.get("profiling", k)) for k in ("profile_freq", "profiler_warmup", "profiler_active"))
     if freq < warmup + active:
-        raise ConfigError(f"profiling.profile_freq = {freq} must be >= profiler_warmup + profiler_active "
-                          f"({warmup} + {active})")
+        raise ConfigError(
+            f"profiling.profile_freq = {freq} must be >= profiler_warmup + profiler_active ({warmup} + {active})"
+        )
     r.set("profiling", "enabled", bool(r.get("profiling", "enable_profiling")), "profiling.enable_profiling")
     for key, value in (("wait", freq - warmup - active), ("warmup", warmup), ("active", active), ("repeat", 0)):
         r.set("profiling", key, value, "profiling.profile_freq/profiler_warmup/profiler_active")
     r.set("profiling", "folder", str(dump / r.get("profiling", "save_traces_folder")), "profiling.save_traces_folder")
-    r.set("profiling", "memory_snapshot", bool(r.get("profiling", "enable_memory_snapshot")),
-          "profiling.enable_memory_snapshot")
+    r.set(
+        "profiling",
+        "memory_snapshot",
+        bool(r.get("profiling", "enable_memory_snapshot")),
+        "profiling.enable_memory_snapshot",
+    )
     r.used.add("profiling.save_memory_snapshot_folder")
     if r.get("profiling", "enable_memory_snapshot"):
         r.ignore("profiling.save_memory_snapshot_folder", "the snapshot goes next to the rank's traces")
@@ -369,15 +436,19 @@ def _outputs(r: _Reader) -> None:
     r.used.update({"checkpoint.initial_load_path", "checkpoint.initial_load_model_only"})
     if initial:
         r.set("checkpoint", "initial_load_path", str(initial), "checkpoint.initial_load_path")
-        r.set("checkpoint", "initial_load_model_only", bool(r.get("checkpoint", "initial_load_model_only")),
-              "checkpoint.initial_load_model_only")
+        r.set(
+            "checkpoint",
+            "initial_load_model_only",
+            bool(r.get("checkpoint", "initial_load_model_only")),
+            "checkpoint.initial_load_model_only",
+        )
     _final_export(r, enabled)
 
     r.set("training", "compile", bool(r.get("compile", "enable")), "compile.enable")
     r.ignore("compile.components", "compile applies per transformer block")
 
 
-_DTYPES = SHORT_NAMES   # torchtitan spells torch dtype names
+_DTYPES = SHORT_NAMES  # torchtitan spells torch dtype names
 
 
 def _final_export(r: _Reader, enabled: bool) -> None:
@@ -396,7 +467,8 @@ def _final_export(r: _Reader, enabled: bool) -> None:
     r.set("checkpoint", "export_dtype", _DTYPES[dtype], "checkpoint.export_dtype")
     r.out.approximated.append(
         f"checkpoint.last_save_model_only: the last step stays a full checkpoint; the model alone goes to "
-        f"<folder>/export-step-N as {'HF safetensors' if fmt == 'hf' else 'one torch.save file'} ({_DTYPES[dtype]})")
+        f"<folder>/export-step-N as {'HF safetensors' if fmt == 'hf' else 'one torch.save file'} ({_DTYPES[dtype]})"
+    )
 
 
 # torchtitan's pipeline_parallel_schedule names (torch's get_schedule_class, case-insensitive)
@@ -411,11 +483,15 @@ def _pp_schedule(r: _Reader) -> str:
     if name.lower() in _PP_SCHEDULES:
         return _PP_SCHEDULES[name.lower()]
     if name.lower() in _PP_MULTI_STAGE:
-        r.out.approximated.append(f"parallelism.pipeline_parallel_schedule = {name!r}: runs as 'interleaved_1f1b' "
-                                  "(two stages per rank, same gradients)")
+        r.out.approximated.append(
+            f"parallelism.pipeline_parallel_schedule = {name!r}: runs as 'interleaved_1f1b' "
+            "(two stages per rank, same gradients)"
+        )
         return "interleaved_1f1b"
-    raise ConfigError(f"parallelism.pipeline_parallel_schedule = {name!r}: use one of GPipe, 1F1B, Interleaved1F1B "
-                      f"(or LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV, run as Interleaved1F1B)")
+    raise ConfigError(
+        f"parallelism.pipeline_parallel_schedule = {name!r}: use one of GPipe, 1F1B, Interleaved1F1B "
+        f"(or LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV, run as Interleaved1F1B)"
+    )
 
 
 def _activation_checkpoint(r: _Reader) -> None:
@@ -431,18 +507,24 @@ def _activation_checkpoint(r: _Reader) -> None:
     elif mode == "selective" and option.isdigit() and int(option) > 0:
         mode, every = "full", int(option)
         if every > 1:
-            r.out.approximated.append(f"activation_checkpoint.selective_ac_option = '{option}': blocks 0, {every}, "
-                                      f"{2 * every}, ... are checkpointed whole (torchtitan: blocks {every - 1}, "
-                                      f"{2 * every - 1}, ...), as many blocks")
+            r.out.approximated.append(
+                f"activation_checkpoint.selective_ac_option = '{option}': blocks 0, {every}, "
+                f"{2 * every}, ... are checkpointed whole (torchtitan: blocks {every - 1}, "
+                f"{2 * every - 1}, ...), as many blocks"
+            )
     elif mode == "selective" and option == "op":
-        r.out.approximated.append("activation_checkpoint.selective_ac_option = 'op': keeps every matmul output "
-                                  "(torchtitan recomputes every second one)")
+        r.out.approximated.append(
+            "activation_checkpoint.selective_ac_option = 'op': keeps every matmul output "
+            "(torchtitan recomputes every second one)"
+        )
     elif mode == "selective":
         raise ConfigError(f"activation_checkpoint.selective_ac_option = {option!r}: use 'op' or a positive integer")
     r.set("training", "activation_checkpoint", mode, "activation_checkpoint.mode")
     r.set("training", "ac_every", every, "activation_checkpoint.selective_ac_option")
-    r.ignore("activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns",
-             "op-level selective AC keeps every matmul output here")
+    r.ignore(
+        "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns",
+        "op-level selective AC keeps every matmul output here",
+    )
 
 
 def load(path: str | Path, overrides: list[str], world_size: int) -> tuple[JobConfig, Conversion]:

@@ -8,6 +8,7 @@ The offline `prepare-data` tool and the trainer's small-file path both read thro
 they see exactly the same documents. JSON is parsed where the chunk is tokenized (in the
 worker processes of `prepare-data`), not in the reader.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ from typing import BinaryIO
 
 class DataError(Exception):
     """A data or tokenizer path/format problem (a user error, one line)."""
+
 
 TEXT_SUFFIXES = (".txt", ".txt.gz", ".txt.zst")
 JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst")
@@ -32,11 +34,11 @@ class Chunk:
     """A run of consecutive items of one source file: raw JSON lines ("jsonl", blank lines
     kept so that `first + i` is the line number) or document texts ("text")."""
 
-    source: int          # index into the list of source files
-    kind: str            # "jsonl" | "text"
-    first: int           # 1-based line (jsonl) or document/row (text) number of items[0]
+    source: int  # index into the list of source files
+    kind: str  # "jsonl" | "text"
+    first: int  # 1-based line (jsonl) or document/row (text) number of items[0]
     items: list[str]
-    nbytes: int          # bytes of the source file consumed by this chunk (for progress)
+    nbytes: int  # bytes of the source file consumed by this chunk (for progress)
 
 
 def suffix_of(path: Path) -> str | None:
@@ -50,8 +52,11 @@ def find_sources(specs: list[str]) -> list[Path]:
     for spec in specs:
         path = Path(spec)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and suffix_of(p)
-                           and not any(part.startswith(".") for part in p.relative_to(path).parts))
+            found = sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file() and suffix_of(p) and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            )
             if not found:
                 raise DataError(f"{path}: no corpus files inside (looked for {', '.join(SUFFIXES)})")
             files += found
@@ -145,8 +150,10 @@ def _decode(data: bytes, path: Path, first_line: int, offset: int) -> str:
     except UnicodeDecodeError as e:
         line = first_line + data.count(b"\n", 0, e.start)
         where = " of the decompressed text" if str(path).endswith((".gz", ".zst")) else ""
-        raise DataError(f"{path}:{line}: not UTF-8 (byte 0x{data[e.start]:02x} at byte offset {offset + e.start:,}"
-                        f"{where}); re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8 IN > OUT") from None
+        raise DataError(
+            f"{path}:{line}: not UTF-8 (byte 0x{data[e.start]:02x} at byte offset {offset + e.start:,}"
+            f"{where}); re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8 IN > OUT"
+        ) from None
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
@@ -199,8 +206,9 @@ def _parquet_chunks(source: int, path: Path, text_field: str, chunk_bytes: int) 
         raise DataError(f"{path}: not a readable parquet file ({e})") from None
     schema = pf.schema_arrow
     if text_field not in schema.names:
-        raise DataError(f"{path}: no column {text_field!r} (columns: {', '.join(schema.names)}; "
-                        "set data.text_field / --text-field)")
+        raise DataError(
+            f"{path}: no column {text_field!r} (columns: {', '.join(schema.names)}; set data.text_field / --text-field)"
+        )
     kind = schema.field(text_field).type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise DataError(f"{path}: column {text_field!r} holds {kind}, not strings")

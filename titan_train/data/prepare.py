@@ -7,6 +7,7 @@ the id conversion (which hold the GIL) run in parallel too; this process only re
 writes the results back in input order. The output is therefore the same for any number of
 workers, and the same as the trainer's in-memory path (`data.load_tokens`).
 """
+
 from __future__ import annotations
 
 import os
@@ -79,8 +80,9 @@ def _encoded_in_order(chunks, encoder_args: tuple, workers: int):
         encode = ChunkEncoder(*encoder_args)
         yield from map(encode, chunks)
         return
-    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_start_worker,
-                               initargs=encoder_args)
+    pool = ProcessPoolExecutor(
+        workers, mp_context=get_context("spawn"), initializer=_start_worker, initargs=encoder_args
+    )
     pending: deque = deque()
     try:
         for chunk in chunks:
@@ -90,15 +92,25 @@ def _encoded_in_order(chunks, encoder_args: tuple, workers: int):
         while pending:
             yield pending.popleft().result()
     except BrokenProcessPool:
-        raise DataError(f"a tokenizing worker process died (killed, or out of memory); "
-                        f"try fewer workers (--workers {max(1, workers // 2)})") from None
+        raise DataError(
+            f"a tokenizing worker process died (killed, or out of memory); "
+            f"try fewer workers (--workers {max(1, workers // 2)})"
+        ) from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def prepare(sources: list[str], tokenizer: str, out: str | Path, *, text_field: str = "text",
-            workers: int = 0, shard_tokens: int = DEFAULT_SHARD_TOKENS, force: bool = False,
-            on_progress: Callable[[int], None] = lambda nbytes: None) -> dict:
+def prepare(
+    sources: list[str],
+    tokenizer: str,
+    out: str | Path,
+    *,
+    text_field: str = "text",
+    workers: int = 0,
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    force: bool = False,
+    on_progress: Callable[[int], None] = lambda nbytes: None,
+) -> dict:
     """Tokenize `sources` into the folder `out`; returns its index. Nothing named `out`
     exists until the whole folder is written."""
     out = Path(out)
@@ -126,11 +138,21 @@ def prepare(sources: list[str], tokenizer: str, out: str | Path, *, text_field: 
             raise DataError(f"no documents in {', '.join(sources)} (empty files, or no text in field {text_field!r})")
         elapsed = time.perf_counter() - started
         index = {
-            "format": token_folder.FORMAT, "version": token_folder.VERSION,
-            "dtype": dtype.name, "tokens": writer.total, "documents": sum(s["documents"] for s in stats),
-            "tokenizer": {"spec": spec, "name": tok.name, "sha256": tok.sha256,
-                          "vocab_size": tok.vocab_size, "eos_id": tok.eos_id},
-            "text_field": text_field, "shards": shards, "sources": stats,
+            "format": token_folder.FORMAT,
+            "version": token_folder.VERSION,
+            "dtype": dtype.name,
+            "tokens": writer.total,
+            "documents": sum(s["documents"] for s in stats),
+            "tokenizer": {
+                "spec": spec,
+                "name": tok.name,
+                "sha256": tok.sha256,
+                "vocab_size": tok.vocab_size,
+                "eos_id": tok.eos_id,
+            },
+            "text_field": text_field,
+            "shards": shards,
+            "sources": stats,
             "prepare": {"seconds": round(elapsed, 3), "workers": workers or default_workers()},
         }
         token_folder.publish(partial, index, out, force)
@@ -142,7 +164,9 @@ def prepare(sources: list[str], tokenizer: str, out: str | Path, *, text_field: 
 def summary(index: dict, out: Path) -> str:
     size = sum(s["bytes"] for s in index["sources"])
     secs = max(index["prepare"]["seconds"], 1e-9)
-    return (f"wrote {out}: {index['tokens']:,} tokens ({index['dtype']}, {len(index['shards'])} shard(s)) from "
-            f"{index['documents']:,} documents in {len(index['sources'])} file(s), {size / 1e6:,.1f} MB in "
-            f"{secs:.1f} s: {size / 1e6 / secs:,.2f} MB/s, {index['tokens'] / secs:,.0f} tokens/s "
-            f"({index['prepare']['workers']} workers)")
+    return (
+        f"wrote {out}: {index['tokens']:,} tokens ({index['dtype']}, {len(index['shards'])} shard(s)) from "
+        f"{index['documents']:,} documents in {len(index['sources'])} file(s), {size / 1e6:,.1f} MB in "
+        f"{secs:.1f} s: {size / 1e6 / secs:,.2f} MB/s, {index['tokens'] / secs:,.0f} tokens/s "
+        f"({index['prepare']['workers']} workers)"
+    )

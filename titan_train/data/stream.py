@@ -9,6 +9,7 @@ Batches are a pure function of (samples consumed, step layout, dp rank): each dp
 a disjoint slice of every global batch, all tp ranks of a group read the same slice, and
 resuming only needs the number of samples consumed.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,19 +28,25 @@ __all__ = ["DataError"]  # re-exported: the trainer and CLI catch data.DataError
 
 # ---------------------------------------------------------------- tokenizers
 
+
 @dataclass(frozen=True)
 class Tokenizer:
     name: str
     vocab_size: int
     eos_id: int | None
     encode_batch: Callable[[list[str]], list[list[int]]]
-    sha256: str = ""      # of the tokenizer's definition: what a prepared dataset is checked against
+    sha256: str = ""  # of the tokenizer's definition: what a prepared dataset is checked against
 
 
 def byte_tokenizer() -> Tokenizer:
     """UTF-8 bytes are the ids 0..255; 256 ends a document."""
-    return Tokenizer("byte", 257, 256, lambda texts: [list(t.encode("utf-8")) for t in texts],
-                     hashlib.sha256(b"titan-npu byte tokenizer: utf-8 bytes 0-255, eos 256").hexdigest())
+    return Tokenizer(
+        "byte",
+        257,
+        256,
+        lambda texts: [list(t.encode("utf-8")) for t in texts],
+        hashlib.sha256(b"titan-npu byte tokenizer: utf-8 bytes 0-255, eos 256").hexdigest(),
+    )
 
 
 _EOS_CANDIDATES = ("<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>", "<|eot_id|>")
@@ -51,7 +58,7 @@ def hf_tokenizer(path: str | Path) -> Tokenizer:
     if path.is_dir():
         path = path / "tokenizer.json"
     if not path.is_file():
-        raise DataError(f"data.tokenizer: {path} not found (give a tokenizer.json file or \"byte\")")
+        raise DataError(f'data.tokenizer: {path} not found (give a tokenizer.json file or "byte")')
     try:
         from tokenizers import Tokenizer as HFTokenizer
     except ImportError:
@@ -99,31 +106,65 @@ def checked_tokenizer(tokenizer: str, dataset: str, vocab_size: int) -> Tokenize
     reading the corpus (the CLI runs this before any rank starts)."""
     tok = load_tokenizer(tokenizer)
     if tok.vocab_size > vocab_size:
-        raise DataError(f"model.vocab_size = {vocab_size} is smaller than the tokenizer's "
-                        f"{tok.vocab_size} ids; set model.vocab_size >= {tok.vocab_size}")
+        raise DataError(
+            f"model.vocab_size = {vocab_size} is smaller than the tokenizer's "
+            f"{tok.vocab_size} ids; set model.vocab_size >= {tok.vocab_size}"
+        )
     if dataset == "builtin":
         return tok
     path = Path(dataset)
     if path.is_dir():
         token_folder.check_tokenizer(token_folder.read_index(path), path, tokenizer, tok.sha256, tok.vocab_size)
     elif not path.is_file():
-        raise DataError(f"data.dataset: {path} not found (give a folder made by `titan-train prepare-data`, "
-                        "a .txt / .jsonl file, or \"builtin\")")
+        raise DataError(
+            f"data.dataset: {path} not found (give a folder made by `titan-train prepare-data`, "
+            'a .txt / .jsonl file, or "builtin")'
+        )
     elif not corpus.suffix_of(path):
-        raise DataError(f"data.dataset: {path}: unsupported file type; use a folder made by "
-                        f"`titan-train prepare-data`, or one of {', '.join(corpus.SUFFIXES)}")
+        raise DataError(
+            f"data.dataset: {path}: unsupported file type; use a folder made by "
+            f"`titan-train prepare-data`, or one of {', '.join(corpus.SUFFIXES)}"
+        )
     return tok
 
 
 # ---------------------------------------------------------------- text sources
 
-_SUBJECTS = ["the model", "a small llama", "the trainer", "every rank", "the optimizer", "our cluster",
-             "the tokenizer", "a careful engineer", "the scheduler", "the checkpoint"]
+_SUBJECTS = [
+    "the model",
+    "a small llama",
+    "the trainer",
+    "every rank",
+    "the optimizer",
+    "our cluster",
+    "the tokenizer",
+    "a careful engineer",
+    "the scheduler",
+    "the checkpoint",
+]
 _VERBS = ["reads", "shards", "writes", "averages", "gathers", "scales", "saves", "restores", "counts", "checks"]
-_OBJECTS = ["the gradients", "each batch", "the weights", "a long sequence", "the loss", "every shard",
-            "the learning rate", "its own slice", "the attention heads", "the token stream"]
-_ENDINGS = ["before the next step", "on every device", "without a download", "in a fixed order",
-            "after the warmup", "with care", "twice as fast", "at the end of the epoch"]
+_OBJECTS = [
+    "the gradients",
+    "each batch",
+    "the weights",
+    "a long sequence",
+    "the loss",
+    "every shard",
+    "the learning rate",
+    "its own slice",
+    "the attention heads",
+    "the token stream",
+]
+_ENDINGS = [
+    "before the next step",
+    "on every device",
+    "without a download",
+    "in a fixed order",
+    "after the warmup",
+    "with care",
+    "twice as fast",
+    "at the end of the epoch",
+]
 
 
 def builtin_documents(n_docs: int = 6000, seed: int = 1234) -> Iterable[str]:
@@ -136,14 +177,16 @@ def builtin_documents(n_docs: int = 6000, seed: int = 1234) -> Iterable[str]:
                 a, b = rng.randint(0, 99), rng.randint(0, 99)
                 sentences.append(f"{a} plus {b} is {a + b}.")
             else:
-                sentences.append(f"{rng.choice(_SUBJECTS).capitalize()} {rng.choice(_VERBS)} "
-                                 f"{rng.choice(_OBJECTS)} {rng.choice(_ENDINGS)}.")
+                sentences.append(
+                    f"{rng.choice(_SUBJECTS).capitalize()} {rng.choice(_VERBS)} "
+                    f"{rng.choice(_OBJECTS)} {rng.choice(_ENDINGS)}."
+                )
         yield " ".join(sentences)
 
 
 def builtin_chunks(chunk_docs: int = 512) -> Iterable[list[str]]:
     docs = list(builtin_documents())
-    return (docs[i: i + chunk_docs] for i in range(0, len(docs), chunk_docs))
+    return (docs[i : i + chunk_docs] for i in range(0, len(docs), chunk_docs))
 
 
 def load_tokens(dataset: str, tok: Tokenizer, text_field: str = "text") -> np.ndarray:
@@ -160,6 +203,7 @@ def load_tokens(dataset: str, tok: Tokenizer, text_field: str = "text") -> np.nd
 
 # ---------------------------------------------------------------- the token stream
 
+
 class TokenStream:
     """The corpus as one sequence of ids over one or more arrays (memory-mapped shards, or
     one array in RAM); reads that cross a shard boundary are stitched."""
@@ -168,7 +212,7 @@ class TokenStream:
         self.parts = [p for p in parts if len(p)]
         self.starts = np.cumsum([0] + [len(p) for p in self.parts])
         self.description = description
-        self.identity = identity or {}   # what the data is, by content: compared across ranks (same_job)
+        self.identity = identity or {}  # what the data is, by content: compared across ranks (same_job)
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -179,7 +223,7 @@ class TokenStream:
         pieces, need = [], length
         while need > 0:
             offset = start - int(self.starts[i])
-            piece = self.parts[i][offset: offset + need]
+            piece = self.parts[i][offset : offset + need]
             pieces.append(piece)
             need, start, i = need - len(piece), start + len(piece), i + 1
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
@@ -187,8 +231,10 @@ class TokenStream:
     def check_fits(self, seq_len: int, where: str = "the dataset") -> None:
         """One sample needs seq_len + 1 ids (inputs and the shifted targets); exactly that many is enough."""
         if len(self) < seq_len + 1:
-            raise DataError(f"{where} has {len(self):,} tokens, fewer than training.seq_len + 1 = {seq_len + 1:,} "
-                            f"that one sample needs; use more data or training.seq_len <= {max(len(self) - 1, 0)}")
+            raise DataError(
+                f"{where} has {len(self):,} tokens, fewer than training.seq_len + 1 = {seq_len + 1:,} "
+                f"that one sample needs; use more data or training.seq_len <= {max(len(self) - 1, 0)}"
+            )
 
     def batch(self, indices: Iterable[int], seq_len: int) -> tuple[np.ndarray, np.ndarray]:
         """Inputs and next-token targets for the given samples; sample i starts at
@@ -214,8 +260,11 @@ def _mapped(folder: Path) -> TokenStream:
     """A prepared folder's shards, memory-mapped (headers read and checked, no token data)."""
     index = token_folder.read_index(folder)
     shards = token_folder.open_shards(folder, index)
-    return TokenStream(shards, f"{folder} (memory-mapped, {index['tokens']:,} {index['dtype']} tokens "
-                               f"in {len(shards)} shard(s), {index['documents']:,} documents)")
+    return TokenStream(
+        shards,
+        f"{folder} (memory-mapped, {index['tokens']:,} {index['dtype']} tokens "
+        f"in {len(shards)} shard(s), {index['documents']:,} documents)",
+    )
 
 
 # A corpus file up to this size is tokenized once more by the CLI's preflight, to check its
@@ -252,19 +301,24 @@ def _open(cfg, vocab_size: int, log: Callable[[str], None]) -> TokenStream:
     path = Path(dataset)
     if _is_prepared(dataset):
         stream = _mapped(path)
-        stream.identity = {"tokenizer": tok.sha256, "index": hashlib.sha256((path / token_folder.INDEX).read_bytes()
-                                                                             ).hexdigest()}
+        stream.identity = {
+            "tokenizer": tok.sha256,
+            "index": hashlib.sha256((path / token_folder.INDEX).read_bytes()).hexdigest(),
+        }
         return stream
     if dataset != "builtin":
-        log(f"[titan-train] data: tokenizing {path} ({path.stat().st_size / 1e6:,.1f} MB) in memory, in every "
+        log(
+            f"[titan-train] data: tokenizing {path} ({path.stat().st_size / 1e6:,.1f} MB) in memory, in every "
             f"rank; for a large corpus run `titan-train prepare-data {path} --tokenizer {tokenizer} --out DIR` "
-            "once and set data.dataset = DIR")
+            "once and set data.dataset = DIR"
+        )
     tokens = load_tokens(dataset, tok, cfg.text_field)
     identity = {"tokenizer": tok.sha256, "tokens": hashlib.sha256(np.ascontiguousarray(tokens).data).hexdigest()}
     return TokenStream([tokens], f"{tok.name}, {len(tokens):,} tokens tokenized in memory", identity)
 
 
 # ---------------------------------------------------------------- batching
+
 
 @dataclass(frozen=True)
 class BatchLayout:

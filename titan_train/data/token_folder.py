@@ -11,6 +11,7 @@ headers at start and only the pages its batches touch. The folder is written as 
 sibling `.DIR.partial-PID` and renamed to DIR after every file is synced, so a folder named
 DIR is always complete; a killed run leaves only the hidden one (removed by the next run).
 """
+
 from __future__ import annotations
 
 import json
@@ -31,14 +32,15 @@ PREPARE_HINT = "run `titan-train prepare-data` to make one"
 
 # ---------------------------------------------------------------- writing
 
+
 class ShardWriter:
     """Cuts the token stream into shards of `shard_tokens` ids, holding at most one shard in RAM."""
 
     def __init__(self, folder: Path, dtype: np.dtype, shard_tokens: int):
         self.folder, self.dtype = folder, np.dtype(dtype)
         self.buffer = np.empty(shard_tokens, dtype=self.dtype)
-        self.fill = 0               # ids in the buffer
-        self.written = 0            # ids already in shard files
+        self.fill = 0  # ids in the buffer
+        self.written = 0  # ids already in shard files
         self.pending_ends: list[np.ndarray] = []
         self.shards: list[dict] = []
 
@@ -52,7 +54,7 @@ class ShardWriter:
         pos = 0
         while pos < len(tokens):
             n = min(len(self.buffer) - self.fill, len(tokens) - pos)
-            self.buffer[self.fill: self.fill + n] = tokens[pos: pos + n]
+            self.buffer[self.fill : self.fill + n] = tokens[pos : pos + n]
             self.fill, pos = self.fill + n, pos + n
             if self.fill == len(self.buffer):
                 self._flush()
@@ -67,8 +69,12 @@ class ShardWriter:
         ends = np.concatenate(self.pending_ends) if self.pending_ends else np.empty(0, np.int64)
         self.pending_ends = [ends[ends > end]]
         i = len(self.shards)
-        entry = {"tokens_file": f"tokens-{i:05d}.npy", "doc_ends_file": f"doc_ends-{i:05d}.npy",
-                 "tokens": int(self.fill), "documents_ending": int((ends <= end).sum())}
+        entry = {
+            "tokens_file": f"tokens-{i:05d}.npy",
+            "doc_ends_file": f"doc_ends-{i:05d}.npy",
+            "tokens": int(self.fill),
+            "documents_ending": int((ends <= end).sum()),
+        }
         _save(self.folder / entry["tokens_file"], self.buffer[: self.fill])
         _save(self.folder / entry["doc_ends_file"], ends[ends <= end])
         self.shards.append(entry)
@@ -108,8 +114,6 @@ def remove_stale_partials(out: Path) -> list[Path]:
     return removed
 
 
-
-
 def publish(partial: Path, index: dict, out: Path, force: bool) -> None:
     """Write index.json last, sync, and rename the partial folder to `out` in one step."""
     with open(partial / INDEX, "w", encoding="utf-8") as fh:
@@ -143,6 +147,7 @@ def _sync_dir(path: Path) -> None:
 
 # ---------------------------------------------------------------- reading
 
+
 def read_index(folder: Path) -> dict:
     path = folder / INDEX
     if not path.is_file():
@@ -154,8 +159,10 @@ def read_index(folder: Path) -> dict:
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise DataError(f"data.dataset: {path} is not a titan-npu token index (format {FORMAT!r})")
     if index.get("version", 0) > VERSION:
-        raise DataError(f"data.dataset: {folder} has format version {index['version']}, newer than this "
-                        f"titan-npu reads ({VERSION}); upgrade titan-npu or prepare the data again")
+        raise DataError(
+            f"data.dataset: {folder} has format version {index['version']}, newer than this "
+            f"titan-npu reads ({VERSION}); upgrade titan-npu or prepare the data again"
+        )
     return index
 
 
@@ -163,12 +170,16 @@ def check_tokenizer(index: dict, folder: Path, spec: str, sha256: str, vocab_siz
     """The configured tokenizer must be the one the folder was tokenized with."""
     made = index["tokenizer"]
     if made["sha256"] != sha256:
-        raise DataError(f"data.tokenizer = {spec!r} is not the tokenizer {folder} was prepared with "
-                        f"({made['spec']}, sha256 {made['sha256'][:12]}); set data.tokenizer = {made['spec']!r} "
-                        "or prepare the data again with this tokenizer")
+        raise DataError(
+            f"data.tokenizer = {spec!r} is not the tokenizer {folder} was prepared with "
+            f"({made['spec']}, sha256 {made['sha256'][:12]}); set data.tokenizer = {made['spec']!r} "
+            "or prepare the data again with this tokenizer"
+        )
     if made["vocab_size"] != vocab_size:
-        raise DataError(f"data.tokenizer = {spec!r} has {vocab_size} ids but {folder} was prepared with "
-                        f"{made['vocab_size']}; prepare the data again")
+        raise DataError(
+            f"data.tokenizer = {spec!r} has {vocab_size} ids but {folder} was prepared with "
+            f"{made['vocab_size']}; prepare the data again"
+        )
 
 
 def open_shards(folder: Path, index: dict) -> list[np.ndarray]:
@@ -182,7 +193,9 @@ def open_shards(folder: Path, index: dict) -> list[np.ndarray]:
         except (OSError, ValueError) as e:
             raise DataError(f"data.dataset: {path} cannot be mapped ({e}); prepare the data again") from None
         if array.dtype != dtype or array.shape != (shard["tokens"],):
-            raise DataError(f"data.dataset: {path} holds {array.shape[0]:,} {array.dtype} ids but {INDEX} says "
-                            f"{shard['tokens']:,} {dtype}; prepare the data again")
+            raise DataError(
+                f"data.dataset: {path} holds {array.shape[0]:,} {array.dtype} ids but {INDEX} says "
+                f"{shard['tokens']:,} {dtype}; prepare the data again"
+            )
         arrays.append(array)
     return arrays

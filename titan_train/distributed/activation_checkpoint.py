@@ -9,6 +9,7 @@ stages agree on which blocks are checkpointed. Applied between tensor parallel a
 (parallel.py), as torchtitan does; FQNs keep their names in checkpoints because DCP's
 state-dict helpers drop the wrapper's prefix.
 """
+
 from __future__ import annotations
 
 import functools

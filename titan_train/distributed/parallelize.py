@@ -4,6 +4,7 @@
 Order as in torchtitan: tensor parallel, then AC, then torch.compile per block, then FSDP2
 per transformer block and root. The mixed-precision decision is made here, once.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,31 +32,44 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> None:
         parallelize_module,
     )
 
-    ends = {"tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
-            "norm": SequenceParallel(),
-            "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())}
+    ends = {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "norm": SequenceParallel(),
+        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+    }
     # a pipeline stage holds the embedding only if first, norm and output only if last
     parallelize_module(model, tp_mesh, {k: v for k, v in ends.items() if getattr(model, k) is not None})
     for block in model.layers.values():
-        parallelize_module(block, tp_mesh, {
-            "attention_norm": SequenceParallel(),
-            "attention": PrepareModuleInput(input_layouts=(Shard(1), None),
-                                            desired_input_layouts=(Replicate(), None)),
-            "attention.wq": ColwiseParallel(),
-            "attention.wk": ColwiseParallel(),
-            "attention.wv": ColwiseParallel(),
-            "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
-            "ffn_norm": SequenceParallel(),
-            "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),),
-                                               desired_input_layouts=(Replicate(),)),
-            "feed_forward.w1": ColwiseParallel(),
-            "feed_forward.w3": ColwiseParallel(),
-            "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
-        })
+        parallelize_module(
+            block,
+            tp_mesh,
+            {
+                "attention_norm": SequenceParallel(),
+                "attention": PrepareModuleInput(
+                    input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)
+                ),
+                "attention.wq": ColwiseParallel(),
+                "attention.wk": ColwiseParallel(),
+                "attention.wv": ColwiseParallel(),
+                "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+                "ffn_norm": SequenceParallel(),
+                "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+                "feed_forward.w1": ColwiseParallel(),
+                "feed_forward.w3": ColwiseParallel(),
+                "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
+            },
+        )
 
 
-def apply_fsdp(model: nn.Module, dp_mesh: DeviceMesh, *, param_dtype: torch.dtype,
-               cpu_offload: bool, sum_reductions_only: bool, pipelined: bool = False) -> None:
+def apply_fsdp(
+    model: nn.Module,
+    dp_mesh: DeviceMesh,
+    *,
+    param_dtype: torch.dtype,
+    cpu_offload: bool,
+    sum_reductions_only: bool,
+    pipelined: bool = False,
+) -> None:
     """fully_shard each block, then the root. Gradients are reduced in fp32.
 
     sum_reductions_only: backends without AVG / PREMUL_SUM (gloo) reduce with SUM and
@@ -84,8 +98,8 @@ class Precision:
     """The mixed-precision decision: with FSDP, its MixedPrecisionPolicy casts parameters
     to `param_dtype` for compute; without FSDP, autocast does (reductions stay fp32)."""
 
-    name: str                 # fp32 | bf16 | fp16
-    fsdp: bool                # shard with FSDP2
+    name: str  # fp32 | bf16 | fp16
+    fsdp: bool  # shard with FSDP2
 
     @property
     def param_dtype(self) -> torch.dtype:
@@ -102,9 +116,18 @@ def precision_plan(mixed_precision: str, dims: ParallelDims, *, fsdp: bool, cpu_
     return Precision(mixed_precision, fsdp=dims.uses_fsdp(fsdp, cpu_offload))
 
 
-def parallelize(model: nn.Module, mesh: DeviceMesh, precision: Precision, *, ac: str = "none", ac_every: int = 1,
-                compile: bool = False, cpu_offload: bool = False, sum_reductions_only: bool = False,
-                pipelined: bool = False) -> None:
+def parallelize(
+    model: nn.Module,
+    mesh: DeviceMesh,
+    precision: Precision,
+    *,
+    ac: str = "none",
+    ac_every: int = 1,
+    compile: bool = False,
+    cpu_offload: bool = False,
+    sum_reductions_only: bool = False,
+    pipelined: bool = False,
+) -> None:
     """TP (if tp > 1), AC (if not "none"), torch.compile per block, FSDP2 (if precision.fsdp)."""
     if mesh["tp"].size() > 1:
         apply_tp(model, mesh["tp"])
@@ -113,5 +136,11 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, precision: Precision, *, ac:
         for block in model.layers.values():
             block.compile()
     if precision.fsdp:
-        apply_fsdp(model, mesh["dp"], param_dtype=precision.param_dtype, cpu_offload=cpu_offload,
-                   sum_reductions_only=sum_reductions_only, pipelined=pipelined)
+        apply_fsdp(
+            model,
+            mesh["dp"],
+            param_dtype=precision.param_dtype,
+            cpu_offload=cpu_offload,
+            sum_reductions_only=sum_reductions_only,
+            pipelined=pipelined,
+        )

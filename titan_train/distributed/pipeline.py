@@ -10,6 +10,7 @@ Only the last stage computes the loss. The loss function divides by the number o
 micro-batches and accumulation steps itself (the schedule's own grad scaling is off, as
 it would rescale gradients accumulated over earlier accumulation steps).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -44,8 +45,17 @@ def carve_stage(args: ModelArgs, layer_ids: list[int], ops: Kernels, *, first: b
     return model
 
 
-def stage_io(args: ModelArgs, *, micro_batch: int, seq_len: int, tp: int, hidden_dtype: torch.dtype,
-             logits_dtype: torch.dtype, first: bool, last: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def stage_io(
+    args: ModelArgs,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    tp: int,
+    hidden_dtype: torch.dtype,
+    logits_dtype: torch.dtype,
+    first: bool,
+    last: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A stage's example input and output (meta tensors): token ids into the first stage,
     logits out of the last, the residual stream between (sequence-sharded under tp). Given
     up front, stages need not exchange shapes over the network before the first step, which
@@ -53,19 +63,33 @@ def stage_io(args: ModelArgs, *, micro_batch: int, seq_len: int, tp: int, hidden
     seq = seq_len // tp if tp > 1 else seq_len
     hidden = torch.empty(micro_batch, seq, args.d_model, dtype=hidden_dtype, device="meta", requires_grad=True)
     inputs = torch.empty(micro_batch, seq_len, dtype=torch.long, device="meta") if first else hidden
-    outputs = (torch.empty(micro_batch, seq_len, args.vocab_size, dtype=logits_dtype, device="meta",
-                           requires_grad=True) if last else hidden)
+    outputs = (
+        torch.empty(micro_batch, seq_len, args.vocab_size, dtype=logits_dtype, device="meta", requires_grad=True)
+        if last
+        else hidden
+    )
     return inputs, outputs
 
 
-def make_schedule(stages: list[nn.Module], stage_ids: list[int], n_stages: int, *, pp_group, device: torch.device,
-                  schedule: str, microbatches: int, loss_fn: Callable, io: list[tuple[torch.Tensor, torch.Tensor]]):
+def make_schedule(
+    stages: list[nn.Module],
+    stage_ids: list[int],
+    n_stages: int,
+    *,
+    pp_group,
+    device: torch.device,
+    schedule: str,
+    microbatches: int,
+    loss_fn: Callable,
+    io: list[tuple[torch.Tensor, torch.Tensor]],
+):
     """`io`: each stage's (example input, example output), see stage_io."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
-    pipeline_stages = [PipelineStage(module, sid, n_stages, device, input_args=inputs, output_args=outputs,
-                                     group=pp_group)
-                       for module, sid, (inputs, outputs) in zip(stages, stage_ids, io)]
+    pipeline_stages = [
+        PipelineStage(module, sid, n_stages, device, input_args=inputs, output_args=outputs, group=pp_group)
+        for module, sid, (inputs, outputs) in zip(stages, stage_ids, io)
+    ]
     if schedule == "interleaved_1f1b":
         return ScheduleInterleaved1F1B(pipeline_stages, microbatches, loss_fn=loss_fn, scale_grads=False)
     cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
@@ -77,8 +101,9 @@ class PipelineStep:
     in at the first stage, the targets at the last; returns this rank's loss share
     (zero on ranks without the last stage)."""
 
-    def __init__(self, *, has_first: bool, has_last: bool, microbatches: int, accum: int,
-                 autocast, scaler, device: torch.device):
+    def __init__(
+        self, *, has_first: bool, has_last: bool, microbatches: int, accum: int, autocast, scaler, device: torch.device
+    ):
         self.schedule = None  # made with this object's loss_fn (make_schedule)
         self.has_first, self.has_last = has_first, has_last
         self.autocast, self.scaler, self.device = autocast, scaler, device

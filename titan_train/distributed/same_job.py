@@ -7,6 +7,7 @@ job (the resolved config, the layout, the content of its data and tokenizer) and
 rank compares all of them, so each one refuses with the same line, naming the rank and the
 field.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,9 +22,12 @@ from titan_train.config.parallel_dims import ParallelDims
 
 def describe(cfg: JobConfig, dims: ParallelDims, data_identity: dict[str, Any]) -> dict[str, str]:
     """field -> value (as text): what must be equal on every rank."""
-    out = {f"{section}.{key}": json.dumps(value, sort_keys=True)
-           for section, values in to_dict(cfg).items() if isinstance(values, dict)
-           for key, value in values.items()}
+    out = {
+        f"{section}.{key}": json.dumps(value, sort_keys=True)
+        for section, values in to_dict(cfg).items()
+        if isinstance(values, dict)
+        for key, value in values.items()
+    }
     out["layout"] = dims.describe()
     out.update({f"data content ({k})": str(v) for k, v in data_identity.items()})
     return out
@@ -39,8 +43,10 @@ def first_difference(everyone: list[dict[str, str]]) -> str | None:
     for rank, other in enumerate(everyone[1:], start=1):
         for field in sorted(set(base) | set(other)):
             if base.get(field) != other.get(field):
-                return (f"rank {rank} runs another job than rank 0: {field} is {other.get(field)} there and "
-                        f"{base.get(field)} on rank 0; start every node with the same config, data and tokenizer")
+                return (
+                    f"rank {rank} runs another job than rank 0: {field} is {other.get(field)} there and "
+                    f"{base.get(field)} on rank 0; start every node with the same config, data and tokenizer"
+                )
     return None
 
 

@@ -12,6 +12,7 @@ Tensor sizes use these names (per rank, per micro-batch):
   kv = n_kv_heads*head_dim, f = SwiGLU width, V vocab, h heads; t = tp degree;
   e = bytes of the compute dtype, r = bytes of the residual stream (4 under autocast / fp32).
 """
+
 from __future__ import annotations
 
 import math
@@ -22,7 +23,7 @@ from titan_train.config.model_args import ModelArgs
 from titan_train.config.parallel_dims import ParallelDims, stage_layers
 from titan_train.config.precision import BYTES
 
-GiB = 2 ** 30
+GiB = 2**30
 
 # How far the analytic estimate may be from the measured peak. benchmarks/memory_accuracy.py
 # measures it: at most 7.8% over its 20 stage rows on CPU (the issue's bound is 20%). On
@@ -42,18 +43,18 @@ class Layout:
 
     model: ModelArgs
     dims: ParallelDims
-    micro_batch: int          # sequences per forward on one rank (one pipeline micro-batch with pp)
+    micro_batch: int  # sequences per forward on one rank (one pipeline micro-batch with pp)
     seq_len: int
     grad_accum: int
-    precision: str            # fp32 | bf16 | fp16
-    fsdp: bool                # FSDP2 actually applied (ParallelDims.uses_fsdp)
+    precision: str  # fp32 | bf16 | fp16
+    fsdp: bool  # FSDP2 actually applied (ParallelDims.uses_fsdp)
     cpu_offload: bool
-    ac: str                   # none | full | selective
+    ac: str  # none | full | selective
     ac_every: int
     pp_schedule: str
     pp_microbatches: int
-    backend: str              # hccl | nccl | gloo: which communication buffers exist
-    stages: int = 1           # pipeline stages (titan_train.config.job.pipeline_stages)
+    backend: str  # hccl | nccl | gloo: which communication buffers exist
+    stages: int = 1  # pipeline stages (titan_train.config.job.pipeline_stages)
     hccl_buffsize_mb: int = 200
 
 
@@ -63,13 +64,23 @@ def layout(cfg: JobConfig, world_size: int, backend: str, hccl_buffsize_mb: int 
     dims = ParallelDims.for_world(world_size, tp=d.tp_size, pp=d.pp_size)
     local_batch = t.batch_size // (dims.dp * t.grad_accum_steps)
     microbatches = pipeline_microbatches(d) if dims.pp > 1 else 1
-    return Layout(model=cfg.model, dims=dims, micro_batch=max(local_batch // microbatches, 1), seq_len=t.seq_len,
-                  grad_accum=t.grad_accum_steps, precision=t.mixed_precision,
-                  fsdp=dims.uses_fsdp(d.fsdp, d.cpu_offload), cpu_offload=d.cpu_offload,
-                  ac=t.activation_checkpoint, ac_every=t.ac_every, pp_schedule=d.pp_schedule,
-                  pp_microbatches=microbatches, backend=backend,
-                  stages=pipeline_stages(d) if dims.pp > 1 else 1,
-                  hccl_buffsize_mb=hccl_buffsize_mb or default_hccl_buffsize_mb())
+    return Layout(
+        model=cfg.model,
+        dims=dims,
+        micro_batch=max(local_batch // microbatches, 1),
+        seq_len=t.seq_len,
+        grad_accum=t.grad_accum_steps,
+        precision=t.mixed_precision,
+        fsdp=dims.uses_fsdp(d.fsdp, d.cpu_offload),
+        cpu_offload=d.cpu_offload,
+        ac=t.activation_checkpoint,
+        ac_every=t.ac_every,
+        pp_schedule=d.pp_schedule,
+        pp_microbatches=microbatches,
+        backend=backend,
+        stages=pipeline_stages(d) if dims.pp > 1 else 1,
+        hccl_buffsize_mb=hccl_buffsize_mb or default_hccl_buffsize_mb(),
+    )
 
 
 def hccl_buffsize_mb(env) -> int | None:
@@ -90,11 +101,12 @@ def default_hccl_buffsize_mb() -> int:
 
 # ---- parameters -------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Param:
     name: str
     shape: tuple[int, ...]
-    tp_dim: int | None        # the dim tensor parallel splits (None: replicated on tp ranks)
+    tp_dim: int | None  # the dim tensor parallel splits (None: replicated on tp ranks)
 
 
 def block_params(m: ModelArgs, layer: int) -> list[Param]:
@@ -103,12 +115,17 @@ def block_params(m: ModelArgs, layer: int) -> list[Param]:
     norms replicated)."""
     d, q, kv, f = m.d_model, m.n_heads * m.head_dim, m.kv_heads * m.head_dim, m.ffn_dim
     p = f"layers.{layer}."
-    return [Param(p + "attention_norm.weight", (d,), None),
-            Param(p + "attention.wq.weight", (q, d), 0), Param(p + "attention.wk.weight", (kv, d), 0),
-            Param(p + "attention.wv.weight", (kv, d), 0), Param(p + "attention.wo.weight", (d, q), 1),
-            Param(p + "ffn_norm.weight", (d,), None),
-            Param(p + "feed_forward.w1.weight", (f, d), 0), Param(p + "feed_forward.w2.weight", (d, f), 1),
-            Param(p + "feed_forward.w3.weight", (f, d), 0)]
+    return [
+        Param(p + "attention_norm.weight", (d,), None),
+        Param(p + "attention.wq.weight", (q, d), 0),
+        Param(p + "attention.wk.weight", (kv, d), 0),
+        Param(p + "attention.wv.weight", (kv, d), 0),
+        Param(p + "attention.wo.weight", (d, q), 1),
+        Param(p + "ffn_norm.weight", (d,), None),
+        Param(p + "feed_forward.w1.weight", (f, d), 0),
+        Param(p + "feed_forward.w2.weight", (d, f), 1),
+        Param(p + "feed_forward.w3.weight", (f, d), 0),
+    ]
 
 
 def root_params(m: ModelArgs, first: bool, last: bool) -> list[Param]:
@@ -143,6 +160,7 @@ def sharded_numel(p: Param, lay: Layout) -> int:
 
 
 # ---- activations: what autograd saves ---------------------------------------------------
+
 
 def _dtypes(lay: Layout) -> tuple[int, int]:
     """(e, r): compute bytes, residual-stream bytes. FSDP's MixedPrecisionPolicy casts the
@@ -243,23 +261,24 @@ def logits_bytes(lay: Layout, b: int) -> int:
 
 # ---- the estimate -----------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Term:
     name: str
     bytes: int
-    detail: str               # how it was computed, in words a user can check
+    detail: str  # how it was computed, in words a user can check
 
 
 @dataclass
 class StageEstimate:
-    stage: int                # pipeline rank (0 without pp)
+    stage: int  # pipeline rank (0 without pp)
     layers: int
-    phase: str                # when the peak happens
-    terms: list[Term]         # the breakdown at the peak; sums to `tensor_bytes`
+    phase: str  # when the peak happens
+    terms: list[Term]  # the breakdown at the peak; sums to `tensor_bytes`
     tensor_bytes: int
     comm_bytes: int
     margin_bytes: int
-    host_bytes: int           # host memory for offloaded state (cpu_offload)
+    host_bytes: int  # host memory for offloaded state (cpu_offload)
 
     @property
     def peak_bytes(self) -> int:
@@ -270,8 +289,8 @@ class StageEstimate:
 class Estimate:
     layout: Layout
     stages: list[StageEstimate]
-    weights_bytes: int        # the whole model's weights in the compute dtype (fp32: 4 B)
-    params: int               # parameter count
+    weights_bytes: int  # the whole model's weights in the compute dtype (fp32: 4 B)
+    params: int  # parameter count
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -289,8 +308,10 @@ def estimate(lay: Layout, *, accelerator: bool = True) -> Estimate:
     m = lay.model
     layers = stage_layers(m.n_layers, lay.stages)
     per_rank = [[s for s in range(lay.stages) if s % lay.dims.pp == p] for p in range(lay.dims.pp)]
-    stages = [_stage(lay, p, [layers[s] for s in ids], first=0 in ids, last=lay.stages - 1 in ids,
-                     accelerator=accelerator) for p, ids in enumerate(per_rank)]
+    stages = [
+        _stage(lay, p, [layers[s] for s in ids], first=0 in ids, last=lay.stages - 1 in ids, accelerator=accelerator)
+        for p, ids in enumerate(per_rank)
+    ]
     params = sum(numel(p.shape) for i in range(m.n_layers) for p in block_params(m, i))
     params += sum(numel(p.shape) for p in root_params(m, True, True))
     return Estimate(lay, stages, weights_bytes=params * BYTES[lay.precision], params=params)
@@ -303,24 +324,24 @@ class _Stage:
 
     lay: Layout
     pp_rank: int
-    first: bool                   # holds the embedding (pp rank 0)
-    last: bool                    # holds the final norm, output projection and loss
-    layer_ids: list[int]          # the blocks of every local chunk, in order
-    position_chunk: list[int]     # the chunk of each of those blocks
+    first: bool  # holds the embedding (pp rank 0)
+    last: bool  # holds the final norm, output projection and loss
+    layer_ids: list[int]  # the blocks of every local chunk, in order
+    position_chunk: list[int]  # the chunk of each of those blocks
     n_chunks: int
     roots: list[Param]
-    shard: int                    # elements of this rank's parameter shard
+    shard: int  # elements of this rank's parameter shard
     n_tensors: int
-    tokens: int                   # T = micro_batch x seq_len
-    root_numel: int               # the root's params, tp-local
-    block_numel: list[int]        # each block's params, tp-local
-    block_shard: list[int]        # each block's params, sharded
-    kept_gathered: list[int]      # blocks FSDP keeps unsharded after forward
-    per_block: list[int]          # bytes one micro-batch leaves in each block
-    chunk_acts: list[int]         # bytes one micro-batch leaves in each chunk
-    logits: int                   # bytes of one micro-batch's logits (last stage)
-    first_held: dict              # {chunk: micro-batches alive at its first backward}
-    later_options: dict           # {chunk: [micro-batches alive at each later backward]}
+    tokens: int  # T = micro_batch x seq_len
+    root_numel: int  # the root's params, tp-local
+    block_numel: list[int]  # each block's params, tp-local
+    block_shard: list[int]  # each block's params, sharded
+    kept_gathered: list[int]  # blocks FSDP keeps unsharded after forward
+    per_block: list[int]  # bytes one micro-batch leaves in each block
+    chunk_acts: list[int]  # bytes one micro-batch leaves in each chunk
+    logits: int  # bytes of one micro-batch's logits (last stage)
+    first_held: dict  # {chunk: micro-batches alive at its first backward}
+    later_options: dict  # {chunk: [micro-batches alive at each later backward]}
 
     @property
     def grads(self) -> int:
@@ -354,23 +375,36 @@ def _describe_stage(lay: Layout, pp_rank: int, chunks: list[list[int]], first: b
     # bytes one micro-batch leaves in each chunk: its blocks, the embedding's ids on the first
     # stage (chunk 0 of pp rank 0), the final norm + output + loss on the last stage
     position_chunk = [c for c, ids in enumerate(chunks) for _ in ids]
-    chunk_acts = [sum(x for x, c in zip(per_block, position_chunk) if c == chunk)
-                  + (head_saved(lay, b, True, False) if first and chunk == 0 else 0)
-                  + (head_saved(lay, b, False, True) if last and chunk == n_chunks - 1 else 0)
-                  for chunk in range(n_chunks)]
+    chunk_acts = [
+        sum(x for x, c in zip(per_block, position_chunk) if c == chunk)
+        + (head_saved(lay, b, True, False) if first and chunk == 0 else 0)
+        + (head_saved(lay, b, False, True) if last and chunk == n_chunks - 1 else 0)
+        for chunk in range(n_chunks)
+    ]
     return _Stage(
-        lay=lay, pp_rank=pp_rank, first=first, last=last, layer_ids=layer_ids, position_chunk=position_chunk,
-        n_chunks=n_chunks, roots=roots,
+        lay=lay,
+        pp_rank=pp_rank,
+        first=first,
+        last=last,
+        layer_ids=layer_ids,
+        position_chunk=position_chunk,
+        n_chunks=n_chunks,
+        roots=roots,
         shard=sum(sharded_numel(p, lay) for p in roots + [p for blk in blocks for p in blk]),
-        n_tensors=len(roots) + sum(len(blk) for blk in blocks), tokens=b * lay.seq_len,
+        n_tensors=len(roots) + sum(len(blk) for blk in blocks),
+        tokens=b * lay.seq_len,
         root_numel=sum(numel(tp_local(p, t)) for p in roots),
         block_numel=[sum(numel(tp_local(p, t)) for p in blk) for blk in blocks],
         block_shard=[sum(sharded_numel(p, lay) for p in blk) for blk in blocks],
         # FSDP with pp keeps every block of the stage gathered (reshard_after_forward=False,
         # titan_train.distributed.parallelize.apply_fsdp pipelined=True); without pp, the last block only
         kept_gathered=list(range(len(blocks))) if lay.dims.pp > 1 else [len(blocks) - 1],
-        per_block=per_block, chunk_acts=chunk_acts, logits=logits_bytes(lay, b) if last else 0,
-        first_held=first_held, later_options=later_options)
+        per_block=per_block,
+        chunk_acts=chunk_acts,
+        logits=logits_bytes(lay, b) if last else 0,
+        first_held=first_held,
+        later_options=later_options,
+    )
 
 
 def _persistent_terms(s: _Stage) -> list[Term]:
@@ -382,15 +416,25 @@ def _persistent_terms(s: _Stage) -> list[Term]:
     lay, m, T = s.lay, s.lay.model, s.tokens
     params, optim = 4 * s.shard, 8 * s.shard + 4 * s.n_tensors
     offloaded = lay.cpu_offload
-    base = [Term("params (sharded, fp32)", 0 if offloaded else params,
-                 f"{s.shard:,} elements x 4 B" + (" (on host: cpu_offload)" if offloaded else "")),
-            Term("optimizer state", 0 if offloaded else optim, "AdamW exp_avg + exp_avg_sq: 2 x 4 B per element"),
-            Term("buffers", m.max_seq_len * m.head_dim * 4, "RoPE table, fp32")]
+    base = [
+        Term(
+            "params (sharded, fp32)",
+            0 if offloaded else params,
+            f"{s.shard:,} elements x 4 B" + (" (on host: cpu_offload)" if offloaded else ""),
+        ),
+        Term("optimizer state", 0 if offloaded else optim, "AdamW exp_avg + exp_avg_sq: 2 x 4 B per element"),
+        Term("buffers", m.max_seq_len * m.head_dim * 4, "RoPE table, fp32"),
+    ]
     micro_batches = lay.grad_accum * (lay.pp_microbatches if lay.dims.pp > 1 else 1)
     ids_saved = T * ((8 * s.first_held[0][0] if s.first else 0) + (8 * s.first_held[0][-1] if s.last else 0))
     if micro_batches * T * 16 > ids_saved:
-        base.append(Term("token ids", micro_batches * T * 16 - ids_saved,
-                         f"{micro_batches} micro-batches of inputs + targets, int64"))
+        base.append(
+            Term(
+                "token ids",
+                micro_batches * T * 16 - ids_saved,
+                f"{micro_batches} micro-batches of inputs + targets, int64",
+            )
+        )
     return base
 
 
@@ -399,13 +443,19 @@ def _loss_backward(s: _Stage, held: tuple[int, ...], accum_grads: int, when: str
     in-flight micro-batch (the step's variable; the pipeline's forward cache), and
     log_softmax's backward with its fp32 grad input and output (T*V*4 each)."""
     in_flight = held[-1]
-    return ("backward start (loss gradient)" + when, [
-        Term("activations", s.alive(held), _acts_detail(s.lay, held, len(s.layer_ids))),
-        Term("logits and loss", in_flight * s.logits + 2 * s.tokens * s.lay.model.vocab_size * 4,
-             f"logits {_mb(s.logits)} x {in_flight} + 2 fp32 (b*s*V) gradients of the loss"),
-        Term("params gathered", s.gathered([], len(s.block_numel)), "FSDP root + blocks kept after forward"),
-        Term("gradients", accum_grads, "accumulated over micro-batches"),
-    ])
+    return (
+        "backward start (loss gradient)" + when,
+        [
+            Term("activations", s.alive(held), _acts_detail(s.lay, held, len(s.layer_ids))),
+            Term(
+                "logits and loss",
+                in_flight * s.logits + 2 * s.tokens * s.lay.model.vocab_size * 4,
+                f"logits {_mb(s.logits)} x {in_flight} + 2 fp32 (b*s*V) gradients of the loss",
+            ),
+            Term("params gathered", s.gathered([], len(s.block_numel)), "FSDP root + blocks kept after forward"),
+            Term("gradients", accum_grads, "accumulated over micro-batches"),
+        ],
+    )
 
 
 def _worst_block_backward(s: _Stage, held_by_chunk: dict, accum_grads: int, when: str):
@@ -421,8 +471,9 @@ def _worst_block_backward(s: _Stage, held_by_chunk: dict, accum_grads: int, when
     b = lay.micro_batch
     temps = 2 * T * (m.ffn_dim // t) * e + T // t * m.d_model * r + (T * m.d_model * e if t > 1 else 0)
     grad_bytes = e if lay.fsdp else 4
-    pending = (sum(numel(tp_local(p, t)) for p in s.roots if p.name != "tok_embeddings.weight")
-               + m.d_model * (m.ffn_dim // t)) * grad_bytes
+    pending = (
+        sum(numel(tp_local(p, t)) for p in s.roots if p.name != "tok_embeddings.weight") + m.d_model * (m.ffn_dim // t)
+    ) * grad_bytes
     worst = None
     n_blocks = len(s.block_numel)
     for k in range(n_blocks):  # k blocks already done
@@ -438,19 +489,25 @@ def _worst_block_backward(s: _Stage, held_by_chunk: dict, accum_grads: int, when
         # every held micro-batch's activations, but of the one in backward: its chunk's
         # blocks below this one, this block's graph, the embedding's ids
         earlier = sum(x for x, c in zip(s.per_block[:cur], s.position_chunk) if c == chunk)
-        acts = (s.alive(held) - s.chunk_acts[chunk] + earlier + current
-                + (T * 8 if s.first and chunk == 0 else 0))
-        done = sum(s.block_shard[cur + 1:] if lay.fsdp else s.block_numel[cur + 1:]) * 4
+        acts = s.alive(held) - s.chunk_acts[chunk] + earlier + current + (T * 8 if s.first and chunk == 0 else 0)
+        done = sum(s.block_shard[cur + 1 :] if lay.fsdp else s.block_numel[cur + 1 :]) * 4
         reduce_scatter = min(k, 2) * max(s.block_numel) * 4 if lay.fsdp else 0
         detail = _acts_detail(lay, held, cur + 1, block_saved(lay, b) if recomputed else 0)
-        terms = [Term("activations", acts, detail),
-                 Term("logits and loss", held[-1] * s.logits, "logits held until their backward"),
-                 Term("params gathered", s.gathered([cur] + ([cur - 1] if not recomputed else []), cur),
-                      "FSDP root + current" + ("" if recomputed else " and prefetched") + " block"),
-                 Term("gradients", max(accum_grads, done) + pending + reduce_scatter,
-                      f"{k} later blocks' done; root's and w2's pending"
-                      + (", reduce-scatter inputs" if k else "")),
-                 Term("backward temporaries", temps, "grads of the SwiGLU and residual activations")]
+        terms = [
+            Term("activations", acts, detail),
+            Term("logits and loss", held[-1] * s.logits, "logits held until their backward"),
+            Term(
+                "params gathered",
+                s.gathered([cur] + ([cur - 1] if not recomputed else []), cur),
+                "FSDP root + current" + ("" if recomputed else " and prefetched") + " block",
+            ),
+            Term(
+                "gradients",
+                max(accum_grads, done) + pending + reduce_scatter,
+                f"{k} later blocks' done; root's and w2's pending" + (", reduce-scatter inputs" if k else ""),
+            ),
+            Term("backward temporaries", temps, "grads of the SwiGLU and residual activations"),
+        ]
         if worst is None or sum(x.bytes for x in terms) > sum(x.bytes for x in worst[1]):
             worst = (f"backward of layer {s.layer_ids[cur]}" + when, terms)
     return worst
@@ -474,34 +531,39 @@ def _later_micro_batches(s: _Stage) -> list:
     next stage) and input grad (to the previous) stays."""
     lay, m, t = s.lay, s.lay.model, s.lay.dims.tp
     _, r = _dtypes(lay)
-    sends = (lay.pp_microbatches * lay.micro_batch * (lay.seq_len // t) * m.d_model * r
-             * ((not s.last) + (not s.first)))
+    sends = lay.pp_microbatches * lay.micro_batch * (lay.seq_len // t) * m.d_model * r * ((not s.last) + (not s.first))
     # the pipeline turns FSDP's gradient sync off but for the last micro-batch
     # (PipelineStage.backward_maybe_with_nosync), so FSDP accumulates them unsharded, in its
     # fp32 reduce dtype
     accumulated = (s.root_numel + sum(s.block_numel)) * 4 if lay.fsdp else s.grads
-    later_held = {c: max(options, key=lambda h: s.alive(h) + h[-1] * s.logits)
-                  for c, options in s.later_options.items()}
+    later_held = {
+        c: max(options, key=lambda h: s.alive(h) + h[-1] * s.logits) for c, options in s.later_options.items()
+    }
     if not later_held:
         return []
     later = _forward_backward(s, later_held, accumulated, ", a later micro-batch")
     for _, terms in later:
-        terms.append(Term("pipeline sends", sends, "outputs / input grads sent to neighbour stages, "
-                          "held until the step ends"))
+        terms.append(
+            Term("pipeline sends", sends, "outputs / input grads sent to neighbour stages, held until the step ends")
+        )
     return later
 
 
 def _optimizer_step(s: _Stage):
     """Grads complete; foreach AdamW allocates one fp32 temporary per element
     (torch._foreach_sqrt of exp_avg_sq, torch/optim/adamw.py _multi_tensor_adamw)."""
-    return ("optimizer step", [
-        Term("gradients", s.grads, "fp32, sharded"),
-        Term("optimizer temporaries", 4 * s.shard, "foreach AdamW: one fp32 copy of the shard"),
-    ])
+    return (
+        "optimizer step",
+        [
+            Term("gradients", s.grads, "fp32, sharded"),
+            Term("optimizer temporaries", 4 * s.shard, "foreach AdamW: one fp32 copy of the shard"),
+        ],
+    )
 
 
-def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, last: bool,
-           accelerator: bool) -> StageEstimate:
+def _stage(
+    lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, last: bool, accelerator: bool
+) -> StageEstimate:
     """The peak of one pp rank's step: the costliest of its phases, on top of what it holds
     throughout."""
     s = _describe_stage(lay, pp_rank, chunks, first, last)
@@ -517,9 +579,16 @@ def _stage(lay: Layout, pp_rank: int, chunks: list[list[int]], *, first: bool, l
     tensor_bytes = sum(x.bytes for x in terms)
     margin = int(ALLOCATOR_MARGIN * tensor_bytes) if accelerator else 0
     params, optim = 4 * s.shard, 8 * s.shard + 4 * s.n_tensors
-    return StageEstimate(stage=pp_rank, layers=len(s.layer_ids), phase=phase, terms=terms, tensor_bytes=tensor_bytes,
-                         comm_bytes=comm_buffers(lay), margin_bytes=margin,
-                         host_bytes=params + optim + s.grads if offloaded else 0)
+    return StageEstimate(
+        stage=pp_rank,
+        layers=len(s.layer_ids),
+        phase=phase,
+        terms=terms,
+        tensor_bytes=tensor_bytes,
+        comm_bytes=comm_buffers(lay),
+        margin_bytes=margin,
+        host_bytes=params + optim + s.grads if offloaded else 0,
+    )
 
 
 def _checkpointed(lay: Layout, layer: int) -> bool:
@@ -573,7 +642,7 @@ def interleaved_backwards(n: int, chunks: int, pp: int, rank: int) -> list[tuple
 
 
 def _mb(n: int) -> str:
-    return f"{n / 2 ** 20:,.1f} MiB" if n < GiB else f"{n / GiB:,.2f} GiB"
+    return f"{n / 2**20:,.1f} MiB" if n < GiB else f"{n / GiB:,.2f} GiB"
 
 
 def _acts_detail(lay: Layout, held: tuple[int, ...], layers: int, recompute: int = 0) -> str:
@@ -601,5 +670,4 @@ def comm_buffers(lay: Layout) -> int:
     small next to this and gloo's live in host memory: counted as 0."""
     if lay.backend != "hccl" or lay.dims.world_size == 1:
         return 0
-    return communicators(lay) * 2 * lay.hccl_buffsize_mb * 2 ** 20
-
+    return communicators(lay) * 2 * lay.hccl_buffsize_mb * 2**20

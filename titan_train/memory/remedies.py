@@ -6,6 +6,7 @@ refusal, the doctor prints them all. A remedy is a config change (`--set` lines)
 "more cards", a larger world size; a change the trainer would refuse (config.validate) is
 never proposed.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,10 +20,10 @@ FITS, TIGHT, OVER = "fits", "tight", "does not fit"
 
 @dataclass(frozen=True)
 class Verdict:
-    status: str               # fits | tight (within the estimate's error) | does not fit
+    status: str  # fits | tight (within the estimate's error) | does not fit
     peak_bytes: int
     memory_bytes: int
-    stage: int                # the pipeline rank that peaks
+    stage: int  # the pipeline rank that peaks
 
     @property
     def headroom_bytes(self) -> int:
@@ -46,8 +47,8 @@ def verdict(est: me.Estimate, memory_bytes: int, error: float = me.ERROR_MARGIN)
 @dataclass
 class Remedy:
     title: str
-    sets: list[str]           # `--set section.key=value` arguments
-    flags: str                # other command-line changes ("--world-size 128"), "" if none
+    sets: list[str]  # `--set section.key=value` arguments
+    flags: str  # other command-line changes ("--world-size 128"), "" if none
     estimate: me.Estimate
     verdict: Verdict
     saved_bytes: int
@@ -64,8 +65,8 @@ class Target:
 
     world_size: int
     memory_bytes: int
-    backend: str              # hccl | nccl | gloo
-    accelerator: bool         # npu/cuda: cpu_offload possible, allocator margin counted
+    backend: str  # hccl | nccl | gloo
+    accelerator: bool  # npu/cuda: cpu_offload possible, allocator margin counted
     hccl_buffsize_mb: int | None = None
 
 
@@ -95,7 +96,7 @@ def remedies(cfg: JobConfig, target: Target, base: me.Estimate | None = None) ->
 @dataclass(frozen=True)
 class _Change:
     title: str
-    sets: tuple[tuple[str, str, object], ...]   # (section, key, value)
+    sets: tuple[tuple[str, str, object], ...]  # (section, key, value)
     world_size: int | None = None
     note: str = ""
 
@@ -104,37 +105,73 @@ def _candidates(cfg: JobConfig, target: Target) -> list[_Change]:
     d, t, m, world = cfg.distributed, cfg.training, cfg.model, target.world_size
     out: list[_Change] = []
     if t.activation_checkpoint == "none":
-        out.append(_Change("selective activation checkpointing (keep matmul/attention outputs)",
-                           (("training", "activation_checkpoint", "selective"), ("training", "ac_every", 1))))
+        out.append(
+            _Change(
+                "selective activation checkpointing (keep matmul/attention outputs)",
+                (("training", "activation_checkpoint", "selective"), ("training", "ac_every", 1)),
+            )
+        )
     if t.activation_checkpoint != "full" or t.ac_every != 1:
-        out.append(_Change("full activation checkpointing (recompute every block)",
-                           (("training", "activation_checkpoint", "full"), ("training", "ac_every", 1))))
-    tp_options = [k for k in range(d.tp_size + 1, world + 1)
-                  if world % (k * d.pp_size) == 0 and m.n_heads % k == 0 and m.kv_heads % k == 0]
+        out.append(
+            _Change(
+                "full activation checkpointing (recompute every block)",
+                (("training", "activation_checkpoint", "full"), ("training", "ac_every", 1)),
+            )
+        )
+    tp_options = [
+        k
+        for k in range(d.tp_size + 1, world + 1)
+        if world % (k * d.pp_size) == 0 and m.n_heads % k == 0 and m.kv_heads % k == 0
+    ]
     for k in tp_options[:3]:
         # dp shrinks by k / tp: more accumulation steps keep each rank's micro-batch
         accum = t.grad_accum_steps * k // d.tp_size if k % d.tp_size == 0 else t.grad_accum_steps
-        out.append(_Change(f"tensor parallel over {k} ranks (same micro-batch per rank)",
-                           (("distributed", "tp_size", k), ("training", "grad_accum_steps", accum))))
+        out.append(
+            _Change(
+                f"tensor parallel over {k} ranks (same micro-batch per rank)",
+                (("distributed", "tp_size", k), ("training", "grad_accum_steps", accum)),
+            )
+        )
     pp_options = [k for k in range(d.pp_size + 1, world + 1) if world % (d.tp_size * k) == 0 and m.n_layers >= k]
-    out += [_Change(f"pipeline parallel over {k} stages ({k} micro-batches)",
-                    (("distributed", "pp_size", k), ("distributed", "pp_microbatches", k)))
-            for k in pp_options[:3]]
+    out += [
+        _Change(
+            f"pipeline parallel over {k} stages ({k} micro-batches)",
+            (("distributed", "pp_size", k), ("distributed", "pp_microbatches", k)),
+        )
+        for k in pp_options[:3]
+    ]
     if target.accelerator and not d.cpu_offload:
-        out.append(_Change("CPU offload of parameters, gradients and optimizer state",
-                           (("distributed", "cpu_offload", True),),
-                           note="the optimizer step runs on the host; expect a slower step"))
+        out.append(
+            _Change(
+                "CPU offload of parameters, gradients and optimizer state",
+                (("distributed", "cpu_offload", True),),
+                note="the optimizer step runs on the host; expect a slower step",
+            )
+        )
     for accum in (t.grad_accum_steps * k for k in (2, 4, 8, 16)):
-        out.append(_Change(f"smaller micro-batch: {accum} accumulation steps (same global batch)",
-                           (("training", "grad_accum_steps", accum),)))
+        out.append(
+            _Change(
+                f"smaller micro-batch: {accum} accumulation steps (same global batch)",
+                (("training", "grad_accum_steps", accum),),
+            )
+        )
     seq = t.seq_len // 2
     while seq >= 128 and seq % max(d.tp_size, 1) == 0 and len([c for c in out if "seq_len" in c.title]) < 3:
-        out.append(_Change(f"shorter sequences: seq_len {seq}", (("training", "seq_len", seq),),
-                           note="trains on shorter context"))
+        out.append(
+            _Change(
+                f"shorter sequences: seq_len {seq}", (("training", "seq_len", seq),), note="trains on shorter context"
+            )
+        )
         seq //= 2
     for k in (2, 4, 8):
-        out.append(_Change(f"more cards: world size {world * k}", (), world_size=world * k,
-                           note="data parallel grows; the global batch may need to grow with it"))
+        out.append(
+            _Change(
+                f"more cards: world size {world * k}",
+                (),
+                world_size=world * k,
+                note="data parallel grows; the global batch may need to grow with it",
+            )
+        )
     return out
 
 
@@ -145,8 +182,7 @@ def _apply(cfg: JobConfig, sets) -> JobConfig:
     return out
 
 
-def _try(cfg: JobConfig, target: Target, base: me.Estimate, change: _Change,
-         prior: tuple = ()) -> Remedy | None:
+def _try(cfg: JobConfig, target: Target, base: me.Estimate, change: _Change, prior: tuple = ()) -> Remedy | None:
     keys = {(sec, key) for sec, key, _ in change.sets}
     sets = tuple(x for x in prior if (x[0], x[1]) not in keys) + change.sets  # a later value replaces
     changed = _apply(cfg, sets)
@@ -159,13 +195,20 @@ def _try(cfg: JobConfig, target: Target, base: me.Estimate, change: _Change,
     saved = base.peak_bytes - est.peak_bytes
     if saved <= 0:
         return None
-    return Remedy(title=change.title, sets=[_set_line(*s) for s in sets if _differs(cfg, s)],
-                  flags=f"--world-size {world}" if change.world_size else "", estimate=est,
-                  verdict=verdict(est, target.memory_bytes), saved_bytes=saved, note=change.note)
+    return Remedy(
+        title=change.title,
+        sets=[_set_line(*s) for s in sets if _differs(cfg, s)],
+        flags=f"--world-size {world}" if change.world_size else "",
+        estimate=est,
+        verdict=verdict(est, target.memory_bytes),
+        saved_bytes=saved,
+        note=change.note,
+    )
 
 
-def _combine(cfg: JobConfig, target: Target, base: me.Estimate, *, same_training: bool,
-             depth: int = 3) -> Remedy | None:
+def _combine(
+    cfg: JobConfig, target: Target, base: me.Estimate, *, same_training: bool, depth: int = 3
+) -> Remedy | None:
     """Greedy: take the config change that saves most, then the best next one on top, until
     it fits. `same_training` leaves the sequence length alone."""
     sets: tuple = ()
@@ -173,8 +216,11 @@ def _combine(cfg: JobConfig, target: Target, base: me.Estimate, *, same_training
     current = cfg
     best = None
     for _ in range(depth):
-        changes = [c for c in _candidates(current, target)
-                   if not c.world_size and not (same_training and any(k == "seq_len" for _, k, _ in c.sets))]
+        changes = [
+            c
+            for c in _candidates(current, target)
+            if not c.world_size and not (same_training and any(k == "seq_len" for _, k, _ in c.sets))
+        ]
         options = [(r, c) for r, c in ((_try(cfg, target, base, c, prior=sets), c) for c in changes) if r]
         if not options:
             break
@@ -214,10 +260,12 @@ def preflight(cfg: JobConfig, target: Target, memory_source: str) -> tuple[str, 
     """(verdict status, one line) for `titan-train run` before it starts any rank."""
     est = estimate_for(cfg, target)
     v = verdict(est, target.memory_bytes)
-    gib = 2 ** 30
+    gib = 2**30
     where = f" (pipeline stage {v.stage})" if est.layout.dims.pp > 1 else ""
-    line = (f"{cfg.name} needs about {v.peak_bytes / gib:.1f} GiB per rank{where} (analytic estimate, "
-            f"±{me.ERROR_MARGIN:.0%}) but each rank has {target.memory_bytes / gib:.1f} GiB ({memory_source})")
+    line = (
+        f"{cfg.name} needs about {v.peak_bytes / gib:.1f} GiB per rank{where} (analytic estimate, "
+        f"±{me.ERROR_MARGIN:.0%}) but each rank has {target.memory_bytes / gib:.1f} GiB ({memory_source})"
+    )
     if v.status == FITS:
         return v.status, line
     best = next(iter(remedies(cfg, target, est)), None)

@@ -12,6 +12,7 @@ Each NPU adapter cites the torch_npu 2.13.0 documentation entry it relies on
 the op's schema in the wheel and checks each adapter against the reference on CPU, through a
 stand-in module that implements those documented semantics.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,12 +29,13 @@ Tensor = torch.Tensor
 class Kernels:
     name: str
     rms_norm: Callable[[Tensor, Tensor, float], Tensor]  # (x, weight, eps) -> x / rms(x) * weight
-    rope: Callable[[Tensor, Tensor], Tensor]             # (x (B,S,H,D), table (2,S,D/2)) -> rotated x
+    rope: Callable[[Tensor, Tensor], Tensor]  # (x (B,S,H,D), table (2,S,D/2)) -> rotated x
     attention: Callable[[Tensor, Tensor, Tensor], Tensor]  # causal; q (B,S,Hq,D), k/v (B,S,Hkv,D) -> (B,S,Hq,D)
-    swiglu: Callable[[Tensor, Tensor], Tensor]           # (gate, up) -> silu(gate) * up
+    swiglu: Callable[[Tensor, Tensor], Tensor]  # (gate, up) -> silu(gate) * up
 
 
 # ---------------------------------------------------------------- reference (any device)
+
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """Normalized in fp32 whatever the input dtype, then scaled."""
@@ -71,8 +73,8 @@ REFERENCE = Kernels("reference", rms_norm, rope, attention, swiglu)
 
 # ---------------------------------------------------------------- torch_npu twins
 
-COMPRESSED_MASK = 2048   # sparse_mode 2 takes this fixed-size mask whatever the sequence length
-ROPE_MAX_BN = 1000       # interleave mode needs batch * heads < 1000
+COMPRESSED_MASK = 2048  # sparse_mode 2 takes this fixed-size mask whatever the sequence length
+ROPE_MAX_BN = 1000  # interleave mode needs batch * heads < 1000
 
 
 def npu_kernels() -> Kernels:
@@ -104,8 +106,9 @@ def npu_kernels() -> Kernels:
         # 2048x2048 upper-triangular mask and ignores pre/next_tockens; output 1 is the result.
         # 4 MiB, built per call: no cached tensor outlives its device or a fake-tensor trace
         mask = torch.ones(COMPRESSED_MASK, COMPRESSED_MASK, dtype=torch.bool, device=q.device).triu_(1)
-        return torch_npu.npu_fusion_attention(q, k, v, q.shape[2], "BSND", atten_mask=mask,
-                                              scale=1.0 / math.sqrt(q.shape[-1]), sparse_mode=2)[0]
+        return torch_npu.npu_fusion_attention(
+            q, k, v, q.shape[2], "BSND", atten_mask=mask, scale=1.0 / math.sqrt(q.shape[-1]), sparse_mode=2
+        )[0]
 
     def npu_swiglu(gate: Tensor, up: Tensor) -> Tensor:
         # doc "npu_swiglu": x is split in two halves A, B along dim; output = silu(A) * B.

@@ -8,6 +8,7 @@ materialized after parallelization, so `init_weights` must fill every parameter 
 A pipeline stage is this same model with the blocks of other stages deleted and, except on
 the first / last stage, no embedding / head: parameter names never change.
 """
+
 from __future__ import annotations
 
 import math
@@ -96,8 +97,10 @@ class Transformer(nn.Module):
         self.norm = RMSNorm(args.d_model, args.norm_eps, kernels)
         self.output = nn.Linear(args.d_model, args.vocab_size, bias=False)
         self.register_buffer(
-            "rope", rope_tables(args.head_dim, args.max_seq_len, args.rope_theta, device=self.output.weight.device),
-            persistent=False)
+            "rope",
+            rope_tables(args.head_dim, args.max_seq_len, args.rope_theta, device=self.output.weight.device),
+            persistent=False,
+        )
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens (batch, seq) -> logits; on a later pipeline stage, hidden states in and out."""
@@ -113,8 +116,9 @@ class Transformer(nn.Module):
         weights. Returns the number of random values this rank drew."""
         drawn = 0
         with torch.no_grad():
-            self.rope.copy_(rope_tables(self.args.head_dim, self.args.max_seq_len,
-                                        self.args.rope_theta, device=self.rope.device))
+            self.rope.copy_(
+                rope_tables(self.args.head_dim, self.args.max_seq_len, self.args.rope_theta, device=self.rope.device)
+            )
             for name, param in self.named_parameters():
                 key = stable_name(name)
                 drawn += init_param_(param, std=init_std(key, self.args), seed=seed, key=key)
@@ -129,7 +133,7 @@ def init_std(name: str, args: ModelArgs) -> float | None:
     if name == "tok_embeddings.weight":
         return 1.0
     if name == "output.weight":
-        return args.d_model ** -0.5
+        return args.d_model**-0.5
     if name.endswith(("attention.wo.weight", "feed_forward.w2.weight")):
         return 0.02 / math.sqrt(2 * args.n_layers)
     return 0.02

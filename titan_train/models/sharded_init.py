@@ -8,6 +8,7 @@ seeded from (seed, key, i, j). Tiles are short and wide because FSDP cuts rows f
 Because a value depends only on its global position, 1 rank, FSDP, TP and every PP stage
 start from identical weights, which is what the parity tests rely on.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -44,8 +45,9 @@ def _tile_generator(seed: int, key: str, i: int, j: int) -> torch.Generator:
     return torch.Generator().manual_seed(int.from_bytes(digest, "little"))
 
 
-def fill_trunc_normal_(out: torch.Tensor, global_shape: tuple[int, ...], offset: tuple[int, ...], *,
-                       std: float, seed: int, key: str) -> int:
+def fill_trunc_normal_(
+    out: torch.Tensor, global_shape: tuple[int, ...], offset: tuple[int, ...], *, std: float, seed: int, key: str
+) -> int:
     """Fill `out` (a CPU float32 block of a `global_shape` tensor, starting at `offset`) with
     N(0, std) truncated at 3 std, tile by tile. Returns the number of values drawn: the
     block's size plus, at most, one partial tile along each border."""
@@ -61,8 +63,13 @@ def fill_trunc_normal_(out: torch.Tensor, global_shape: tuple[int, ...], offset:
             tile = torch.empty(min(TILE_ROWS, rows - tr0), min(TILE_COLS, cols - tc0))
             nn.init.trunc_normal_(tile, std=std, a=-3 * std, b=3 * std, generator=_tile_generator(seed, key, i, j))
             drawn += tile.numel()
-            lo_r, hi_r, lo_c, hi_c = max(r0, tr0), min(r1, tr0 + tile.shape[0]), max(c0, tc0), min(c1, tc0 + tile.shape[1])
-            view[lo_r - r0:hi_r - r0, lo_c - c0:hi_c - c0] = tile[lo_r - tr0:hi_r - tr0, lo_c - tc0:hi_c - tc0]
+            lo_r, hi_r, lo_c, hi_c = (
+                max(r0, tr0),
+                min(r1, tr0 + tile.shape[0]),
+                max(c0, tc0),
+                min(c1, tc0 + tile.shape[1]),
+            )
+            view[lo_r - r0 : hi_r - r0, lo_c - c0 : hi_c - c0] = tile[lo_r - tr0 : hi_r - tr0, lo_c - tc0 : hi_c - tc0]
     return drawn
 
 

@@ -3,6 +3,7 @@
 Every NPU-only call lives here. Selection is a pure function of a `Probe` (what this
 machine offers), so it is tested by injecting probes instead of faking devices.
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,10 +36,10 @@ class Probe:
 
 @dataclass(frozen=True)
 class Device:
-    type: str        # "npu" | "cuda" | "cpu"
-    backend: str     # "hccl" | "nccl" | "gloo"
-    count: int       # accelerators on this host (1 for cpu)
-    note: str = ""   # why this was chosen when it is a fallback
+    type: str  # "npu" | "cuda" | "cpu"
+    backend: str  # "hccl" | "nccl" | "gloo"
+    count: int  # accelerators on this host (1 for cpu)
+    note: str = ""  # why this was chosen when it is a fallback
 
 
 def _usable(p: Probe) -> dict[str, int]:
@@ -48,8 +49,7 @@ def _usable(p: Probe) -> dict[str, int]:
 def select(requested: str, p: Probe) -> Device:
     """Pick the device for a configured backend ("auto" | "hccl" | "nccl" | "gloo")."""
     if requested not in BACKEND_CHOICES:
-        raise DeviceError(
-            f"distributed.backend = {requested!r} is not valid; use one of {', '.join(BACKEND_CHOICES)}")
+        raise DeviceError(f"distributed.backend = {requested!r} is not valid; use one of {', '.join(BACKEND_CHOICES)}")
     counts = _usable(p)
     if requested == "auto":
         for dev in PREFERENCE:
@@ -57,8 +57,10 @@ def select(requested: str, p: Probe) -> Device:
                 skipped = [d for d in PREFERENCE[: PREFERENCE.index(dev)]]
                 note = ""
                 if skipped:
-                    why = {"npu": f"no usable NPU ({p.npu_error or 'torch_npu found no device'})",
-                           "cuda": "no CUDA device"}
+                    why = {
+                        "npu": f"no usable NPU ({p.npu_error or 'torch_npu found no device'})",
+                        "cuda": "no CUDA device",
+                    }
                     note = "; ".join(why[d] for d in skipped) + f" -> using {dev}+{BACKEND_FOR[dev]}"
                 return Device(dev, BACKEND_FOR[dev], counts[dev], note)
     dev = DEVICE_FOR[requested]
@@ -68,17 +70,21 @@ def select(requested: str, p: Probe) -> Device:
         reason = p.npu_error or "torch_npu imported but reports no NPU"
         raise DeviceError(
             f"distributed.backend = 'hccl' needs an Ascend NPU, but {reason}; "
-            "run `titan-doctor diagnose`, or set distributed.backend = \"auto\" to fall back")
+            'run `titan-doctor diagnose`, or set distributed.backend = "auto" to fall back'
+        )
     raise DeviceError(
         "distributed.backend = 'nccl' needs a CUDA GPU and none is visible; "
-        "set distributed.backend = \"auto\" (or \"gloo\" for CPU)")
+        'set distributed.backend = "auto" (or "gloo" for CPU)'
+    )
 
 
 def check_options(dev: Device, *, cpu_offload: bool, mixed_precision: str) -> None:
     """Settings that only make sense on some devices; a DeviceError says which and why."""
     if cpu_offload and dev.type == "cpu":
-        raise DeviceError("distributed.cpu_offload = true needs an accelerator (npu or cuda); on cpu the "
-                          "parameters already live in host memory: set it to false")
+        raise DeviceError(
+            "distributed.cpu_offload = true needs an accelerator (npu or cuda); on cpu the "
+            "parameters already live in host memory: set it to false"
+        )
     if mixed_precision == "bf16" and not supports_bf16(dev):
         raise DeviceError("training.mixed_precision = 'bf16' is not supported on this device; use 'fp16'")
 
@@ -109,6 +115,7 @@ def disable_backend_autoload() -> None:
 
 
 # ---- per-device runtime calls (the trainer goes through these, never torch.npu/cuda) ----
+
 
 def _module(dev_type: str):
     import torch
@@ -170,10 +177,11 @@ def memory_per_rank(dev: Device, local_ranks: int) -> tuple[int, str]:
     mod = _module(dev.type)
     if mod is not None:
         total = int(mod.get_device_properties(0).total_memory)
-        return total, f"{device_name(dev)}: {total / 2 ** 30:.2f} GiB"
+        return total, f"{device_name(dev)}: {total / 2**30:.2f} GiB"
     available = host_available_bytes()
-    return available // max(local_ranks, 1), (f"host memory available {available / 2 ** 30:.2f} GiB "
-                                               f"shared by {local_ranks} local rank(s)")
+    return available // max(local_ranks, 1), (
+        f"host memory available {available / 2**30:.2f} GiB shared by {local_ranks} local rank(s)"
+    )
 
 
 def _proc_kib(path: str, key: str) -> int | None:
@@ -215,6 +223,7 @@ def peak_memory_kind(dev: Device) -> str:
 
 # ---- profiling: which profiler, and the allocator's memory history ----
 
+
 def profiler_api(dev: Device, npu_level: str = "Level1"):
     """(profiler module, activities, extra profile() kwargs, trace handler or None).
 
@@ -226,8 +235,9 @@ def profiler_api(dev: Device, npu_level: str = "Level1"):
         import torch_npu
 
         prof = torch_npu.profiler
-        config = prof._ExperimentalConfig(profiler_level=getattr(prof.ProfilerLevel, npu_level),
-                                          aic_metrics=prof.AiCMetrics.PipeUtilization)
+        config = prof._ExperimentalConfig(
+            profiler_level=getattr(prof.ProfilerLevel, npu_level), aic_metrics=prof.AiCMetrics.PipeUtilization
+        )
         activities = [prof.ProfilerActivity.CPU, prof.ProfilerActivity.NPU]
         return prof, activities, {"experimental_config": config}, prof.tensorboard_trace_handler
     import torch.profiler as prof

@@ -21,6 +21,7 @@ Called at the start of every watched step (`Watchdog.watch`), in the checkpoint 
 where an async save completes (checkpoint/manager.py), so the loop carries no hook of its own. Unset (always, outside tests) it
 costs one dict lookup.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,10 +29,19 @@ import signal
 import time
 
 ENV = "TITAN_TRAIN_FAULT"
-KINDS = ("hang", "kill", "raise", "term", "kill_in_save", "slow_save", "kill_before_rename", "kill_after_rename", "stop")
+KINDS = (
+    "hang",
+    "kill",
+    "raise",
+    "term",
+    "kill_in_save",
+    "slow_save",
+    "kill_before_rename",
+    "kill_after_rename",
+    "stop",
+)
 # where a kind is injected; the others at the start of a step
-SITES = {"kill_in_save": "save", "slow_save": "save", "kill_before_rename": "written",
-         "kill_after_rename": "renamed"}
+SITES = {"kill_in_save": "save", "slow_save": "save", "kill_before_rename": "written", "kill_after_rename": "renamed"}
 
 
 def parse(spec: str) -> tuple[str, int, int, float]:

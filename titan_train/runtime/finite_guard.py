@@ -11,13 +11,14 @@ halves the scale. Those steps do not count. What does count is a scale that coll
 scale is already at its floor (1.0) and the step still overflowed, or SKIP_LIMIT steps in a
 row were skipped. That is a run that no longer trains, and it stops the same way.
 """
+
 from __future__ import annotations
 
 # torch is imported inside the functions: the CLI imports this module before it may import torch.
 
-SKIP_LIMIT = 20          # consecutive fp16 overflow skips that count as a collapsed loss scale
-EXIT_NON_FINITE = 3      # the CLI's exit code for a stopped run (0 done, 1 failed, 2 bad setup)
-_NONE = 2 ** 62          # "no bad step yet" (all-reduced with MIN)
+SKIP_LIMIT = 20  # consecutive fp16 overflow skips that count as a collapsed loss scale
+EXIT_NON_FINITE = 3  # the CLI's exit code for a stopped run (0 done, 1 failed, 2 bad setup)
+_NONE = 2**62  # "no bad step yet" (all-reduced with MIN)
 
 
 class NonFinite(Exception):
@@ -27,8 +28,10 @@ class NonFinite(Exception):
         self.step = step
         kept = f" (the last checkpoint, step {last_saved}, is from before it and is kept)" if last_saved else ""
         again = "then rerun: it resumes from the last checkpoint" if last_saved else "then rerun"
-        super().__init__(f"{what} at step {step}: training stopped and nothing was saved after it{kept}; lower "
-                         f"optimizer.lr, raise training.warmup_steps or check the data, {again}")
+        super().__init__(
+            f"{what} at step {step}: training stopped and nothing was saved after it{kept}; lower "
+            f"optimizer.lr, raise training.warmup_steps or check the data, {again}"
+        )
 
 
 class FiniteGuard:
@@ -47,12 +50,13 @@ class FiniteGuard:
     def observe(self, step: int, stats) -> None:
         import torch
 
-        if stats.loss_scale is not None:   # fp16: the step already synced to decide the skip
+        if stats.loss_scale is not None:  # fp16: the step already synced to decide the skip
             self._fp16(step, stats)
         else:
             bad = ~(torch.isfinite(stats.loss) & torch.isfinite(stats.grad_norm))
-            self.first_bad = torch.where(bad, torch.minimum(self.first_bad, torch.full_like(self.first_bad, step)),
-                                         self.first_bad)
+            self.first_bad = torch.where(
+                bad, torch.minimum(self.first_bad, torch.full_like(self.first_bad, step)), self.first_bad
+            )
         if step % self.every == 0 or step == self.last_step:
             self.check()
 
@@ -66,8 +70,9 @@ class FiniteGuard:
             return
         self.skips += 1
         if stats.loss_scale <= 1.0 or self.skips >= SKIP_LIMIT:
-            self._mark(step, f"fp16 loss scale collapsed ({self.skips} overflow steps in a row, scale "
-                             f"{stats.loss_scale:g})")
+            self._mark(
+                step, f"fp16 loss scale collapsed ({self.skips} overflow steps in a row, scale {stats.loss_scale:g})"
+            )
 
     def _mark(self, step: int, what: str) -> None:
         if int(self.first_bad) == _NONE:

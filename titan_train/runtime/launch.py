@@ -16,6 +16,7 @@ any other output about the failure; the summary is also kept in
 <log_dir>/launcher_node<K>.log for the doctor. SIGTERM / SIGINT sent to the launcher are forwarded to
 every rank, which stop at an agreed step (signals.py) and exit 143 / 130.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,14 +37,17 @@ from titan_train.runtime.finite_guard import EXIT_NON_FINITE
 from titan_train.runtime.signals import EXIT_SIGINT, EXIT_SIGTERM, HANDLED, Handlers, exit_code
 from titan_train.runtime.watchdog import EXIT_HANG, diagnose_command, read_dumps, stuck_ranks
 
-STOPPED_CODES = (EXIT_SIGTERM, EXIT_SIGINT)   # a rank that stopped on a signal after saving
-EXIT_REFUSED = 2   # a rank refused the job (bad config or setup): the CLI's own code for that
-PASSED_ON = (EXIT_REFUSED, EXIT_HANG, EXIT_NON_FINITE)   # what the first failure's code says, the job says
+STOPPED_CODES = (EXIT_SIGTERM, EXIT_SIGINT)  # a rank that stopped on a signal after saving
+EXIT_REFUSED = 2  # a rank refused the job (bad config or setup): the CLI's own code for that
+PASSED_ON = (EXIT_REFUSED, EXIT_HANG, EXIT_NON_FINITE)  # what the first failure's code says, the job says
 # What a rank prints when a PEER died under it: secondary, never the cause.
-_PEER_LOST = re.compile(r"Connection (reset|closed) by peer|Broken pipe|failed to recv|Socket Timeout|"
-                        r"ECONNRESET|Connection refused|NCCL communicator was aborted|HCCL.*(abort|timeout)", re.I)
+_PEER_LOST = re.compile(
+    r"Connection (reset|closed) by peer|Broken pipe|failed to recv|Socket Timeout|"
+    r"ECONNRESET|Connection refused|NCCL communicator was aborted|HCCL.*(abort|timeout)",
+    re.I,
+)
 
-_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")   # torch prefixes a rank's uncaught traceback lines
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")  # torch prefixes a rank's uncaught traceback lines
 
 
 class LaunchError(Exception):
@@ -53,17 +57,16 @@ class LaunchError(Exception):
 # What a rank killed by a signal most likely met, and what to do: the error line of the summary.
 SIGNAL_HINTS = {
     "SIGKILL": "often the kernel's OOM killer (check `dmesg -T | grep -i -e oom -e 'killed process'`); fix: lower "
-               "training.batch_size or seq_len, set training.activation_checkpoint, or start fewer ranks per host "
-               "(estimate: titan-doctor diagnose --config ...)",
+    "training.batch_size or seq_len, set training.activation_checkpoint, or start fewer ranks per host "
+    "(estimate: titan-doctor diagnose --config ...)",
     "SIGSEGV": "a crash in native code (torch, torch_npu, a driver); fix: check the version pins with `titan-doctor "
-               "diagnose`, and rerun with PYTHONFAULTHANDLER=1 for the stack",
+    "diagnose`, and rerun with PYTHONFAULTHANDLER=1 for the stack",
     "SIGBUS": "often /dev/shm is too small (a container: docker run --shm-size=16g) or a memory-mapped file was "
-              "truncated while in use",
-    "SIGABRT": "a native library aborted (a torch or HCCL/NCCL assertion, glibc); the rank log's last lines say "
-               "which",
+    "truncated while in use",
+    "SIGABRT": "a native library aborted (a torch or HCCL/NCCL assertion, glibc); the rank log's last lines say which",
     "SIGILL": "an instruction this CPU lacks: a wheel built for another CPU; reinstall torch for this machine",
     "SIGTERM": "sent from outside the launcher (a scheduler's time limit or preemption, `kill`); rerun the same "
-               "command to resume",
+    "command to resume",
     "SIGHUP": "the terminal closed; run the job under nohup, tmux or a scheduler",
 }
 
@@ -87,15 +90,17 @@ _PORT = re.compile(r"port:?\s*(\d+)", re.I)
 
 
 def port_in_use_error(port: int | str) -> str:
-    return (f"port {port} (MASTER_PORT) is already in use on this host: another job or a leftover rank holds it "
-            f"(see `ss -ltnp | grep :{port}`); fix: pass another --master-port, or leave it out to take a free one")
+    return (
+        f"port {port} (MASTER_PORT) is already in use on this host: another job or a leftover rank holds it "
+        f"(see `ss -ltnp | grep :{port}`); fix: pass another --master-port, or leave it out to take a free one"
+    )
 
 
 def check_port_free(port: int) -> None:
     """Refuse, in one line, a rendezvous port that another process already listens on
     (rank 0's TCPStore would otherwise fail with a traceback in its log)."""
     with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # a port in TIME_WAIT is fine to reuse
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is fine to reuse
         try:
             s.bind(("", port))
         except PermissionError:
@@ -124,9 +129,9 @@ class LaunchOptions:
 class RankOutcome:
     rank: int
     log: Path
-    returncode: int | None = None     # None: still running when the launch ended (timeout)
-    ended_s: float | None = None      # seconds after start when its exit was seen
-    stopped: bool = False             # the launcher stopped it (after a failure, timeout or signal)
+    returncode: int | None = None  # None: still running when the launch ended (timeout)
+    ended_s: float | None = None  # seconds after start when its exit was seen
+    stopped: bool = False  # the launcher stopped it (after a failure, timeout or signal)
 
     @property
     def failed(self) -> bool:
@@ -139,7 +144,7 @@ class LaunchResult:
     master_addr: str
     master_port: int
     timed_out: bool = False
-    forwarded: int = 0                # signal forwarded to the ranks (0 = none)
+    forwarded: int = 0  # signal forwarded to the ranks (0 = none)
     first_failure: RankOutcome | None = None
     log_dir: Path = field(default_factory=Path)
     node_rank: int = 0
@@ -185,12 +190,13 @@ def single_process_env() -> None:
 
 # ---- rendezvous: who is node k, and where rank 0 listens ----
 
+
 @dataclass
 class Rendezvous:
     node_rank: int
     master_addr: str
     master_port: int
-    handler: object = None            # the c10d rendezvous handler, shut down after the run
+    handler: object = None  # the c10d rendezvous handler, shut down after the run
 
     def close(self) -> None:
         if self.handler is not None:
@@ -220,9 +226,15 @@ def rendezvous(opts: LaunchOptions) -> Rendezvous:
         from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
         host, port = _split_endpoint(opts.rdzv_endpoint)
-        handler = get_rendezvous_handler(RendezvousParameters(
-            backend=opts.rdzv_backend, endpoint=opts.rdzv_endpoint, run_id=opts.rdzv_id,
-            min_nodes=opts.nnodes, max_nodes=opts.nnodes))
+        handler = get_rendezvous_handler(
+            RendezvousParameters(
+                backend=opts.rdzv_backend,
+                endpoint=opts.rdzv_endpoint,
+                run_id=opts.rdzv_id,
+                min_nodes=opts.nnodes,
+                max_nodes=opts.nnodes,
+            )
+        )
         info = handler.next_rendezvous()
         key = "titan_train/master"
         if info.rank == 0:
@@ -231,17 +243,18 @@ def rendezvous(opts: LaunchOptions) -> Rendezvous:
         return Rendezvous(info.rank, addr, int(master_port), handler)
     if opts.master_addr:
         rdzv = Rendezvous(opts.node_rank, opts.master_addr, opts.master_port or 29500)
-    elif opts.rdzv_endpoint:   # one node with an explicit endpoint: rank 0 listens there
+    elif opts.rdzv_endpoint:  # one node with an explicit endpoint: rank 0 listens there
         host, port = _split_endpoint(opts.rdzv_endpoint)
         rdzv = Rendezvous(0, host, port)
     else:
         rdzv = Rendezvous(0, "127.0.0.1", opts.master_port or free_port())
-    if rdzv.node_rank == 0:   # this node's rank 0 will listen on the port
+    if rdzv.node_rank == 0:  # this node's rank 0 will listen on the port
         check_port_free(rdzv.master_port)
     return rdzv
 
 
 # ---- starting and watching the ranks ----
+
 
 def _die_with_parent() -> None:
     """Runs in the child before exec: its own process group (so a stop reaches its
@@ -250,7 +263,7 @@ def _die_with_parent() -> None:
     if sys.platform.startswith("linux"):
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _echo(pipe, log, out) -> None:
@@ -306,25 +319,40 @@ def _signal_group(proc: subprocess.Popen, signum: int) -> None:
         pass
 
 
-def start_ranks(cmd: list[str], opts: LaunchOptions, env: Mapping[str, str], log_dir: str | Path, *,
-                echo_rank0: bool = True, timeout_s: float | None = None, stop_grace_s: float = 5.0,
-                signal_grace_s: float = 600.0, rdzv: Rendezvous | None = None,
-                stop_signals: StopSignals | None = None) -> LaunchResult:
+def start_ranks(
+    cmd: list[str],
+    opts: LaunchOptions,
+    env: Mapping[str, str],
+    log_dir: str | Path,
+    *,
+    echo_rank0: bool = True,
+    timeout_s: float | None = None,
+    stop_grace_s: float = 5.0,
+    signal_grace_s: float = 600.0,
+    rdzv: Rendezvous | None = None,
+    stop_signals: StopSignals | None = None,
+) -> LaunchResult:
     """Run `cmd` once per local rank and wait. On the first failure the others are stopped;
     after `timeout_s` all are. A forwarded signal gives the ranks `signal_grace_s` to save.
     `stop_signals`: the caller's, already entered (a signal noted before now is forwarded too)."""
-    rdzv = rdzv or rendezvous(opts)   # first: a port in use is refused before any log or rank exists
+    rdzv = rdzv or rendezvous(opts)  # first: a port in use is refused before any log or rank exists
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     base = dict(env)
-    base.update(MASTER_ADDR=rdzv.master_addr, MASTER_PORT=str(rdzv.master_port), WORLD_SIZE=str(opts.world_size),
-                LOCAL_WORLD_SIZE=str(opts.nproc), GROUP_RANK=str(rdzv.node_rank), PYTHONUNBUFFERED="1",
-                TITAN_TRAIN_LAUNCHED="1")
+    base.update(
+        MASTER_ADDR=rdzv.master_addr,
+        MASTER_PORT=str(rdzv.master_port),
+        WORLD_SIZE=str(opts.world_size),
+        LOCAL_WORLD_SIZE=str(opts.nproc),
+        GROUP_RANK=str(rdzv.node_rank),
+        PYTHONUNBUFFERED="1",
+        TITAN_TRAIN_LAUNCHED="1",
+    )
     # One intra-op thread pool per core, not per rank per core (torchrun would force 1).
     base.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // opts.nproc)))
     procs, outcomes, files, threads = [], [], [], []
     start = time.monotonic()
-    with contextlib.nullcontext(stop_signals) if stop_signals else StopSignals() as fwd:   # before the first fork
+    with contextlib.nullcontext(stop_signals) if stop_signals else StopSignals() as fwd:  # before the first fork
         try:
             for local in range(opts.nproc):
                 rank = rdzv.node_rank * opts.nproc + local
@@ -333,9 +361,14 @@ def start_ranks(cmd: list[str], opts: LaunchOptions, env: Mapping[str, str], log
                 log.truncate(0)
                 files.append(log)
                 echo = echo_rank0 and rank == 0
-                proc = subprocess.Popen(cmd, env=dict(base, RANK=str(rank), LOCAL_RANK=str(local)),
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if echo else log, stderr=log,
-                                        preexec_fn=_die_with_parent)
+                proc = subprocess.Popen(
+                    cmd,
+                    env=dict(base, RANK=str(rank), LOCAL_RANK=str(local)),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE if echo else log,
+                    stderr=log,
+                    preexec_fn=_die_with_parent,
+                )
                 if echo:
                     t = threading.Thread(target=_echo, args=(proc.stdout, log, sys.stdout), daemon=True)
                     t.start()
@@ -390,7 +423,7 @@ def _wait(procs, outcomes, start, timeout_s, stop_grace_s, signal_grace_s, fwd: 
             for p, _ in running:
                 _signal_group(p, fwd.signum)
             kill_at = min(kill_at if kill_at is not None else float("inf"), now + signal_grace_s)
-        if not failure_seen and any(o.failed for o in outcomes):   # also while ranks save after a signal
+        if not failure_seen and any(o.failed for o in outcomes):  # also while ranks save after a signal
             failure_seen = True
             for p, o in running:
                 o.stopped = True
@@ -414,6 +447,7 @@ def _wait(procs, outcomes, start, timeout_s, stop_grace_s, signal_grace_s, fwd: 
 
 # ---- reading what happened ----
 
+
 def peer_lost(text: str) -> bool:
     """The log shows this rank failed because a peer went away (a secondary failure)."""
     return bool(_PEER_LOST.search(text))
@@ -434,10 +468,11 @@ def last_error_line(text: str, returncode: int | None) -> str:
     how the process ended."""
     lines = [_RANK_PREFIX.sub("", line, count=1) for line in text.splitlines()]
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
-    exception = [line.strip() for line in lines[starts[-1] + 1:] if line.strip() and not line[0].isspace()] \
-        if starts else []
+    exception = (
+        [line.strip() for line in lines[starts[-1] + 1 :] if line.strip() and not line[0].isspace()] if starts else []
+    )
     if exception:
-        if _ADDR_IN_USE.search(exception[0]):   # rank 0's TCPStore could not listen
+        if _ADDR_IN_USE.search(exception[0]):  # rank 0's TCPStore could not listen
             port = _PORT.search(exception[0])
             return port_in_use_error(port.group(1) if port else "MASTER_PORT")
         return exception[0]
@@ -476,8 +511,10 @@ def summary(result: LaunchResult, run_dir: str | Path, prog: str = "titan-train"
     if first is not None and first.returncode == EXIT_HANG:
         dumps = read_dumps(run_dir)
         stuck, why = stuck_ranks(dumps, [r.rank for r in result.ranks])
-        lines.append(f"{prog}: hang: a step ran past the watchdog limit (exit {EXIT_HANG}); "
-                     f"{len(dumps)} rank(s) dumped their stacks")
+        lines.append(
+            f"{prog}: hang: a step ran past the watchdog limit (exit {EXIT_HANG}); "
+            f"{len(dumps)} rank(s) dumped their stacks"
+        )
         if stuck:
             lines.append(f"  stuck: rank {', '.join(map(str, stuck))} ({why})")
         lines.append(f"  error: {last_error_line(read_log(first.log), first.returncode)}")
@@ -491,8 +528,13 @@ def summary(result: LaunchResult, run_dir: str | Path, prog: str = "titan-train"
         return ""
     lines.append(f"  rank logs ({len(result.ranks)} on this node):")
     for r in result.ranks:
-        note = ("failed first" if r is first and r.returncode != EXIT_HANG
-                else "stopped by the launcher" if r.stopped else _how(r))
+        note = (
+            "failed first"
+            if r is first and r.returncode != EXIT_HANG
+            else "stopped by the launcher"
+            if r.stopped
+            else _how(r)
+        )
         lines.append(f"    rank {r.rank:<3} {r.log}  ({note})")
     lines.append(f"  next: {diagnose_command(run_dir)}")
     return "\n".join(lines)
@@ -504,10 +546,16 @@ def _with_estimate_command(text: str, cmd: list[str], opts: LaunchOptions) -> st
     placeholder = "titan-doctor diagnose --config ..."
     if placeholder not in text or "--config" not in cmd[:-1]:
         return text
-    args = cmd[cmd.index("--config"):]
+    args = cmd[cmd.index("--config") :]
     sets = [f"--set {shlex.quote(args[i + 1])}" for i, a in enumerate(args[:-1]) if a == "--set"]
-    exact = " ".join([f"titan-doctor diagnose --config {shlex.quote(args[1])}", f"--world-size {opts.world_size}",
-                      "--device CARD", *sets])   # CARD: the accelerator's name (910B2, A100-80G...), not known here
+    exact = " ".join(
+        [
+            f"titan-doctor diagnose --config {shlex.quote(args[1])}",
+            f"--world-size {opts.world_size}",
+            "--device CARD",
+            *sets,
+        ]
+    )  # CARD: the accelerator's name (910B2, A100-80G...), not known here
     return text.replace(placeholder, exact)
 
 
@@ -515,7 +563,9 @@ def stop_note(result: LaunchResult) -> str:
     """What a forwarded signal left behind, from rank 0's own `stopped by ... after step N`
     line (signals.Stopped); no such line: the ranks were still starting and nothing ran."""
     text = read_log(result.ranks[0].log) if result.ranks else ""
-    stops = re.findall(r"titan-train: stopped by \w+ after step (\d+) \((checkpoint saved|no checkpoint configured)", text)
+    stops = re.findall(
+        r"titan-train: stopped by \w+ after step (\d+) \((checkpoint saved|no checkpoint configured)", text
+    )
     if not stops:
         return "during start-up, before any step: nothing was trained or saved; rerun the same command to start"
     step, how = stops[-1]
@@ -536,15 +586,16 @@ def launcher_log(log_dir: str | Path, node_rank: int) -> Path:
     return Path(log_dir) / f"launcher_node{node_rank}.log"
 
 
-def run_and_report(cmd: list[str], opts: LaunchOptions, run_dir: str | Path, env: Mapping[str, str] | None = None,
-                   **kw) -> int:
+def run_and_report(
+    cmd: list[str], opts: LaunchOptions, run_dir: str | Path, env: Mapping[str, str] | None = None, **kw
+) -> int:
     """start_ranks with logs in <run_dir>/logs, then the failure summary (first) and the
     failed rank's own last lines on stderr. Returns the exit code for the CLI."""
     result = start_ranks(cmd, opts, os.environ if env is None else env, Path(run_dir) / "logs", **kw)
     text = _with_estimate_command(summary(result, run_dir), cmd, opts)
     sys.stdout.flush()
     saved = launcher_log(result.log_dir, result.node_rank)
-    saved.unlink(missing_ok=True)   # a summary from an earlier run must not be read as this one's
+    saved.unlink(missing_ok=True)  # a summary from an earlier run must not be read as this one's
     first = result.first_failure
     if text and first is not None and first.returncode == EXIT_NON_FINITE:
         # every rank agreed on the NaN / inf stop and wrote the same line: that line is the news
@@ -557,13 +608,17 @@ def run_and_report(cmd: list[str], opts: LaunchOptions, run_dir: str | Path, env
         if tail:
             print(tail, file=sys.stderr)
     elif result.forwarded:
-        print(f"titan-train: stopped on {signal_name(result.forwarded)} (exit {result.exit_code}) "
-              f"{stop_note(result)}", file=sys.stderr)
+        print(
+            f"titan-train: stopped on {signal_name(result.forwarded)} (exit {result.exit_code}) {stop_note(result)}",
+            file=sys.stderr,
+        )
     return result.exit_code
 
 
-def spawn(opts: LaunchOptions, worker_argv: list[str], run_dir: str | Path,
-          stop_signals: StopSignals | None = None) -> int:
+def spawn(
+    opts: LaunchOptions, worker_argv: list[str], run_dir: str | Path, stop_signals: StopSignals | None = None
+) -> int:
     """The trainer's launch: `python -m titan_train.cli <worker_argv>` on every local rank."""
-    return run_and_report([sys.executable, "-m", "titan_train.cli", *worker_argv], opts, run_dir,
-                          stop_signals=stop_signals)
+    return run_and_report(
+        [sys.executable, "-m", "titan_train.cli", *worker_argv], opts, run_dir, stop_signals=stop_signals
+    )

@@ -3,6 +3,7 @@
 Both the run lock (checkpoint/run_lock.py) and a prepared token folder's writer marker
 (data/token_folder.py) ask "is the process that wrote this still running?".
 """
+
 from __future__ import annotations
 
 import os

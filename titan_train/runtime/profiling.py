@@ -12,6 +12,7 @@ torch_npu.profiler with its experimental config. Each rank writes its own Chrome
 (Perfetto / chrome://tracing) under <folder>/rank<N>/. `span` also names the phase a rank
 is in, which the hang watchdog reports; outside a profiled window it only sets that name.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,8 +20,8 @@ from pathlib import Path
 
 from titan_train.runtime import device
 
-_recording = False            # a profiler is running: spans become record_function ranges
-_current = ["idle"]           # the phase the main thread is in (read by the watchdog thread)
+_recording = False  # a profiler is running: spans become record_function ranges
+_current = ["idle"]  # the phase the main thread is in (read by the watchdog thread)
 
 
 def current_phase() -> str:
@@ -63,8 +64,10 @@ class Profiler:
             return "profiling off"
         first = c.wait + c.warmup + 1
         cycles = "every cycle until the end" if c.repeat == 0 else f"{c.repeat} cycle(s)"
-        return (f"profiling steps {first}-{first + c.active - 1} ({cycles} of wait {c.wait} + warmup {c.warmup} "
-                f"+ active {c.active}) -> {Path(c.folder) / 'rank<N>'}")
+        return (
+            f"profiling steps {first}-{first + c.active - 1} ({cycles} of wait {c.wait} + warmup {c.warmup} "
+            f"+ active {c.active}) -> {Path(c.folder) / 'rank<N>'}"
+        )
 
     def announce(self, say) -> None:
         """The start-of-run lines (when profiling): which steps, where, and a missing snapshot."""
@@ -80,12 +83,18 @@ class Profiler:
         c = self.cfg
         self.folder.mkdir(parents=True, exist_ok=True)
         mod, activities, extra, npu_handler = device.profiler_api(self.dev, c.npu_level)
-        handler = (npu_handler(str(self.folder), worker_name=f"rank{self.rank}") if npu_handler
-                   else self._export_chrome_trace)
-        self._prof = mod.profile(activities=activities,
-                                 schedule=mod.schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=c.repeat),
-                                 on_trace_ready=handler, record_shapes=c.record_shapes,
-                                 profile_memory=c.profile_memory, with_stack=c.with_stack, **extra)
+        handler = (
+            npu_handler(str(self.folder), worker_name=f"rank{self.rank}") if npu_handler else self._export_chrome_trace
+        )
+        self._prof = mod.profile(
+            activities=activities,
+            schedule=mod.schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=c.repeat),
+            on_trace_ready=handler,
+            record_shapes=c.record_shapes,
+            profile_memory=c.profile_memory,
+            with_stack=c.with_stack,
+            **extra,
+        )
         self._prof.__enter__()
         _recording = True
         if c.memory_snapshot:

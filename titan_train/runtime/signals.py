@@ -15,6 +15,7 @@ can tell "preempted, resume me" from "failed".
 
 Exit codes (128 + signal number, the shell's convention): SIGTERM -> 143, SIGINT -> 130.
 """
+
 from __future__ import annotations
 
 import signal
@@ -22,8 +23,8 @@ import sys
 import threading
 
 HANDLED = (signal.SIGTERM, signal.SIGINT)
-EXIT_SIGTERM = 128 + signal.SIGTERM   # 143: preempted (scancel, kill, the launcher forwarding it)
-EXIT_SIGINT = 128 + signal.SIGINT     # 130: Ctrl-C
+EXIT_SIGTERM = 128 + signal.SIGTERM  # 143: preempted (scancel, kill, the launcher forwarding it)
+EXIT_SIGINT = 128 + signal.SIGINT  # 130: Ctrl-C
 
 
 def exit_code(signum: int) -> int:
@@ -73,9 +74,9 @@ class GracefulStop:
 
     def __init__(self, signums=HANDLED, announce=True):
         self.signums = tuple(signums)
-        self.signum = 0            # first signal received on this rank (0 = none)
+        self.signum = 0  # first signal received on this rank (0 = none)
         self.announce = announce
-        self.group = None          # gloo group for the flag (None: the default group is gloo)
+        self.group = None  # gloo group for the flag (None: the default group is gloo)
         self._handlers = Handlers(self.signums, self._handle)
 
     def _handle(self, signum, _frame) -> None:
@@ -83,8 +84,10 @@ class GracefulStop:
             return  # a repeat (the launcher forwards what the terminal also sent): one stop is enough
         self.signum = signum
         if self.announce:
-            sys.stderr.write(f"titan-train: {signal.Signals(signum).name} received: finishing this step; every rank "
-                             "stops after the same one (saving it when checkpointing)\n")
+            sys.stderr.write(
+                f"titan-train: {signal.Signals(signum).name} received: finishing this step; every rank "
+                "stops after the same one (saving it when checkpointing)\n"
+            )
             sys.stderr.flush()
 
     def __enter__(self) -> GracefulStop:

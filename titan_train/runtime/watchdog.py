@@ -14,6 +14,7 @@ is blocked in or the last one seen, how many collectives it issued on the defaul
 (faulthandler). Ranks run in lock-step, so every rank's watchdog fires within moments of
 the others; each waits `grace_s` for its peers to dump too, then exits with EXIT_HANG.
 """
+
 from __future__ import annotations
 
 import collections
@@ -29,10 +30,10 @@ from pathlib import Path
 
 from titan_train.runtime import faults, profiling
 
-EXIT_HANG = 124          # the `timeout` command's code for "took too long"
-_RECENT = 20             # steps in the median
-_MIN_SAMPLES = 3         # before this many steps, the limit is startup_s
-_WRAPPERS = {"wrapper", "inner", "_fn", "decorator"}   # torch's logging/exception decorators
+EXIT_HANG = 124  # the `timeout` command's code for "took too long"
+_RECENT = 20  # steps in the median
+_MIN_SAMPLES = 3  # before this many steps, the limit is startup_s
+_WRAPPERS = {"wrapper", "inner", "_fn", "decorator"}  # torch's logging/exception decorators
 
 
 def diagnose_command(run_dir: str | Path) -> str:
@@ -45,8 +46,14 @@ def read_dumps(run_dir: str | Path) -> list[dict]:
     for path in sorted((Path(run_dir) / "hang").glob("rank*.txt")):
         head = "\n".join(path.read_text(errors="replace").splitlines()[:8])
         issued = re.search(r"issued on the default group: (\d+)", head)
-        out.append({"rank": int(path.stem[4:]), "path": path, "waiting": "in collective: none" not in head,
-                    "issued": int(issued.group(1)) if issued else None})
+        out.append(
+            {
+                "rank": int(path.stem[4:]),
+                "path": path,
+                "waiting": "in collective: none" not in head,
+                "issued": int(issued.group(1)) if issued else None,
+            }
+        )
     return out
 
 
@@ -164,13 +171,17 @@ class Watchdog:
         frame = sys._current_frames().get(self._main)
         now = collective_frames(frame) if frame is not None else None
         median = statistics.median(self.durations) if self.durations else None
-        rule = (f"{self.cfg.factor:g} x median {median:.2f} s, at least {self.cfg.floor_s:g} s"
-                if len(self.durations) >= _MIN_SAMPLES else f"watchdog.startup_s before {_MIN_SAMPLES} steps")
+        rule = (
+            f"{self.cfg.factor:g} x median {median:.2f} s, at least {self.cfg.floor_s:g} s"
+            if len(self.durations) >= _MIN_SAMPLES
+            else f"watchdog.startup_s before {_MIN_SAMPLES} steps"
+        )
         lines = [
             f"rank {self.rank}: step {self._step} has run {elapsed:.1f} s; limit {limit:.1f} s ({rule})",
             f"phase: {profiling.current_phase()}",
-            ("in collective: " + f"{now[0]} (called from {now[1]})") if now else
-            "in collective: none (this rank is not waiting for its peers: look at its stack below)",
+            ("in collective: " + f"{now[0]} (called from {now[1]})")
+            if now
+            else "in collective: none (this rank is not waiting for its peers: look at its stack below)",
             f"last collective seen: {self.last_collective}",
             f"collectives issued on the default group: {_issued_collectives()}",
             f"pid: {os.getpid()}",
@@ -181,8 +192,9 @@ class Watchdog:
             fh.write("\n".join(lines) + "\n")
             fh.flush()
             faulthandler.dump_traceback(file=fh, all_threads=True)
-        sys.stderr.write(f"titan-train: hang: {lines[0]}; stacks in {self.dump_path}. "
-                         f"Run: {diagnose_command(self.run_dir)}\n")
+        sys.stderr.write(
+            f"titan-train: hang: {lines[0]}; stacks in {self.dump_path}. Run: {diagnose_command(self.run_dir)}\n"
+        )
         sys.stderr.flush()
         time.sleep(self.grace_s)  # peers are firing too; let them finish their dumps
         self._exit(EXIT_HANG)

@@ -11,6 +11,7 @@ target (each file is read once, by its real path; hard links and overlapping PAT
 deduplicated by inode), and a link that leads out of the tree is not read at all, so an
 in-place run can neither replace a link with a file nor write outside the tree.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -49,6 +50,7 @@ REASONS = {
 class Entry:
     """A regular file under a named PATH: `path` is its real path, `rel` its place under
     the PATH (for --output), `kind` None for files that --output only copies."""
+
     path: Path
     root: Path
     rel: PurePosixPath
@@ -57,10 +59,10 @@ class Entry:
 
 @dataclass(frozen=True)
 class Link:
-    path: Path          # the link itself (not resolved)
+    path: Path  # the link itself (not resolved)
     root: Path
     rel: PurePosixPath
-    inside: bool        # its target is in the tree
+    inside: bool  # its target is in the tree
 
 
 @dataclass
@@ -146,8 +148,7 @@ class _Walker:
         self.found.skip(reason, shown_name(path, is_dir, self.cwd))
 
     def excluded(self, rel: str) -> bool:
-        return any(fnmatch.fnmatch(rel, pat) or fnmatch.fnmatch(rel, pat.rstrip("/") + "/*")
-                   for pat in self.exclude)
+        return any(fnmatch.fnmatch(rel, pat) or fnmatch.fnmatch(rel, pat.rstrip("/") + "/*") for pat in self.exclude)
 
     def add(self, path: Path, root: Path, rel: PurePosixPath, kind: str | None) -> None:
         if kind is not None:

@@ -6,6 +6,7 @@ global excludes file); this reader is the fallback with the same meaning: patter
 gitignore(5), the last matching line wins, `!` re-includes, a trailing `/` matches only
 folders, a pattern with a slash in it is anchored to its .gitignore's folder.
 """
+
 from __future__ import annotations
 
 import re
@@ -41,12 +42,12 @@ def _translate(body: str) -> str:
             out.append("[^/]")
             i += 1
         elif c == "[":
-            j = body.find("]", i + 2 if body[i + 1:i + 2] in ("!", "^", "]") else i + 1)
+            j = body.find("]", i + 2 if body[i + 1 : i + 2] in ("!", "^", "]") else i + 1)
             if j < 0:
                 out.append(re.escape(c))
                 i += 1
                 continue
-            inner = body[i + 1:j]
+            inner = body[i + 1 : j]
             if inner[:1] in ("!", "^"):
                 inner = "^" + inner[1:]
             out.append("[" + inner.replace("\\", "\\\\") + "]")

@@ -5,6 +5,7 @@ Every call uses NUL-separated output (-z): git quotes non-ASCII and odd names in
 line output, and a guard that misreads a name lets a local edit be overwritten.
 Outside a work tree (or without git) every answer is "nothing known".
 """
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,7 @@ _TIMEOUT = 120
 
 def _git(cwd: Path, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess | None:
     try:
-        return subprocess.run(["git", *args], cwd=cwd, input=stdin, capture_output=True,
-                              timeout=_TIMEOUT)
+        return subprocess.run(["git", *args], cwd=cwd, input=stdin, capture_output=True, timeout=_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired):
         return None
 
@@ -40,8 +40,7 @@ def toplevel(folder: Path, cache: dict | None = None) -> Path | None:
 def ignored_below(folder: Path) -> set[str] | None:
     """Paths under `folder` (relative, posix, folders without the trailing slash) that git
     ignores and does not track; "." when `folder` itself is ignored. None outside git."""
-    out = _git(folder, "ls-files", "-z", "--others", "--ignored", "--exclude-standard",
-               "--directory")
+    out = _git(folder, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory")
     if out is None or out.returncode != 0:
         return None
     names = {os.fsdecode(n).rstrip("/") or "." for n in out.stdout.split(b"\0") if n}
@@ -63,8 +62,7 @@ def dirty(paths: Iterable[Path]) -> list[Path]:
     untracked, renamed or conflicted. One `git status` per work tree."""
     found: list[Path] = []
     for top, group in _by_toplevel(paths).items():
-        out = _git(top, "status", "--porcelain=v1", "-z", "--untracked-files=all",
-                   "--ignored=no")
+        out = _git(top, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignored=no")
         if out is None or out.returncode != 0:
             continue
         changed: set[str] = set()
@@ -89,8 +87,7 @@ def ignored(paths: Iterable[Path]) -> list[Path]:
     found: list[Path] = []
     for top, group in _by_toplevel(paths).items():
         rel = {os.path.relpath(p, top).replace(os.sep, "/"): p for p in group}
-        out = _git(top, "check-ignore", "-z", "--stdin",
-                   stdin=b"\0".join(os.fsencode(r) for r in rel) + b"\0")
+        out = _git(top, "check-ignore", "-z", "--stdin", stdin=b"\0".join(os.fsencode(r) for r in rel) + b"\0")
         if out is None or out.returncode not in (0, 1):
             continue
         found += [rel[n] for n in (os.fsdecode(x) for x in out.stdout.split(b"\0")) if n in rel]

@@ -8,6 +8,7 @@ left out and why, is discovery.py; writing them is writes.py.
 Line numbers: every finding points into the INPUT file as it was read, in every mode
 (--check, --diff, in place, --output), so pre-commit, CI and an editor agree.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -46,7 +47,7 @@ class FileResult:
     original: bytes = b""
     new: bytes = b""
     findings: list[Finding] = field(default_factory=list)
-    suppressed: int = 0   # findings silenced by `# titan-doctor: ignore` comments
+    suppressed: int = 0  # findings silenced by `# titan-doctor: ignore` comments
 
 
 def _decode_problem(data: bytes, kind: str, wide: bool) -> tuple[str, int, int] | None:
@@ -65,8 +66,14 @@ def _decode_problem(data: bytes, kind: str, wide: bool) -> tuple[str, int, int] 
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        return (f"cannot decode as {encoding} (byte 0x{data[e.start]:02x}): not migrated; "
-                f"convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)"), line, col
+        return (
+            (
+                f"cannot decode as {encoding} (byte 0x{data[e.start]:02x}): not migrated; "
+                f"convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+            ),
+            line,
+            col,
+        )
     return None
 
 
@@ -80,9 +87,17 @@ def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileRe
     kind = kinds.kind_of(path, rules)
     if kind == kinds.REPORT:
         rule = rules.files[path.suffix]
-        return FileResult(path, UNCHANGED, data, data, [Finding(
-            code=rule.code, status=Status.MANUAL, message=rule.message,
-            fix=rule.fix, path=shown, line=1, col=1)])
+        return FileResult(
+            path,
+            UNCHANGED,
+            data,
+            data,
+            [
+                Finding(
+                    code=rule.code, status=Status.MANUAL, message=rule.message, fix=rule.fix, path=shown, line=1, col=1
+                )
+            ],
+        )
     if kind is None:
         return FileResult(path, UNCHANGED, data, data)
     # Rule markers are ASCII, so an ASCII-compatible file without them needs no decoding;
@@ -99,18 +114,43 @@ def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileRe
         new, findings = _migrate(kind, data, rules, shown, suppressed)
     except cst.ParserSyntaxError as e:
         message, line, col = parse_error(data, e)
-        return FileResult(path, FAILED, data, data, [_fail(
-            PARSE_FAILED, f"does not parse, left untouched: {message}", shown, line, col)])
+        return FileResult(
+            path,
+            FAILED,
+            data,
+            data,
+            [_fail(PARSE_FAILED, f"does not parse, left untouched: {message}", shown, line, col)],
+        )
     except NotebookError as e:
-        return FileResult(path, FAILED, data, data, [_fail(
-            PARSE_FAILED, f"{e}, left untouched", shown, e.line, e.col)])
+        return FileResult(path, FAILED, data, data, [_fail(PARSE_FAILED, f"{e}, left untouched", shown, e.line, e.col)])
     except OutputInvalid as e:
-        return FileResult(path, FAILED, data, data, [_fail(
-            OUTPUT_INVALID, f"migrated notebook would not be the same document ({e}); file left untouched", shown)])
+        return FileResult(
+            path,
+            FAILED,
+            data,
+            data,
+            [
+                _fail(
+                    OUTPUT_INVALID,
+                    f"migrated notebook would not be the same document ({e}); file left untouched",
+                    shown,
+                )
+            ],
+        )
     except (Exception, RecursionError) as e:  # noqa: BLE001 - one odd file must not stop a run
-        return FileResult(path, FAILED, data, data, [_fail(
-            TOOL_ERROR, f"left untouched: migrate failed on this file ({type(e).__name__}: {e}); "
-            "please report it", shown)])
+        return FileResult(
+            path,
+            FAILED,
+            data,
+            data,
+            [
+                _fail(
+                    TOOL_ERROR,
+                    f"left untouched: migrate failed on this file ({type(e).__name__}: {e}); please report it",
+                    shown,
+                )
+            ],
+        )
     if new == data:
         return FileResult(path, UNCHANGED, data, data, findings, len(suppressed))
     invalid = _output_problem(kind, path, data, new)
@@ -119,8 +159,9 @@ def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileRe
     return FileResult(path, CHANGED, data, new, findings, len(suppressed))
 
 
-def _migrate(kind: str, data: bytes, rules: RuleSet, shown: str,
-             suppressed: list[Finding]) -> tuple[bytes, list[Finding]]:
+def _migrate(
+    kind: str, data: bytes, rules: RuleSet, shown: str, suppressed: list[Finding]
+) -> tuple[bytes, list[Finding]]:
     if kind == kinds.PYTHON:
         return migrate_python(data, rules, shown, suppressed)
     if kind == kinds.NOTEBOOK:
@@ -159,8 +200,9 @@ def _work(item: tuple[Path, str]) -> FileResult:
     return process_file(item[0], _RULES, item[1])
 
 
-def run(files: list[tuple[Path, str]], rules: RuleSet, jobs: int = 1,
-        progress: Callable[[int], None] | None = None) -> list[FileResult]:
+def run(
+    files: list[tuple[Path, str]], rules: RuleSet, jobs: int = 1, progress: Callable[[int], None] | None = None
+) -> list[FileResult]:
     """process_file over (path, shown name) pairs, in `jobs` processes, in input order."""
     results: list[FileResult] = []
     if jobs <= 1 or len(files) < 2:

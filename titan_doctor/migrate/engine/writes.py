@@ -5,6 +5,7 @@ bytes go to a temporary file in the same folder, which is renamed over the targe
 place, the target must still hold the bytes that were migrated (an editor saving in the
 meantime is not overwritten).
 """
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,7 @@ class WriteRefused(OSError):
     """The target is a link or changed since it was read: not written."""
 
 
-def write_atomic(path: Path, data: bytes, expected: bytes | None = None,
-                 mode: int | None = None) -> None:
+def write_atomic(path: Path, data: bytes, expected: bytes | None = None, mode: int | None = None) -> None:
     """Temp file in the same folder, then rename over `path`, keeping its mode (or
     `mode`). With `expected`, refuse when the file no longer holds those bytes."""
     if path.is_symlink():
@@ -54,6 +54,7 @@ def copy_tree(found: Discovery, new: dict[Path, bytes], output: Path, roots: lis
     """Every file discovery kept, under `output` (one folder per PATH when several),
     migrated files with their new bytes; links recreated as links (a link into the tree
     points into the copy). Skipped paths (ignored, environments, .git) are not copied."""
+
     def base(root: Path) -> Path:
         return output / root.name if len(roots) > 1 else output
 

@@ -3,6 +3,7 @@ after the migration: line magics (`%time`), shell escapes (`!nvidia-smi`, `x = !
 help (`obj?`). Only logical line starts count (not the inside of a string or brackets),
 the way IPython finds them; every masked line keeps its place, so positions still hold.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,17 +16,18 @@ SHELL_CELL_MAGICS = {"bash", "sh", "system", "!"}
 PYTHON_LINE_MAGICS = ("time", "timeit", "prun", "memit")
 
 _MAGIC_LINE = re.compile(
-    r"^[ \t]*(?:[%!]|\?"                        # %magic, !shell, ?help
-    r"|[\w.\[\](), \t]+?[ \t]*=[ \t]*[%!]"      # x = !ls, out = %sx ls
-    r"|[\w.]+\?\??[ \t]*$)")                    # obj? / obj??
+    r"^[ \t]*(?:[%!]|\?"  # %magic, !shell, ?help
+    r"|[\w.\[\](), \t]+?[ \t]*=[ \t]*[%!]"  # x = !ls, out = %sx ls
+    r"|[\w.]+\?\??[ \t]*$)"
+)  # obj? / obj??
 _PY_LINE_MAGIC = re.compile(r"^([ \t]*)%(" + "|".join(PYTHON_LINE_MAGICS) + r")[ \t]+(?![-\s])")
 
 
 @dataclass
 class Magic:
-    original: str        # the line as it is in the cell (possibly shell-rewritten)
-    shift: int = 0       # python line magics: columns the `%time ` prefix took
-    prefix: str = ""     # python line magics: `%time ` (put back in front of the statement)
+    original: str  # the line as it is in the cell (possibly shell-rewritten)
+    shift: int = 0  # python line magics: columns the `%time ` prefix took
+    prefix: str = ""  # python line magics: `%time ` (put back in front of the statement)
 
 
 def mask(lines: list[str], token: str) -> tuple[list[str], dict[int, Magic]]:
@@ -38,20 +40,20 @@ def mask(lines: list[str], token: str) -> tuple[list[str], dict[int, Magic]]:
         body = line.rstrip("\r\n")
         if in_magic:  # backslash continuation of a magic line: same indent as its start
             magics[i] = Magic(line)
-            out[i] = _placeholder(indent + "x" + line[len(body):], token, i)
+            out[i] = _placeholder(indent + "x" + line[len(body) :], token, i)
             in_magic = body.endswith("\\")
             continue
         if depth == 0 and not quote and not cont and _MAGIC_LINE.match(body):
             py = _PY_LINE_MAGIC.match(body)
             if py and not body.endswith("\\"):
-                indent, prefix = py.group(1), body[len(py.group(1)):py.end()]
+                indent, prefix = py.group(1), body[len(py.group(1)) : py.end()]
                 magics[i] = Magic(line, shift=len(prefix), prefix=prefix)
-                out[i] = indent + body[py.end():] + f"  # {token}-{i}" + line[len(body):]
+                out[i] = indent + body[py.end() :] + f"  # {token}-{i}" + line[len(body) :]
             else:
                 magics[i] = Magic(line)
                 out[i] = _placeholder(line, token, i)
                 in_magic = body.endswith("\\")
-                indent = line[:len(line) - len(line.lstrip(" \t"))]
+                indent = line[: len(line) - len(line.lstrip(" \t"))]
             continue
         depth, quote = _scan(body, depth, quote)
         cont = body.endswith("\\") and not quote
@@ -61,7 +63,7 @@ def mask(lines: list[str], token: str) -> tuple[list[str], dict[int, Magic]]:
 
 
 def _placeholder(line: str, token: str, i: int) -> str:
-    indent = line[:len(line) - len(line.lstrip(" \t"))]
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
     return f"{indent}pass  # {token}-{i}" + ("\n" if line.endswith("\n") else "")
 
 
@@ -79,7 +81,7 @@ def _scan(body: str, depth: int, quote: str) -> tuple[int, str]:
         if c == "#":
             break
         if c in "\"'":
-            quote = body[j:j + 3] if body[j:j + 3] in ('"""', "'''") else c
+            quote = body[j : j + 3] if body[j : j + 3] in ('"""', "'''") else c
             j += len(quote)
             continue
         if c in "([{":
@@ -101,9 +103,9 @@ def unmask(text: str, magics: dict[int, Magic], token: str) -> str | None:
         magic = magics[i]
         if not magic.prefix:
             return magic.original.rstrip("\r\n") + (m.group(2) or "")
-        stmt = m.group(0)[:m.start(1) - m.start(0) - len(f"  # {token}-")]
-        indent = stmt[:len(stmt) - len(stmt.lstrip(" \t"))]
-        return indent + magic.prefix + stmt[len(indent):] + (m.group(2) or "")
+        stmt = m.group(0)[: m.start(1) - m.start(0) - len(f"  # {token}-")]
+        indent = stmt[: len(stmt) - len(stmt.lstrip(" \t"))]
+        return indent + magic.prefix + stmt[len(indent) :] + (m.group(2) or "")
 
     out = pattern.sub(back, text)
     return out if found == set(magics) else None

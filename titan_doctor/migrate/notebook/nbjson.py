@@ -2,6 +2,7 @@
 place: never re-serialised, so outputs, metadata, key order, indentation and the final
 newline stay byte for byte what the notebook's editor wrote.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -26,9 +27,9 @@ class OutputInvalid(ValueError):
 
 @dataclass
 class Cell:
-    number: int                      # 1-based, counting every cell (as editors show them)
+    number: int  # 1-based, counting every cell (as editors show them)
     cell_type: str = ""
-    value_span: tuple[int, int] | None = None   # the whole "source" value
+    value_span: tuple[int, int] | None = None  # the whole "source" value
     pieces: list[tuple[int, int]] = field(default_factory=list)  # string tokens in it
     lines: list[str] = field(default_factory=list)
     is_list: bool = True
@@ -97,6 +98,7 @@ def read_cells(text: str) -> list[Cell]:
                 value, end = scanstring(text, j + 1)
                 cell.is_list, cell.pieces, cell.lines = False, [(j, end)], [value]
             elif text[j] == "[":
+
                 def on_piece(k: int) -> int:
                     if text[k] != '"':
                         raise NotebookError("a source line is not a string")
@@ -104,6 +106,7 @@ def read_cells(text: str) -> list[Cell]:
                     cell.pieces.append((k, end))
                     cell.lines.append(value)
                     return end
+
                 end = _elements(text, j, on_piece)
             else:
                 raise NotebookError("cell source is neither a string nor a list")
@@ -166,19 +169,19 @@ def _array(raw: str, cell: Cell, new_lines: list[str], ensure_ascii: bool) -> st
     if not new_lines:
         return "[]"
     if pieces:
-        seps = [raw[a[1]:b[0]] for a, b in zip(pieces, pieces[1:])]
-        open_text, close_text = raw[start:pieces[0][0]], raw[pieces[-1][1]:end]
+        seps = [raw[a[1] : b[0]] for a, b in zip(pieces, pieces[1:])]
+        open_text, close_text = raw[start : pieces[0][0]], raw[pieces[-1][1] : end]
         sep = seps[0] if seps else "," + open_text[1:]
     else:  # "source": [] -> the layout nbformat writes (indent 1 below the key)
         line_start = raw.rfind("\n", 0, start) + 1
         indent = re.match(r"[ \t]*", raw[line_start:]).group(0)
         open_text, close_text, seps = "[\n" + indent + " ", "\n" + indent + "]", []
         sep = ",\n" + indent + " "
-    items: list[tuple[int | None, str]] = []   # (old piece index or None, token)
+    items: list[tuple[int | None, str]] = []  # (old piece index or None, token)
     matcher = difflib.SequenceMatcher(None, cell.lines, new_lines, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
-            items += [(i1 + k, raw[pieces[i1 + k][0]:pieces[i1 + k][1]]) for k in range(i2 - i1)]
+            items += [(i1 + k, raw[pieces[i1 + k][0] : pieces[i1 + k][1]]) for k in range(i2 - i1)]
         else:
             items += [(None, _encode(line, ensure_ascii)) for line in new_lines[j1:j2]]
     text = open_text

@@ -15,6 +15,7 @@ The JSON is never re-serialised: only the string tokens of changed source lines 
 replaced (array separators and indentation copied from their neighbours), and the result
 is loaded again and compared with the original document, source aside.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -53,6 +54,7 @@ __all__ = ["NotebookError", "OutputInvalid", "migrate_notebook"]
 class Unit:
     """A piece of one cell that is migrated: the namespace's Python, a separate file
     (%%writefile x.py) or shell lines. `first` is the cell line (1-based) it starts at."""
+
     cell: Cell
     first: int
     lines: list[str]
@@ -61,15 +63,15 @@ class Unit:
 
 def _kernel_language(doc: dict) -> str:
     meta = doc.get("metadata") or {}
-    for value in ((meta.get("kernelspec") or {}).get("language"),
-                  (meta.get("language_info") or {}).get("name")):
+    for value in ((meta.get("kernelspec") or {}).get("language"), (meta.get("language_info") or {}).get("name")):
         if isinstance(value, str) and value:
             return value.lower()
     return "python"
 
 
-def migrate_notebook(data: bytes, rules: RuleSet, path: str,
-                     suppressed: list[Finding] | None = None) -> tuple[bytes, list[Finding]]:
+def migrate_notebook(
+    data: bytes, rules: RuleSet, path: str, suppressed: list[Finding] | None = None
+) -> tuple[bytes, list[Finding]]:
     """(new bytes, findings) for one .ipynb. A cell that does not parse is a finding;
     NotebookError (not a notebook) and OutputInvalid (our result would not be the same
     document) are raised for the engine to report. Findings silenced by
@@ -81,20 +83,31 @@ def migrate_notebook(data: bytes, rules: RuleSet, path: str,
     except json.JSONDecodeError as e:
         raise NotebookError(f"not valid JSON: {e.msg}", e.lineno, e.colno) from e
     if not isinstance(doc, dict) or not isinstance(doc.get("cells", []), list):
-        raise NotebookError("not a Jupyter notebook (no top-level \"cells\" list)")
+        raise NotebookError('not a Jupyter notebook (no top-level "cells" list)')
     nb = _Notebook(raw, rules, path, suppressed)
     version = doc.get("nbformat", 4)
     if (isinstance(version, int) and version < 4) or "cells" not in doc:
-        nb.report(None, 1, 1, "nbformat 3 notebook (worksheets): not migrated",
-                  "upgrade it first: jupyter nbconvert --to notebook --nbformat 4 --inplace FILE",
-                  needs_marker=raw)
+        nb.report(
+            None,
+            1,
+            1,
+            "nbformat 3 notebook (worksheets): not migrated",
+            "upgrade it first: jupyter nbconvert --to notebook --nbformat 4 --inplace FILE",
+            needs_marker=raw,
+        )
         return data, nb.findings
     cells = read_cells(raw)
     code = [c for c in cells if c.cell_type == "code"]
     language = _kernel_language(doc)
     if language not in ("python", "python3", "ipython", "ipython3"):
-        nb.report(None, 1, 1, f"notebook kernel language is {language!r}: code cells not migrated",
-                  "migrate the code by hand", needs_marker="".join(c.source for c in code))
+        nb.report(
+            None,
+            1,
+            1,
+            f"notebook kernel language is {language!r}: code cells not migrated",
+            "migrate the code by hand",
+            needs_marker="".join(c.source for c in code),
+        )
         return data, nb.findings
 
     shared: list[Unit] = []
@@ -112,13 +125,12 @@ def migrate_notebook(data: bytes, rules: RuleSet, path: str,
 class _Notebook:
     """Per-notebook state: findings in file coordinates and the cells' new lines."""
 
-    def __init__(self, raw: str, rules: RuleSet, path: str,
-                 suppressed: list[Finding] | None = None) -> None:
+    def __init__(self, raw: str, rules: RuleSet, path: str, suppressed: list[Finding] | None = None) -> None:
         self.raw, self.rules, self.path = raw, rules, path
         self.suppressed = suppressed if suppressed is not None else []
         self.token = "titan-doctor-" + hashlib.sha1(raw.encode("utf-8")).hexdigest()[:12]
         self.findings: list[Finding] = []
-        self._lines: dict[int, list[str]] = {}    # cell number -> its lines, as edited
+        self._lines: dict[int, list[str]] = {}  # cell number -> its lines, as edited
         self._cells: dict[int, Cell] = {}
         self._ascii = escapes_non_ascii(raw)
         self._newlines = [m.start() for m in re.finditer("\n", raw)]
@@ -140,12 +152,12 @@ class _Notebook:
             return 1, 1
         if cell.is_list:
             k = min(max(line, 1), len(cell.pieces)) - 1
-            before = cell.lines[k][:col - 1] if line - 1 == k else ""
+            before = cell.lines[k][: col - 1] if line - 1 == k else ""
         else:
             k = 0
             lines = split_lines(cell.lines[0]) or [""]
             row = min(max(line, 1), len(lines)) - 1
-            before = "".join(lines[:row]) + lines[row][:col - 1]
+            before = "".join(lines[:row]) + lines[row][: col - 1]
         offset = cell.pieces[k][0] + len(json.dumps(before, ensure_ascii=self._ascii)) - 1
         row = bisect.bisect_left(self._newlines, offset)
         start = self._newlines[row - 1] + 1 if row else 0
@@ -153,13 +165,26 @@ class _Notebook:
 
     def place(self, f: Finding, cell: Cell, line: int, col: int) -> Finding:
         fline, fcol = self.where(cell, line, col)
-        return replace(f, path=self.path, line=fline, col=fcol,
-                       message=f"cell {cell.number}: {f.message}",
-                       data={**f.data, "cell": cell.number, "cell_line": line, "cell_col": col})
+        return replace(
+            f,
+            path=self.path,
+            line=fline,
+            col=fcol,
+            message=f"cell {cell.number}: {f.message}",
+            data={**f.data, "cell": cell.number, "cell_line": line, "cell_col": col},
+        )
 
-    def report(self, cell: Cell | None, line: int, col: int, message: str, fix: str,
-               needs_marker: str | None = None, status: Status = Status.MANUAL,
-               code: str = NOT_MIGRATED) -> None:
+    def report(
+        self,
+        cell: Cell | None,
+        line: int,
+        col: int,
+        message: str,
+        fix: str,
+        needs_marker: str | None = None,
+        status: Status = Status.MANUAL,
+        code: str = NOT_MIGRATED,
+    ) -> None:
         """A finding of our own; with `needs_marker`, only if that text could match a rule."""
         if needs_marker is not None and not self.rules.mentions(needs_marker.encode()):
             return
@@ -175,7 +200,7 @@ class _Notebook:
 
     def _replace_from(self, cell: Cell, first: int, body: str) -> None:
         lines = self._lines.setdefault(cell.number, split_lines(cell.source))
-        lines[first - 1:] = split_lines(body)
+        lines[first - 1 :] = split_lines(body)
 
     # planning ------------------------------------------------------------------------------
     def plan(self, cell: Cell, shared: list[Unit]) -> None:
@@ -192,8 +217,9 @@ class _Notebook:
         args = rest.split()
         if name in PYTHON_CELL_MAGICS:
             self._add_python(cell, 2, lines[1:], shared)
-        elif name in SHELL_CELL_MAGICS or (name == "script" and args and
-                                           PurePath(args[0]).name in ("bash", "sh", "zsh")):
+        elif name in SHELL_CELL_MAGICS or (
+            name == "script" and args and PurePath(args[0]).name in ("bash", "sh", "zsh")
+        ):
             self._shell(cell, 2, lines[1:])
         elif name in ("writefile", "file") and [a for a in args if not a.startswith("-")]:
             target = PurePath([a for a in args if not a.startswith("-")][-1])
@@ -207,8 +233,14 @@ class _Notebook:
             self._other(cell, name, lines)
 
     def _other(self, cell: Cell, name: str, lines: list[str]) -> None:
-        self.report(cell, 1, 1, f"%%{name} cell is not Python: not migrated",
-                    "migrate this cell by hand", needs_marker="".join(lines[1:]))
+        self.report(
+            cell,
+            1,
+            1,
+            f"%%{name} cell is not Python: not migrated",
+            "migrate this cell by hand",
+            needs_marker="".join(lines[1:]),
+        )
 
     def _shell(self, cell: Cell, first: int, lines: list[str]) -> None:
         """Shell lines (a %%bash cell, a %%writefile of a script): the .sh line rewriter."""
@@ -231,22 +263,34 @@ class _Notebook:
                 continue
             seen = len(self.findings) + len(self.suppressed)
             new = self._rewrite_magic_line(cell, first + i, magic.original)
-            if (len(self.findings) + len(self.suppressed) == seen
-                    and not silences(codes_on(magic.original), NOT_MIGRATED)):
-                self.report(cell, first + i, 1, "IPython magic line not migrated",
-                            "migrate this line by hand", needs_marker=magic.original)
+            if len(self.findings) + len(self.suppressed) == seen and not silences(
+                codes_on(magic.original), NOT_MIGRATED
+            ):
+                self.report(
+                    cell,
+                    first + i,
+                    1,
+                    "IPython magic line not migrated",
+                    "migrate this line by hand",
+                    needs_marker=magic.original,
+                )
             magics[i] = Magic(new)
         shared.append(Unit(cell, first, masked, magics))
 
     def _separate_python(self, cell: Cell, lines: list[str], name: str) -> None:
         """%%writefile x.py: its own module (own imports), not the notebook's namespace."""
         try:
-            new, found = migrate_python("".join(lines).encode("utf-8"), self.rules, self.path,
-                                self.suppressed)
+            new, found = migrate_python("".join(lines).encode("utf-8"), self.rules, self.path, self.suppressed)
         except cst.ParserSyntaxError as e:
-            self.report(cell, 1 + e.raw_line, e.raw_column + 1,
-                        f"%%writefile {name} does not parse, left as is: {e.message}", "",
-                        status=Status.FAIL, code="NPU001")
+            self.report(
+                cell,
+                1 + e.raw_line,
+                e.raw_column + 1,
+                f"%%writefile {name} does not parse, left as is: {e.message}",
+                "",
+                status=Status.FAIL,
+                code="NPU001",
+            )
             return
         unit = Unit(cell, 2, lines)
         for f in found:
@@ -273,9 +317,15 @@ class _Notebook:
                 if not bad:  # only the join fails to parse: blame the cell the parser names
                     bad = [(units[max(bisect.bisect_right(starts, e.raw_line) - 1, 0)], e)]
                 for u, err in bad:
-                    self.report(u.cell, u.first + err.raw_line - 1, err.raw_column + 1,
-                                f"does not parse, left as is: {err.message}", "",
-                                status=Status.FAIL, code="NPU001")
+                    self.report(
+                        u.cell,
+                        u.first + err.raw_line - 1,
+                        err.raw_column + 1,
+                        f"does not parse, left as is: {err.message}",
+                        "",
+                        status=Status.FAIL,
+                        code="NPU001",
+                    )
                 units = [u for u in units if all(u is not b for b, _ in bad)]
                 continue
             self._split_back(units, starts, marker, new.decode("utf-8"), found)
@@ -291,8 +341,9 @@ class _Notebook:
                 bad.append((u, e))
         return bad
 
-    def _split_back(self, units: list[Unit], starts: list[int], marker: dict[int, str],
-                    new_text: str, found: list[Finding]) -> None:
+    def _split_back(
+        self, units: list[Unit], starts: list[int], marker: dict[int, str], new_text: str, found: list[Finding]
+    ) -> None:
         for f in found:
             k = max(bisect.bisect_right(starts, f.line or 1) - 1, 0)
             u = units[k]

@@ -9,6 +9,7 @@ only files that assign a device-looking string to a name no rule knows pay for i
 Names are tracked per file, not per scope: a name used as a device anywhere in the
 file is a device everywhere in it.
 """
+
 from __future__ import annotations
 
 import ast
@@ -26,8 +27,10 @@ def may_flow(rules: RuleSet, data: bytes) -> bool:
     device = LITERALS["device"].cuda.encode()
     if device not in data:
         return False
-    return any(rules.value_literal(m.group(1).decode()) is None and device in data[m.end():m.end() + 8]
-               for m in _ASSIGNED.finditer(data))
+    return any(
+        rules.value_literal(m.group(1).decode()) is None and device in data[m.end() : m.end() + 8]
+        for m in _ASSIGNED.finditer(data)
+    )
 
 
 def device_variables(rules: RuleSet, tree: ast.Module) -> frozenset[str]:
@@ -39,8 +42,9 @@ def device_variables(rules: RuleSet, tree: ast.Module) -> frozenset[str]:
             head = _head(node.value)
             if head is not None and (literal.rewrite(head) or literal.rewrite_head(head)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                candidates.update(t.id for t in targets if isinstance(t, ast.Name)
-                                  and rules.value_literal(t.id) is None)
+                candidates.update(
+                    t.id for t in targets if isinstance(t, ast.Name) and rules.value_literal(t.id) is None
+                )
     if not candidates:
         return frozenset()
     imports = flat_imports(tree)
@@ -52,8 +56,9 @@ def device_variables(rules: RuleSet, tree: ast.Module) -> frozenset[str]:
                     used.add(value.id)
         elif isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
-            if any(isinstance(s, ast.Constant) and isinstance(s.value, str) and literal.rewrite(s.value)
-                   for s in sides):
+            if any(
+                isinstance(s, ast.Constant) and isinstance(s.value, str) and literal.rewrite(s.value) for s in sides
+            ):
                 used.update(s.id for s in sides if isinstance(s, ast.Name) and s.id in candidates)
     return frozenset(used)
 
@@ -82,7 +87,7 @@ def _device_args(rules: RuleSet, call: ast.Call, imports: dict[str, str]):
             yield from (k.value for k in call.keywords if k.arg in rule.keywords)
             continue
         callee = rule.callee or ""
-        hit = (q is not None and (q == callee or (callee.endswith(".*") and q.startswith(callee[:-1]))))
+        hit = q is not None and (q == callee or (callee.endswith(".*") and q.startswith(callee[:-1])))
         if not hit and not (rule.method and rule.method == method):
             continue
         if rule.any_arg:

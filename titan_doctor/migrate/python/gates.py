@@ -23,6 +23,7 @@ built by torch.utils.cpp_extension.load. Name resolution here is flat (every imp
 file counts everywhere): an over-approximation, which errs on the safe side (a manual
 finding, never a wrong rewrite).
 """
+
 from __future__ import annotations
 
 import ast
@@ -39,11 +40,16 @@ _FLAG_VALUES = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Call, ast.Attribute)
 
 def may_gate_kernels(rules: RuleSet, data: bytes) -> bool:
     """Cheap text check: does the file spell a device check and a CUDA-only kernel?"""
-    return (rules.kernel_gate is not None and rules.kernel_re is not None and rules.gate_re is not None
-            and bool(rules.gate_re.search(data)) and bool(rules.kernel_re.search(data)))
+    return (
+        rules.kernel_gate is not None
+        and rules.kernel_re is not None
+        and rules.gate_re is not None
+        and bool(rules.gate_re.search(data))
+        and bool(rules.kernel_re.search(data))
+    )
 
 
-Hit = tuple[str, str]   # (what is CUDA-only, e.g. "_fused -> triton.jit"; the NPU alternative)
+Hit = tuple[str, str]  # (what is CUDA-only, e.g. "_fused -> triton.jit"; the NPU alternative)
 
 
 def kernel_gate_lines(rules: RuleSet, tree: ast.Module) -> dict[int, Hit]:
@@ -60,14 +66,14 @@ class _Scan:
         self.gate_attrs = {g[1:] for g in gate.gates if g.startswith(".")}
         self.function_re = glob_re(gate.module_globs)
         self.module_re = glob_re((*gate.module_globs, *gate.extension_globs))
-        self.nodes = list(ast.walk(tree))   # walked once: the scans below read this list
+        self.nodes = list(ast.walk(tree))  # walked once: the scans below read this list
         self.called: set[int] = set()
         self.device = LITERALS["device"]
         self.bindings: dict[str, str] = {}
         self.kernel_objects: dict[str, Hit] = {}
         self.lines: dict[int, Hit] = {}
         self.kernel_defs: dict[str, Hit] = {}
-        self.gate_vars: dict[str, list[int]] = {}   # ON_GPU = torch.cuda.is_available()
+        self.gate_vars: dict[str, list[int]] = {}  # ON_GPU = torch.cuda.is_available()
         self.gate_funcs: dict[str, list[int]] = {}  # def _eligible(x): return x.is_cuda and ...
         self._bind(tree)
         self.candidates = self._candidate_lines(tree)
@@ -76,8 +82,12 @@ class _Scan:
         self.called = {id(n.func) for n in self.nodes if isinstance(n, ast.Call)}
         self.kernel_defs = self._kernel_defs()
         for node in self.nodes:
-            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                    and isinstance(node.value, _FLAG_VALUES)):   # a boolean flag, not a value using one
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, _FLAG_VALUES)
+            ):  # a boolean flag, not a value using one
                 lines = self._gate_lines(node.value)
                 if lines:
                     self.gate_vars.setdefault(node.targets[0].id, []).extend(lines)
@@ -94,8 +104,10 @@ class _Scan:
                     rule = self.rules.names.get(builder)
                     for t in node.targets:
                         if isinstance(t, ast.Name):
-                            self.kernel_objects[t.id] = (f"{t.id}, built by {builder.rsplit('.', 1)[1]}",
-                                                         rule.fix if rule else "")
+                            self.kernel_objects[t.id] = (
+                                f"{t.id}, built by {builder.rsplit('.', 1)[1]}",
+                                rule.fix if rule else "",
+                            )
 
     def _qname(self, node: ast.AST) -> str | None:
         return qualified(node, self.bindings)
@@ -106,8 +118,10 @@ class _Scan:
         if module.lstrip(".").split(".")[0] == "torch":
             return False  # torch's own modules are rewritten, not kernels
         parts = [c for c in module.strip(".").split(".") if c]
-        return any((self.function_re if called and i == len(parts) - 1 else self.module_re).match(c)
-                   for i, c in enumerate(parts))
+        return any(
+            (self.function_re if called and i == len(parts) - 1 else self.module_re).match(c)
+            for i, c in enumerate(parts)
+        )
 
     def _kernel_name(self, qname: str, called: bool = False) -> Hit | None:
         """What makes a resolved name CUDA-only (and its NPU alternative), or None."""
@@ -134,7 +148,7 @@ class _Scan:
         or by calling one that does (each body is walked once; calls are followed
         afterwards). A class counts by its methods: `_Fused.apply(x)` runs its forward."""
         direct: dict[str, Hit] = {}
-        calls: dict[str, dict[str, None]] = {}   # in source order: the same explanation every run
+        calls: dict[str, dict[str, None]] = {}  # in source order: the same explanation every run
         for d in self.nodes:
             if not isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
@@ -147,7 +161,7 @@ class _Scan:
                             direct[d.name] = hit
                     name = _called_name(node)
                     if name is None and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                        name = node.id   # passed on, not called: _run_tuned(_kernel, ...), local_map(...)(f)
+                        name = node.id  # passed on, not called: _run_tuned(_kernel, ...), local_map(...)(f)
                     if name is not None:
                         called[name] = None
         found = {name: (f"{name} -> {hit[0]}", hit[1]) for name, hit in direct.items()}
@@ -173,7 +187,7 @@ class _Scan:
         if isinstance(node, ast.Name):
             if node.id in self.kernel_objects:
                 return self.kernel_objects[node.id]
-            if node.id in self.kernel_defs:   # a kernel function handed to another call
+            if node.id in self.kernel_defs:  # a kernel function handed to another call
                 return self.kernel_defs[node.id]
             q = self.bindings.get(node.id)
             return self._kernel_name(q, id(node) in self.called) if q else None
@@ -196,13 +210,18 @@ class _Scan:
         """Lines holding a device check or a flag named like one (one walk of the file)."""
         lines = set(self._gate_lines(tree))
         if not lines:
-            return lines   # no check at all: no flag or predicate can hold one either
-        flags = {n.targets[0].id for n in self.nodes if isinstance(n, ast.Assign) and len(n.targets) == 1
-                 and isinstance(n.targets[0], ast.Name) and n.lineno in lines}
+            return lines  # no check at all: no flag or predicate can hold one either
+        flags = {
+            n.targets[0].id
+            for n in self.nodes
+            if isinstance(n, ast.Assign)
+            and len(n.targets) == 1
+            and isinstance(n.targets[0], ast.Name)
+            and n.lineno in lines
+        }
         if flags:  # `if ON_GPU:` is a check too
             lines |= {n.lineno for n in self.nodes if isinstance(n, ast.Name) and n.id in flags}
-        predicates = _predicates(self.nodes, lambda e: [ln for ln in range(e.lineno, e.end_lineno + 1)
-                                                        if ln in lines])
+        predicates = _predicates(self.nodes, lambda e: [ln for ln in range(e.lineno, e.end_lineno + 1) if ln in lines])
         if predicates:  # `if _eligible(x):` too
             lines |= {n.lineno for n in self.nodes if _called_name(n) in predicates}
         return lines
@@ -217,17 +236,20 @@ class _Scan:
         for node in ast.walk(expr):
             if isinstance(node, ast.Compare):
                 for side in (node.left, *node.comparators):
-                    if isinstance(side, ast.Constant) and isinstance(side.value, str) and (
-                            self.device.rewrite(side.value) is not None):
+                    if (
+                        isinstance(side, ast.Constant)
+                        and isinstance(side.value, str)
+                        and (self.device.rewrite(side.value) is not None)
+                    ):
                         lines.append(side.lineno)
             elif isinstance(node, ast.Attribute) and node.attr in self.gate_attrs:
                 lines.append(node.end_lineno or node.lineno)
             elif isinstance(node, ast.Call) and self._qname(node.func) in self.gate_names:
                 lines.append(node.func.lineno)
             elif isinstance(node, ast.Name) and node.id in self.gate_vars:
-                lines.extend(self.gate_vars[node.id])   # the check made where the flag was set
+                lines.extend(self.gate_vars[node.id])  # the check made where the flag was set
             if isinstance(node, ast.Call) and _called_name(node) in self.gate_funcs:
-                lines.extend(self.gate_funcs[_called_name(node)])   # the checks the predicate returns
+                lines.extend(self.gate_funcs[_called_name(node)])  # the checks the predicate returns
         return lines
 
     def _mark(self, expr: ast.AST, region: list[ast.AST]) -> None:
@@ -244,8 +266,8 @@ class _Scan:
         (an early exit or an assert in a nested block guards that too)."""
         for i, stmt in enumerate(body):
             if not self._touches(stmt):
-                continue   # no device check anywhere inside: nothing to decide here
-            rest = [*body[i + 1:], *after]
+                continue  # no device check anywhere inside: nothing to decide here
+            rest = [*body[i + 1 :], *after]
             if isinstance(stmt, (ast.If, ast.While)):
                 region = [*stmt.body, *stmt.orelse]
                 if isinstance(stmt, ast.If) and _exits(stmt):
@@ -292,8 +314,12 @@ def _predicates(nodes: list[ast.AST], gate_lines) -> dict[str, list[int]]:
     found: dict[str, list[int]] = {}
     for d in nodes:
         if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            lines = [ln for r in ast.walk(d) if isinstance(r, ast.Return) and r.value is not None
-                     for ln in gate_lines(r.value)]
+            lines = [
+                ln
+                for r in ast.walk(d)
+                if isinstance(r, ast.Return) and r.value is not None
+                for ln in gate_lines(r.value)
+            ]
             if lines:
                 found[d.name] = lines
     return found

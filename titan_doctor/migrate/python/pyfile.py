@@ -1,5 +1,6 @@
 """One Python source through the codemod: parse, the pre-walk scans, the walk, and
 `import torch_npu` where the kept rewrites need it."""
+
 from __future__ import annotations
 
 import ast
@@ -24,13 +25,14 @@ class _EveryLine(dict):
         return ("a CUDA-only kernel this file may use (the stdlib parser could not read it)", "")
 
 
-def migrate_python(data: bytes, rules: RuleSet, path: str,
-                   suppressed: list[Finding] | None = None) -> tuple[bytes, list[Finding]]:
+def migrate_python(
+    data: bytes, rules: RuleSet, path: str, suppressed: list[Finding] | None = None
+) -> tuple[bytes, list[Finding]]:
     """(new bytes, findings) for one Python source; raises cst.ParserSyntaxError.
     Findings silenced by `# titan-doctor: ignore` go to `suppressed` when it is given."""
     module = cst.parse_module(data)
     statements = statement_map(data, rules)
-    tree = statements.tree if statements is not None else None   # one stdlib parse serves all
+    tree = statements.tree if statements is not None else None  # one stdlib parse serves all
     kernel_lines: dict[int, tuple[str, str]] = {}
     if gates.may_gate_kernels(rules, data):
         tree = tree or stdlib_tree(data)
@@ -39,8 +41,15 @@ def migrate_python(data: bytes, rules: RuleSet, path: str,
     if flows.may_flow(rules, data):
         tree = tree or stdlib_tree(data)
         device_names = flows.device_variables(rules, tree) if tree is not None else frozenset()
-    migrator = build(rules, path, data.decode(module.encoding, errors="replace"), statements,
-                     suppressions(data), kernel_lines, device_names=device_names)
+    migrator = build(
+        rules,
+        path,
+        data.decode(module.encoding, errors="replace"),
+        statements,
+        suppressions(data),
+        kernel_lines,
+        device_names=device_names,
+    )
     out = module.visit(migrator)
     ctx = migrator.ctx
     findings = ctx.finish()

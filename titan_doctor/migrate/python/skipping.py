@@ -8,6 +8,7 @@ cannot match and is skipped. Imports are never skipped (they bind names), nor ar
 compound statements that contain imports (try: import x). The same spans resync the
 walk's line counter at every simple statement (walk/positions.py).
 """
+
 from __future__ import annotations
 
 import ast
@@ -28,7 +29,7 @@ class StatementMap:
     """ast statements in source order, consumed one per libcst statement visited."""
 
     def __init__(self, tree: ast.Module, data: bytes, rules: RuleSet) -> None:
-        self.tree = tree   # also read by gates.py and flows.py: one stdlib parse serves all
+        self.tree = tree  # also read by gates.py and flows.py: one stdlib parse serves all
         self._spans: list[Span] = []
         _collect(tree.body, self._spans)
         self._next = 0
@@ -69,7 +70,7 @@ class StatementMap:
         if any(i in self._hot_lines for i in range(span.start, span.end + 1)):
             return False
         if self._aliases:
-            text = b"\n".join(self._lines[span.start - 1:span.end])
+            text = b"\n".join(self._lines[span.start - 1 : span.end])
             if any(a.search(text) for a in self._aliases):
                 return False
         return True

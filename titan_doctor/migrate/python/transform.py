@@ -16,6 +16,7 @@ What the pieces share is the Context (context.py: findings, rewrites, groups); w
 file offers them besides is a PythonFile (rules/kind.py): the positions, the scopes, what
 the pre-walk scans found (python/flows.py, python/gates.py) and the kernel gate check.
 """
+
 from __future__ import annotations
 
 from titan_doctor.migrate.context import Context
@@ -29,15 +30,22 @@ from titan_doctor.migrate.walk.positions import Positions
 from titan_doctor.migrate.walk.scopes import Scopes, ScopeTracker
 
 
-def build(rules: RuleSet, path: str, source: str, statements: StatementMap | None = None,
-          suppressed_lines: dict[int, frozenset[str]] | None = None,
-          kernel_lines: dict[int, tuple[str, str]] | None = None, trace: bool = False,
-          device_names: frozenset[str] = frozenset()) -> Migrator:
+def build(
+    rules: RuleSet,
+    path: str,
+    source: str,
+    statements: StatementMap | None = None,
+    suppressed_lines: dict[int, frozenset[str]] | None = None,
+    kernel_lines: dict[int, tuple[str, str]] | None = None,
+    trace: bool = False,
+    device_names: frozenset[str] = frozenset(),
+) -> Migrator:
     """A Migrator with every piece, ready for `module.visit(...)`."""
     positions, scopes = Positions(source, statements), Scopes()
     ctx = Context(path, positions.of, scopes.lookup, suppressed_lines, trace)
-    file = PythonFile(positions, scopes, device_names,
-                      kernel_gate.checker(ctx, rules, kernel_lines or {}, positions.line_of))
+    file = PythonFile(
+        positions, scopes, device_names, kernel_gate.checker(ctx, rules, kernel_lines or {}, positions.line_of)
+    )
     pieces = [positions, ScopeTracker(ctx, scopes, positions, rules.name_rule)]
     for make in PYTHON_PIECES:
         pieces += [p for p in make(ctx, rules, file) if p is not None]

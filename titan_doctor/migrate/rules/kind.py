@@ -8,6 +8,7 @@ where it is indexed in the RuleSet, and the VALID / INVALID examples the tests r
 they share: their RuleSet fields, the lookups derived over all rules, and the pieces that
 apply them, to Python code (the libcst walk) and to script lines.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -46,8 +47,9 @@ def fill(template: str, **values: object) -> str:
 
 
 def describe_plain(rule: Rule) -> str:
-    return fill(rule.message, old=getattr(rule, "old", "...") or "...",
-                new=getattr(rule, "new", "...") or "...", version="").strip()
+    return fill(
+        rule.message, old=getattr(rule, "old", "...") or "...", new=getattr(rule, "new", "...") or "...", version=""
+    ).strip()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,13 +78,13 @@ class Example:
 class Kind:
     """One rule kind: the schema of its [[rule]] tables and what each rule contributes."""
 
-    name: str                                            # `kind = "..."` in the TOML
+    name: str  # `kind = "..."` in the TOML
     schema: type[Rule]
-    index: Callable[[RuleSet, Rule], None]               # files one rule in its family's fields
+    index: Callable[[RuleSet, Rule], None]  # files one rule in its family's fields
     markers: Callable[[Rule], tuple[str, ...]] = lambda rule: ()  # words a file must all contain
-    line: Callable[[Rule], list[str]] | None = None      # regex alternatives a matching line
+    line: Callable[[Rule], list[str]] | None = None  # regex alternatives a matching line
     #                                                      spells (default: a marker word)
-    describe: Callable[[Rule], str] = describe_plain      # --list-rules, SARIF
+    describe: Callable[[Rule], str] = describe_plain  # --list-rules, SARIF
     check: Callable[[Rule], list[str]] = lambda rule: []  # more load-time checks, one line each
     valid: tuple[Example, ...] = ()
     invalid: tuple[Example, ...] = ()
@@ -96,9 +98,9 @@ class PythonFile:
     """What a Python file's walk offers its pieces besides the Context: built by
     python/transform.py before the walk."""
 
-    positions: Positions            # the source text, lines, which statements are skipped
-    scopes: Scopes                  # import bindings, fed by the walk's ScopeTracker
-    device_names: frozenset[str]    # variables that carry a device string (python/flows.py)
+    positions: Positions  # the source text, lines, which statements are skipped
+    scopes: Scopes  # import bindings, fed by the walk's ScopeTracker
+    device_names: frozenset[str]  # variables that carry a device string (python/flows.py)
     # True (after reporting NPU110) when the device check at a node selects a CUDA-only
     # kernel (python/gates.py found one on its line): the caller leaves it as it is
     kernel_gate: Callable[[cst.CSTNode, str], bool]
@@ -166,13 +168,17 @@ def glob_re(globs: Iterable[str]) -> re.Pattern:
 
 def set_field(name: str) -> Callable[[RuleSet, Rule], None]:
     """An index for a kind with one rule that counts (the last one loaded wins)."""
+
     def index(rules: RuleSet, rule: Rule) -> None:
         setattr(rules, name, rule)
+
     return index
 
 
 def append_to(name: str) -> Callable[[RuleSet, Rule], None]:
     """An index for a kind whose rules are kept as a list, in load order."""
+
     def index(rules: RuleSet, rule: Rule) -> None:
         getattr(rules, name).append(rule)
+
     return index

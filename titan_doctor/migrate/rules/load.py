@@ -1,6 +1,7 @@
 """Loading migrate rules: rules/migrate/*.toml (plus user --rules files) parsed into typed
 rules by their kinds (rules/registry.py), every problem of every file checked before
 anything runs, then indexed into a RuleSet."""
+
 from __future__ import annotations
 
 import functools
@@ -46,14 +47,17 @@ def parse_rule(entry: object, where: str) -> tuple[Rule | None, list[str]]:
     return (rule if not errors else None), errors
 
 
-def load_rules(extra: Iterable[Path | str] = (), select: Iterable[str] = (),
-               ignore: Iterable[str] = ()) -> RuleSet:
+def load_rules(extra: Iterable[Path | str] = (), select: Iterable[str] = (), ignore: Iterable[str] = ()) -> RuleSet:
     """Built-in rules, then each `--rules FILE` (later entries win on the same name).
     Every problem in every file is collected first and raised together, one line each."""
     api = load_toml(rules_dir() / "migrate" / NPU_API_FILE).get("torch_npu", {})
     # npu_api.toml lists torch.npu's names under the module's own name
-    rs = RuleSet(FIELDS, npu_names=frozenset(api.get(NPU_MODULE[1], [])), npu_version=api.get("version", "?"),
-                 npu_submodules={k: frozenset(v) for k, v in api.get("submodules", {}).items()})
+    rs = RuleSet(
+        FIELDS,
+        npu_names=frozenset(api.get(NPU_MODULE[1], [])),
+        npu_version=api.get("version", "?"),
+        npu_submodules={k: frozenset(v) for k, v in api.get("submodules", {}).items()},
+    )
     rules: list[Rule] = []
     errors: list[str] = []
     for path in [*builtin_files(), *map(Path, extra)]:
@@ -84,8 +88,9 @@ def load_rules(extra: Iterable[Path | str] = (), select: Iterable[str] = (),
 
 
 def _prefilter(rules: list[Rule]) -> prefilter.Prefilter:
-    return prefilter.build([KINDS[r.kind].markers(r) for r in rules],
-                           [a for r in rules for a in KINDS[r.kind].spelled(r)])
+    return prefilter.build(
+        [KINDS[r.kind].markers(r) for r in rules], [a for r in rules for a in KINDS[r.kind].spelled(r)]
+    )
 
 
 def _selected(code: str, select: Iterable[str], ignore: Iterable[str]) -> bool:

@@ -3,6 +3,7 @@ words: a file must contain every word of one conjunction, and a statement or lin
 match `line_re` to be worth visiting. One Prefilter per rewriter (rules/kind.py:
 PYTHON_CODE, SCRIPT_LINES), so a word only a script rule needs (SBATCH, gres) never makes
 a Python file worth a full parse."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -30,8 +31,10 @@ class Prefilter:
 
     def may_match(self, data: bytes) -> bool:
         found = {m.decode() for m in self.marker_re.findall(data)}
-        return any(all(w in found or ("*" in w and any(fnmatch.fnmatchcase(f, w) for f in found))
-                       for w in conj) for conj in self.markers)
+        return any(
+            all(w in found or ("*" in w and any(fnmatch.fnmatchcase(f, w) for f in found)) for w in conj)
+            for conj in self.markers
+        )
 
 
 def build(markers: Iterable[tuple[str, ...]], alternatives: Iterable[str]) -> Prefilter:
@@ -39,15 +42,18 @@ def build(markers: Iterable[tuple[str, ...]], alternatives: Iterable[str]) -> Pr
     alternatives (one of them on a matching line)."""
     kept = _minimal(set(markers))
     alts = set(alternatives)
-    line_re = re.compile(rb"(?<![\w])(?:" + "|".join(sorted(alts, key=len, reverse=True)).encode()
-                         + rb")" if alts else rb"(?!)")
+    line_re = re.compile(
+        rb"(?<![\w])(?:" + "|".join(sorted(alts, key=len, reverse=True)).encode() + rb")" if alts else rb"(?!)"
+    )
     return Prefilter(kept, _marker_regex(kept), line_re)
 
 
 def _minimal(markers: set[tuple[str, ...]]) -> tuple[tuple[str, ...], ...]:
     """Drop conjunctions implied by a weaker one: (torch, cuda) is implied by (cuda,)."""
+
     def implied(a, b):  # every word of b is in a (a prefix word covers what it starts)
         return all(any(x == w or (w.endswith("_") and x.startswith(w)) for x in a) for w in b)
+
     markers = {m for m in markers if m}
     keep = [a for a in markers if not any(b != a and implied(a, b) for b in markers)]
     return tuple(sorted(keep))
@@ -58,4 +64,3 @@ def _marker_regex(markers: tuple[tuple[str, ...], ...]) -> re.Pattern:
     string token); a word ending in `_` is a prefix (NCCL_*)."""
     words = sorted({w for conj in markers for w in conj}, key=len, reverse=True)
     return re.compile(rb"(?<![\w])(?:" + "|".join(map(word, words)).encode() + rb")")
-

@@ -21,23 +21,25 @@ rules names indexes).
 Adding a kind: a module in rules/kinds/ with its schema, checks, Kind (with VALID /
 INVALID examples) and Family, and its line here.
 """
+
 from __future__ import annotations
 
 from titan_doctor.migrate.rules.kind import Family, Kind
 from titan_doctor.migrate.rules.kinds import (
-                                              add_import,
-                                              conditions,
-                                              env,
-                                              files,
-                                              kernel_gate,
-                                              literals,
-                                              methods,
-                                              names,
-                                              text,
+    add_import,
+    conditions,
+    env,
+    files,
+    kernel_gate,
+    literals,
+    methods,
+    names,
+    text,
 )
 
-FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in (
-    conditions, env, literals, methods, names, text, files, add_import, kernel_gate))
+FAMILIES: tuple[Family, ...] = tuple(
+    m.FAMILY for m in (conditions, env, literals, methods, names, text, files, add_import, kernel_gate)
+)
 
 KINDS: dict[str, Kind] = {k.name: k for f in FAMILIES for k in f.kinds}
 FAMILY_OF: dict[str, Family] = {k.name: f for f in FAMILIES for k in f.kinds}

@@ -7,6 +7,7 @@ with their meaning; rules/load.py creates them and lets each kind index its rule
 The lookups below are the ones asked across families (and by the tests), each over the
 fields of the family named in its docstring.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -18,12 +19,17 @@ from titan_doctor.migrate.rules.prefilter import Prefilter
 class RuleSet:
     """Validated rules; see the module docstring for where each field comes from."""
 
-    def __init__(self, fields: dict[str, Callable[[], object]], npu_names: frozenset = frozenset(),
-                 npu_submodules: dict[str, frozenset] | None = None, npu_version: str = "") -> None:
-        self.npu_names = npu_names                  # what torch.npu provides
+    def __init__(
+        self,
+        fields: dict[str, Callable[[], object]],
+        npu_names: frozenset = frozenset(),
+        npu_submodules: dict[str, frozenset] | None = None,
+        npu_version: str = "",
+    ) -> None:
+        self.npu_names = npu_names  # what torch.npu provides
         self.npu_submodules = npu_submodules or {}  # torch.npu.<submodule> -> its names
-        self.npu_version = npu_version              # the torch_npu those were read from
-        self.help: dict[str, str] = {}              # code -> one line (--list-rules, SARIF)
+        self.npu_version = npu_version  # the torch_npu those were read from
+        self.help: dict[str, str] = {}  # code -> one line (--list-rules, SARIF)
         self.prefilters: dict[str, Prefilter] = {}  # rewriter -> its pre-filter
         for name, empty in fields.items():
             setattr(self, name, empty())
@@ -57,9 +63,9 @@ class RuleSet:
             rule = self.names.get(".".join(parts[:n]))
             if rule is not None:
                 return rule, n
-        for head, last, rule in self.name_globs:   # `*_cuda`, `torch._C._cuda_*`
+        for head, last, rule in self.name_globs:  # `*_cuda`, `torch._C._cuda_*`
             n = len(head) + 1
-            if len(parts) >= n and parts[:len(head)] == head and fnmatch.fnmatchcase(parts[len(head)], last):
+            if len(parts) >= n and parts[: len(head)] == head and fnmatch.fnmatchcase(parts[len(head)], last):
                 return rule, n
         return None
 

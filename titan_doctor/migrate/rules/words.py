@@ -1,6 +1,7 @@
 """The CUDA words and their NPU spellings, spelled once: "cuda" -> "npu" as a device,
 "nccl" -> "hccl" as a backend, and where torch_npu puts torch.npu. Every other module
 asks here (tests/migrate/test_rules.py checks that no other module spells them)."""
+
 from __future__ import annotations
 
 import re
@@ -12,15 +13,15 @@ class Literal:
     """A string kind whose CUDA spelling has an NPU spelling: a device or a backend."""
 
     kind: str
-    cuda: str                 # the word on a CUDA host
-    npu: str                  # the word on an Ascend host
-    whole: re.Pattern         # a complete value of this kind that names CUDA
-    head: re.Pattern          # the start of a value built at run time ("cuda:" + ...)
+    cuda: str  # the word on a CUDA host
+    npu: str  # the word on an Ascend host
+    whole: re.Pattern  # a complete value of this kind that names CUDA
+    head: re.Pattern  # the start of a value built at run time ("cuda:" + ...)
 
     def rewrite(self, value: str) -> str | None:
         """The NPU spelling of a complete value, or None when it is not one of ours."""
         if self.kind == "device":
-            return self.npu + value[len(self.cuda):] if self.whole.match(value) else None
+            return self.npu + value[len(self.cuda) :] if self.whole.match(value) else None
         if not self.whole.match(value):
             return None
         dev = LITERALS["device"]
@@ -30,7 +31,7 @@ class Literal:
     def rewrite_head(self, text: str) -> str | None:
         """The NPU spelling of the literal part that starts a composed value
         ("cuda:" + str(rank), "cuda:%d" % rank, "cuda:{}".format(rank), f"cuda:{rank}")."""
-        return self.npu + text[len(self.cuda):] if self.head.match(text) else None
+        return self.npu + text[len(self.cuda) :] if self.head.match(text) else None
 
 
 # torch_npu registers torch.npu as a module (the torch.cuda counterpart); its submodules
@@ -39,11 +40,16 @@ NPU_MODULE = ("torch", "npu")
 NPU_PACKAGE = "torch_npu"
 
 LITERALS: dict[str, Literal] = {
-    "device": Literal("device", "cuda", "npu", re.compile(r"^cuda(:\d+)?$"),
-                      re.compile(r"^cuda(?::(?:\d*|%[-0-9]*[dis]|\{[^{}]*\}))?$")),
+    "device": Literal(
+        "device",
+        "cuda",
+        "npu",
+        re.compile(r"^cuda(:\d+)?$"),
+        re.compile(r"^cuda(?::(?:\d*|%[-0-9]*[dis]|\{[^{}]*\}))?$"),
+    ),
     # "nccl", or a per-device list such as "cpu:gloo,cuda:nccl"
-    "backend": Literal("backend", "nccl", "hccl",
-                       re.compile(r"^(?=.*\bnccl\b)(?:\w+:)?\w+(?:,(?:\w+:)?\w+)*$"),
-                       re.compile(r"^nccl$")),
+    "backend": Literal(
+        "backend", "nccl", "hccl", re.compile(r"^(?=.*\bnccl\b)(?:\w+:)?\w+(?:,(?:\w+:)?\w+)*$"), re.compile(r"^nccl$")
+    ),
 }
-GATE_NPU = "npu"          # a rename rule's gate = "npu": the next name must be one torch.npu provides
+GATE_NPU = "npu"  # a rename rule's gate = "npu": the next name must be one torch.npu provides

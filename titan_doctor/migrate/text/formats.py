@@ -1,5 +1,6 @@
 """Which files are scripts and configs, and the formats that can be checked again after a
 rewrite: the names the line rewriter (lines.py) reads, and JSON / TOML re-parsed."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-TEXT_SUFFIXES = {".sh", ".bash", ".zsh", ".env", ".yaml", ".yml", ".toml", ".cfg", ".ini",
-                 ".json", ".sbatch", ".slurm"}
+TEXT_SUFFIXES = {".sh", ".bash", ".zsh", ".env", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".json", ".sbatch", ".slurm"}
 TEXT_NAMES = {"Dockerfile", "Containerfile", ".env"}
 
 
@@ -20,8 +20,13 @@ def is_text_file(path: PurePath) -> bool:
     """A script or config the line rewriter reads: by suffix, by name, .env files and pip
     requirement lists."""
     name = path.name
-    return (path.suffix in TEXT_SUFFIXES or name in TEXT_NAMES or name.startswith(".env")
-            or name.endswith(".env") or is_requirements_file(path))
+    return (
+        path.suffix in TEXT_SUFFIXES
+        or name in TEXT_NAMES
+        or name.startswith(".env")
+        or name.endswith(".env")
+        or is_requirements_file(path)
+    )
 
 
 def is_requirements_file(path: PurePath) -> bool:

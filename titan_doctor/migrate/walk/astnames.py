@@ -2,6 +2,7 @@
 (python/skipping.py, gates.py, flows.py): a quiet parse, and flat name resolution. Every
 import in the file counts everywhere: an over-approximation, fine for questions whose
 wrong answer is a manual finding."""
+
 from __future__ import annotations
 
 import ast

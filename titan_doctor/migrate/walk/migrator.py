@@ -10,6 +10,7 @@ is the rule kinds' registry (rules/registry.py), after Positions and ScopeTracke
 
 This package (walk/) knows no rules: it may import context and cstutil only.
 """
+
 from __future__ import annotations
 
 import libcst as cst

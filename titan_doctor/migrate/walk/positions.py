@@ -8,6 +8,7 @@ node's text on that line. When statements are skipped (python/skipping.py) the l
 resynced from the stdlib parser's spans. tests/migrate/test_differential.py checks every
 finding against PositionProvider.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,10 +25,10 @@ STATEMENTS = (cst.BaseSmallStatement, cst.BaseCompoundStatement)
 class Span:
     """One statement as the stdlib parser sees it."""
 
-    start: int        # first line, decorators included
-    end: int          # last line
-    inner: int        # statements nested inside (to step over when skipped)
-    imports: bool     # an import is nested inside
+    start: int  # first line, decorators included
+    end: int  # last line
+    inner: int  # statements nested inside (to step over when skipped)
+    imports: bool  # an import is nested inside
 
 
 class Statements(Protocol):
@@ -50,8 +51,8 @@ class Positions:
         self.source = source
         self.source_lines = source.splitlines()
         self._map = statements
-        self._lines: dict[int, int] = {}      # id(node) -> line where it starts
-        self._cols: dict[int, int] = {}       # line -> where the last column search ended
+        self._lines: dict[int, int] = {}  # id(node) -> line where it starts
+        self._cols: dict[int, int] = {}  # line -> where the last column search ended
         self._skipped: dict[int, tuple[Span, bool]] = {}
 
     # -- counting ---------------------------------------------------------------------------
@@ -126,7 +127,7 @@ class Positions:
         if col < 0 and text:
             col = src.find(text)
         if col < 0 and isinstance(node, cst.Attribute) and "." in text:
-            text = text.split(".")[0]   # a chain split over lines: its root starts it
+            text = text.split(".")[0]  # a chain split over lines: its root starts it
             col = src.find(text, start)
         if col >= 0:
             self._cols[line] = col + 1

@@ -13,6 +13,7 @@ Known limit (documented in tests): a use that precedes a local rebinding of the 
 in the same function resolves to the outer import. Python would raise
 UnboundLocalError there, so the rewrite cannot make working code wrong.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -37,11 +38,11 @@ class Scopes:
 
     def __init__(self) -> None:
         self.stack = [_Scope("module")]
-        self.torch_alias: str | None = None   # module-level name bound to `torch`
-        self.imports_torch = False           # a module-level import of torch or torch.*
-        self.imports_torch_nested = False    # torch imported only inside a function/class
-        self.has_torch_npu = False           # a module-level import of torch_npu exists
-        self.star_modules: list[str] = []    # `from M import *` at module level
+        self.torch_alias: str | None = None  # module-level name bound to `torch`
+        self.imports_torch = False  # a module-level import of torch or torch.*
+        self.imports_torch_nested = False  # torch imported only inside a function/class
+        self.has_torch_npu = False  # a module-level import of torch_npu exists
+        self.star_modules: list[str] = []  # `from M import *` at module level
 
     @property
     def at_module(self) -> bool:
@@ -160,8 +161,7 @@ class ScopeTracker:
     `ruled(module)`: does a rule match names under it (a star import of such a module
     stops statement skipping)."""
 
-    def __init__(self, ctx: Context, scopes: Scopes, positions: Positions,
-                 ruled: Callable[[str], object]) -> None:
+    def __init__(self, ctx: Context, scopes: Scopes, positions: Positions, ruled: Callable[[str], object]) -> None:
         self.ctx, self.scopes, self.positions = ctx, scopes, positions
         self._ruled = ruled
 
@@ -170,7 +170,7 @@ class ScopeTracker:
         for local, binding in self.scopes.bind_import(node):
             self.positions.note_binding(local, binding[0])
         if len(self.scopes.star_modules) > stars and self._ruled(self.scopes.star_modules[-1]):
-            self.positions.stop_skipping()   # any bare name may come from it now
+            self.positions.stop_skipping()  # any bare name may come from it now
 
     visit_ImportFrom = visit_Import
 

@@ -9,6 +9,7 @@ through an allow-list (`pickles.py`), safetensors headers are parsed as JSON.
 Importing the package (and `detect`, `naming`, `pickles`, `safetensors_io`) does not import
 torch, so the doctor can describe a checkpoint in well under a second.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ class TensorInfo:
     """A tensor as a checkpoint describes it, without its data."""
 
     shape: tuple[int, ...]
-    dtype: str                     # torch dtype name: "float32", "bfloat16", ...
+    dtype: str  # torch dtype name: "float32", "bfloat16", ...
 
     @property
     def numel(self) -> int:

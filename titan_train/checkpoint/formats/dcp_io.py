@@ -8,6 +8,7 @@ weights_only=True. torch's own format_utils.dcp_to_torch_save / torch_save_to_dc
 unsafe paths, so the conversions below follow their recipe (the same DCP entry points)
 with these two classes instead.
 """
+
 from __future__ import annotations
 
 import io
@@ -49,7 +50,7 @@ class _MetadataOnce(SafeFileSystemReader):
     def read_metadata(self, *args: Any, **kwargs: Any):
         if self._metadata is None:
             self._metadata = super().read_metadata(*args, **kwargs)
-        self._metadata.storage_meta.load_id = self.load_id   # reset() gives each load its own id
+        self._metadata.storage_meta.load_id = self.load_id  # reset() gives each load its own id
         return self._metadata
 
 
@@ -86,8 +87,10 @@ def _translate(err: BaseException, path: Path) -> CheckpointError:
         return err
     if isinstance(err, FileNotFoundError) or "No such file" in text:
         return CheckpointError(f"{path}: a file of the DCP checkpoint is missing ({text.splitlines()[0][:160]})")
-    return CheckpointError(f"{path}: cannot read the DCP checkpoint: {type(err).__name__}: "
-                           f"{text.strip().splitlines()[-1][:200] if text.strip() else ''}")
+    return CheckpointError(
+        f"{path}: cannot read the DCP checkpoint: {type(err).__name__}: "
+        f"{text.strip().splitlines()[-1][:200] if text.strip() else ''}"
+    )
 
 
 def _check_metadata(path: Path, reader: SafeFileSystemReader | None = None) -> None:
@@ -149,8 +152,12 @@ def load_into(state_dict: dict[str, Any], path: Path, process_group=None) -> Non
 
     _check_metadata(path)
     try:
-        dcp.load(state_dict, storage_reader=SafeFileSystemReader(str(path)),
-                 planner=SafeLoadPlanner(allow_partial_load=True), process_group=process_group)
+        dcp.load(
+            state_dict,
+            storage_reader=SafeFileSystemReader(str(path)),
+            planner=SafeLoadPlanner(allow_partial_load=True),
+            process_group=process_group,
+        )
     except (Exception, CheckpointException) as e:  # noqa: BLE001
         raise _translate(_root_cause(e), path) from None
 

@@ -7,6 +7,7 @@ ones; a torch.save file (full state dict, FSDP1 SHARDED / LOCAL parts, per-rank 
 state dicts); HF safetensors (one file, or an index + shards); Meta `consolidated.NN.pth`
 + `params.json`; DeepSpeed (`latest` + `global_stepN/`).
 """
+
 from __future__ import annotations
 
 import json
@@ -47,21 +48,21 @@ _TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 
 @dataclass
 class CheckpointInfo:
-    path: Path                        # what was asked about
-    format: str                       # a key of LABELS
-    root: Path                        # the file or folder actually described (step-N, global_stepN, ...)
+    path: Path  # what was asked about
+    format: str  # a key of LABELS
+    root: Path  # the file or folder actually described (step-N, global_stepN, ...)
     files: list[Path] = field(default_factory=list)
-    tensors: dict[str, TensorInfo] = field(default_factory=dict)   # every tensor, raw keys, global shapes
-    objects: list[str] = field(default_factory=list)                # non-tensor entries
+    tensors: dict[str, TensorInfo] = field(default_factory=dict)  # every tensor, raw keys, global shapes
+    objects: list[str] = field(default_factory=list)  # non-tensor entries
     keymap: naming.KeyMap = field(default_factory=naming.KeyMap)
     has_optimizer: bool = False
     step: int | None = None
-    declared: dict[str, Any] = field(default_factory=dict)          # [model] fields from params.json / config.json
+    declared: dict[str, Any] = field(default_factory=dict)  # [model] fields from params.json / config.json
     declared_by: str = ""
     notes: list[str] = field(default_factory=list)
-    parts: list[Path] = field(default_factory=list)                 # sibling per-rank files of a sharded save
+    parts: list[Path] = field(default_factory=list)  # sibling per-rank files of a sharded save
     deepspeed_stage: int | None = None
-    where: dict[str, Any] = field(default_factory=dict)             # reader hints (files per key, sub-dict, ...)
+    where: dict[str, Any] = field(default_factory=dict)  # reader hints (files per key, sub-dict, ...)
 
     @property
     def label(self) -> str:
@@ -104,21 +105,28 @@ def describe(path: str | Path) -> CheckpointInfo:
 
 # ---- folders --------------------------------------------------------------------------
 
+
 def _describe_dir(d: Path) -> CheckpointInfo:
     if (d / ".metadata").is_file():
         return _dcp(d)
-    steps = sorted((int(m.group(1)), c) for c in d.iterdir()
-                   if (m := _STEP_DIR.match(c.name)) and (c / ".metadata").is_file())
+    steps = sorted(
+        (int(m.group(1)), c) for c in d.iterdir() if (m := _STEP_DIR.match(c.name)) and (c / ".metadata").is_file()
+    )
     if steps:
         info = _dcp(steps[-1][1])
         info.step = steps[-1][0]
         names = ", ".join(c.name for _, c in steps[-5:])
-        info.notes.insert(0, f"trainer checkpoint folder with {len(steps)} complete save(s) ({names}); "
-                             f"described: the newest, {steps[-1][1].name}")
+        info.notes.insert(
+            0,
+            f"trainer checkpoint folder with {len(steps)} complete save(s) ({names}); "
+            f"described: the newest, {steps[-1][1].name}",
+        )
         return info
     if any(d.glob("step-*.tmp")):
-        raise CheckpointError(f"{d}: holds only unfinished saves (step-N.tmp): the run stopped while saving",
-                              fix="Resume from an earlier complete step-N folder, or re-run the save")
+        raise CheckpointError(
+            f"{d}: holds only unfinished saves (step-N.tmp): the run stopped while saving",
+            fix="Resume from an earlier complete step-N folder, or re-run the save",
+        )
     if (d / "latest").is_file() or _DS_TAG.match(d.name) or any(d.glob("*model_states.pt")):
         weights = _hf_weights_beside_deepspeed(d)
         return weights if weights is not None else _deepspeed(d)
@@ -135,8 +143,10 @@ def _describe_dir(d: Path) -> CheckpointInfo:
     if bin_index:
         return _torch_index(d, bin_index[0])
     if any(d.glob("*.distcp")):
-        raise CheckpointError(f"{d}: DCP shard files but no .metadata: the save did not finish, or .metadata "
-                              "was not copied along", fix="Copy the whole folder, including .metadata")
+        raise CheckpointError(
+            f"{d}: DCP shard files but no .metadata: the save did not finish, or .metadata was not copied along",
+            fix="Copy the whole folder, including .metadata",
+        )
     torch_files = sorted(p for p in d.iterdir() if p.suffix in _TORCH_SUFFIXES and p.is_file())
     if len(torch_files) == 1 or (torch_files and len(_siblings(torch_files[0])) == len(torch_files)):
         return _describe_file(torch_files[0])
@@ -144,11 +154,14 @@ def _describe_dir(d: Path) -> CheckpointInfo:
         # an HF Trainer output folder: the weights next to optimizer.pt, scheduler.pt, training_args.bin
         return _describe_file(d / "pytorch_model.bin")
     if torch_files:
-        raise CheckpointError(f"{d}: several torch.save files ({', '.join(p.name for p in torch_files[:4])}); "
-                              "name the one to look at")
-    raise CheckpointError(f"{d}: no checkpoint found (looked for .metadata, step-N/, *.safetensors, "
-                          "consolidated.*.pth, DeepSpeed 'latest', *.pt/*.pth/*.bin)",
-                          fix="Point at the folder that holds the weights files (or at the weights file itself)")
+        raise CheckpointError(
+            f"{d}: several torch.save files ({', '.join(p.name for p in torch_files[:4])}); name the one to look at"
+        )
+    raise CheckpointError(
+        f"{d}: no checkpoint found (looked for .metadata, step-N/, *.safetensors, "
+        "consolidated.*.pth, DeepSpeed 'latest', *.pt/*.pth/*.bin)",
+        fix="Point at the folder that holds the weights files (or at the weights file itself)",
+    )
 
 
 _HF_SHARD = re.compile(r"^(?P<stem>.+)-\d{5}-of-\d{5}\.(?P<ext>safetensors|bin)$")
@@ -169,8 +182,11 @@ def _hf_weights_beside_deepspeed(d: Path) -> CheckpointInfo | None:
         info = _describe_file(d / "pytorch_model.bin")
     if not info.keymap.to_ours or any(t.numel == 0 for t in info.model.values()):
         return None
-    info.notes.insert(0, "also a DeepSpeed engine checkpoint (latest / global_stepN: optimizer partitions); "
-                         "described: the full model weights next to it")
+    info.notes.insert(
+        0,
+        "also a DeepSpeed engine checkpoint (latest / global_stepN: optimizer partitions); "
+        "described: the full model weights next to it",
+    )
     return info
 
 
@@ -187,11 +203,15 @@ def _describe_file(f: Path) -> CheckpointInfo:
     if f.name == "config.json" and f.parent.is_dir():
         return _describe_dir(f.parent)
     if f.suffix == ".json":
-        raise CheckpointError(f"{f}: a JSON file, not model weights",
-                              fix=f"Point at the checkpoint folder or its weights file (in {f.parent})")
+        raise CheckpointError(
+            f"{f}: a JSON file, not model weights",
+            fix=f"Point at the checkpoint folder or its weights file (in {f.parent})",
+        )
     if f.suffix == ".distcp":
-        raise CheckpointError(f"{f}: one shard file of a DCP checkpoint, not a state dict (torch.load cannot "
-                              "read it)", fix=f"Point at the folder: {f.parent}")
+        raise CheckpointError(
+            f"{f}: one shard file of a DCP checkpoint, not a state dict (torch.load cannot read it)",
+            fix=f"Point at the folder: {f.parent}",
+        )
     if f.name.endswith(".safetensors.index.json"):
         return _hf(f.parent, index=f)
     if f.name.endswith(".bin.index.json"):
@@ -209,6 +229,7 @@ def _describe_file(f: Path) -> CheckpointInfo:
 
 # ---- DCP ------------------------------------------------------------------------------
 
+
 def read_dcp_metadata(d: Path) -> Any:
     """DCP `.metadata`, read inertly; refuses a file naming anything but DCP's own classes."""
     meta_path = d / ".metadata"
@@ -222,7 +243,8 @@ def read_dcp_metadata(d: Path) -> Any:
             f"{meta_path} refers to {', '.join(result.unsafe[:3])}: torch's DCP reader (plain pickle.load) "
             "would run it when loading this checkpoint. Refused",
             fix="Do not load this folder with torch.distributed.checkpoint; get the checkpoint again from a "
-                "source you trust")
+            "source you trust",
+        )
     md = result.obj
     if not isinstance(md, Stub) or not md.qualname.endswith(".Metadata"):
         raise CheckpointError(f"{meta_path}: not DCP metadata")
@@ -251,11 +273,15 @@ def _dcp(d: Path) -> CheckpointInfo:
         if not file.is_file():
             rank = re.match(r"__(\d+)_", rel)
             whose = f" (rank {rank.group(1)}'s part of the save)" if rank else ""
-            raise CheckpointError(f"{d}: shard file {rel} is missing{whose}; the checkpoint is incomplete",
-                                  fix="Copy the complete folder from where it was saved (every __*.distcp file)")
+            raise CheckpointError(
+                f"{d}: shard file {rel} is missing{whose}; the checkpoint is incomplete",
+                fix="Copy the complete folder from where it was saved (every __*.distcp file)",
+            )
         if file.stat().st_size < end:
-            raise CheckpointError(f"{d}: shard file {rel} is truncated ({file.stat().st_size} bytes, the metadata "
-                                  f"needs {end})", fix="Copy the complete folder again")
+            raise CheckpointError(
+                f"{d}: shard file {rel} is truncated ({file.stat().st_size} bytes, the metadata needs {end})",
+                fix="Copy the complete folder again",
+            )
         info.files.append(file)
     keys = list(info.tensors) + info.objects
     info.keymap = naming.map_keys(info.tensors)
@@ -279,11 +305,15 @@ def _dcp_dtype(props) -> str:
 
 
 def _is_optimizer_key(key: str) -> bool:
-    return bool(re.match(r"^(train\.)?(optim|optimizer|optimizer_state_dict|optim_state)\.", key)) \
-        or ".exp_avg" in key or key.startswith("state.")
+    return (
+        bool(re.match(r"^(train\.)?(optim|optimizer|optimizer_state_dict|optim_state)\.", key))
+        or ".exp_avg" in key
+        or key.startswith("state.")
+    )
 
 
 # ---- torch.save -------------------------------------------------------------------------
+
 
 def flatten(obj: Any, prefix: str = "", depth: int = 0) -> dict[str, Any]:
     """Nested dicts / lists as dotted keys (DCP's convention): {"model": {"w": t}} -> {"model.w": t}."""
@@ -311,8 +341,9 @@ def _refuse_unsafe(path: Path, unsafe: list[str], sharded: bool) -> None:
             f"{path}: the pickle needs {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}, which "
             "torch.load(weights_only=True) refuses and a plain torch.load would execute. Refused",
             fix="If (and only if) you trust its source, extract the tensors in a throwaway process: "
-                "torch.save({k: v for k, v in torch.load(F, weights_only=False).items() if torch.is_tensor(v)}, "
-                "'clean.pt'), then use clean.pt")
+            "torch.save({k: v for k, v in torch.load(F, weights_only=False).items() if torch.is_tensor(v)}, "
+            "'clean.pt'), then use clean.pt",
+        )
 
 
 def _torch_file(f: Path) -> CheckpointInfo:
@@ -331,8 +362,11 @@ def _torch_file(f: Path) -> CheckpointInfo:
     fmt = "torch"
     if sharded:
         kinds = {v.kind for v in sharded.values()}
-        fmt = "torch-dtensor" if "DTensor" in kinds else (
-            "torch-local" if any(k.endswith("flat_param") for k in sharded) else "torch-sharded")
+        fmt = (
+            "torch-dtensor"
+            if "DTensor" in kinds
+            else ("torch-local" if any(k.endswith("flat_param") for k in sharded) else "torch-sharded")
+        )
     info = CheckpointInfo(f, fmt, f, files=[f])
     for key, value in flat.items():
         if isinstance(value, TensorRef):
@@ -352,8 +386,9 @@ def _torch_file(f: Path) -> CheckpointInfo:
     if sharded:
         info.parts = _siblings(f)
         info.where["sharded"] = sharded
-        info.notes.append(f"{len(info.parts)} part file(s) of this save found: "
-                          + ", ".join(p.name for p in info.parts[:8]))
+        info.notes.append(
+            f"{len(info.parts)} part file(s) of this save found: " + ", ".join(p.name for p in info.parts[:8])
+        )
     return info
 
 
@@ -368,6 +403,7 @@ def _siblings(f: Path) -> list[Path]:
 
 
 # ---- HF safetensors -------------------------------------------------------------------------
+
 
 def _hf(d: Path, *, index: Path | None = None, files: list[Path] | None = None) -> CheckpointInfo:
     info = CheckpointInfo(d, "hf", index or (files[0] if files and len(files) == 1 else d))
@@ -425,8 +461,10 @@ def _check_index(index: Path, by_index: dict[str, Path], tensors: dict) -> None:
     """Every tensor a sharded save's index lists must be in the shard it names."""
     absent = [n for n in by_index if n not in tensors]
     if absent:
-        raise CheckpointError(f"{index}: {len(absent)} tensor(s) listed in the index are not in their shard "
-                              f"(first: {absent[0]} in {by_index[absent[0]].name}); the shards do not match the index")
+        raise CheckpointError(
+            f"{index}: {len(absent)} tensor(s) listed in the index are not in their shard "
+            f"(first: {absent[0]} in {by_index[absent[0]].name}); the shards do not match the index"
+        )
 
 
 def _torch_index(d: Path, index: Path) -> CheckpointInfo:
@@ -451,14 +489,16 @@ def _torch_index(d: Path, index: Path) -> CheckpointInfo:
 
 # ---- Meta -----------------------------------------------------------------------------------
 
+
 def _meta(d: Path, files: list[Path]) -> CheckpointInfo:
     if not files:
         raise CheckpointError(f"{d}: params.json but no consolidated.NN.pth next to it")
     numbers = [int(p.name.split(".")[1]) for p in files]
     if numbers != list(range(len(files))):
         missing = sorted(set(range(max(numbers) + 1)) - set(numbers))
-        raise CheckpointError(f"{d}: Meta shard consolidated.{missing[0]:02d}.pth is missing "
-                              f"(found {', '.join(p.name for p in files)})")
+        raise CheckpointError(
+            f"{d}: Meta shard consolidated.{missing[0]:02d}.pth is missing (found {', '.join(p.name for p in files)})"
+        )
     info = CheckpointInfo(d, "meta", d, files=list(files))
     params = d / "params.json"
     if params.is_file():
@@ -475,8 +515,9 @@ def _meta(d: Path, files: list[Path]) -> CheckpointInfo:
     keys = list(shards[0])
     for f, shard in zip(files[1:], shards[1:]):
         if set(shard) != set(keys):
-            raise CheckpointError(f"{f}: holds different tensors than {files[0].name}; the shards are from "
-                                  "different checkpoints")
+            raise CheckpointError(
+                f"{f}: holds different tensors than {files[0].name}; the shards are from different checkpoints"
+            )
     dims: dict[str, int | None] = {}
     # the model width decides the embedding's split dim; without params.json the final norm
     # (replicated on every shard) still gives it
@@ -500,14 +541,17 @@ def _meta(d: Path, files: list[Path]) -> CheckpointInfo:
 
 # ---- DeepSpeed --------------------------------------------------------------------------------
 
+
 def _deepspeed(d: Path) -> CheckpointInfo:
     tag_dir = d
     if (d / "latest").is_file():
         tag = (d / "latest").read_text(encoding="utf-8").strip()
         tag_dir = d / tag
         if not tag_dir.is_dir():
-            raise CheckpointError(f"{d}/latest names {tag!r}, but {tag_dir} does not exist",
-                                  fix="Pass the global_stepN folder you want directly")
+            raise CheckpointError(
+                f"{d}/latest names {tag!r}, but {tag_dir} does not exist",
+                fix="Pass the global_stepN folder you want directly",
+            )
     zero3 = sorted(tag_dir.glob("zero_pp_rank_*_mp_rank_*_model_states.pt"))
     plain = sorted(tag_dir.glob("mp_rank_*_model_states.pt"))
     optim = sorted(tag_dir.glob("*optim_states.pt"))
@@ -520,7 +564,11 @@ def _deepspeed(d: Path) -> CheckpointInfo:
     module = root.get("module") if isinstance(root.get("module"), dict) else {}
     info = CheckpointInfo(d, "deepspeed", tag_dir, files=[model_file, *optim])
     config = root.get("ds_config") if isinstance(root.get("ds_config"), dict) else {}
-    stage = (config.get("zero_optimization") or {}).get("stage") if isinstance(config.get("zero_optimization"), dict) else None
+    stage = (
+        (config.get("zero_optimization") or {}).get("stage")
+        if isinstance(config.get("zero_optimization"), dict)
+        else None
+    )
     info.deepspeed_stage = 3 if zero3 else (stage if isinstance(stage, int) else (1 if optim else 0))
     shapes = {}
     for group in root.get("param_shapes") or []:
@@ -535,19 +583,24 @@ def _deepspeed(d: Path) -> CheckpointInfo:
     info.step = root.get("global_steps") if isinstance(root.get("global_steps"), int) else None
     info.where.update(file=model_file, subkey="module")
     if len(plain) > 1:
-        info.notes.append(f"{len(plain)} model-parallel files (mp_rank_00..): Megatron tensor-parallel parts, "
-                          "only mp_rank_00 is described")
+        info.notes.append(
+            f"{len(plain)} model-parallel files (mp_rank_00..): Megatron tensor-parallel parts, "
+            "only mp_rank_00 is described"
+        )
     info.notes.append(f"ZeRO stage {info.deepspeed_stage}, ds_version {root.get('ds_version', '?')}")
     return info
 
 
 # ---- what cannot be read, and the way out ----------------------------------------------------
 
+
 def unreadable(info: CheckpointInfo) -> str:
     """Why the weights cannot be read as they are ('' when they can)."""
     if info.format == "torch-local":
-        return ("holds FSDP1 LOCAL_STATE_DICT flat parameters: the per-weight shapes are not in the file, "
-                "so no tool can take it apart without the original model and world size")
+        return (
+            "holds FSDP1 LOCAL_STATE_DICT flat parameters: the per-weight shapes are not in the file, "
+            "so no tool can take it apart without the original model and world size"
+        )
     if info.format == "torch-dtensor":
         return "holds one rank's DTensor shards saved with torch.save (no placement metadata to reassemble them)"
     if info.format == "deepspeed" and info.deepspeed_stage == 3:
@@ -560,14 +613,20 @@ def unreadable(info: CheckpointInfo) -> str:
 def fix_for(info: CheckpointInfo) -> str:
     """The way out for a checkpoint this package cannot read as it is."""
     if info.format == "torch-local":
-        return ("Load the parts on the same number of ranks with the same FSDP1 wrapping under "
-                "StateDictType.LOCAL_STATE_DICT, then save with dcp.save(model.state_dict()) under "
-                "SHARDED_STATE_DICT (or FULL_STATE_DICT with rank0_only) and use that")
+        return (
+            "Load the parts on the same number of ranks with the same FSDP1 wrapping under "
+            "StateDictType.LOCAL_STATE_DICT, then save with dcp.save(model.state_dict()) under "
+            "SHARDED_STATE_DICT (or FULL_STATE_DICT with rank0_only) and use that"
+        )
     if info.format == "torch-dtensor":
-        return ("Save with torch.distributed.checkpoint (dcp.save) instead, or gather first: "
-                "get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)) "
-                "and torch.save that on rank 0")
+        return (
+            "Save with torch.distributed.checkpoint (dcp.save) instead, or gather first: "
+            "get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)) "
+            "and torch.save that on rank 0"
+        )
     if info.format == "deepspeed" and info.deepspeed_stage == 3:
-        return (f"python {info.path}/zero_to_fp32.py {info.path} {info.path}/fp32   (DeepSpeed saves that script "
-                "next to the checkpoint), then use the fp32 output")
+        return (
+            f"python {info.path}/zero_to_fp32.py {info.path} {info.path}/fp32   (DeepSpeed saves that script "
+            "next to the checkpoint), then use the fp32 output"
+        )
     return "Check that this is a LLaMA checkpoint; the trainer's names look like layers.0.attention.wq.weight"

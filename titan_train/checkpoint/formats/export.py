@@ -7,6 +7,7 @@ one full copy (torch) or one shard file (hf) of the weights. With pipeline paral
 parameter lives on one pipeline rank only: the ranks of that stage gather it among
 themselves (FSDP / TP shards) and the lowest of them sends it to rank 0.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator

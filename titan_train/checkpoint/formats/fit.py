@@ -5,6 +5,7 @@ trainer's [model] section, each named by the config field that decides it.
 `args` below is a titan_train.config.model_args.ModelArgs (or anything with its fields); only
 `expected_shapes` imports torch.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,17 +15,20 @@ from typing import Any
 from titan_train.checkpoint.formats import TensorInfo
 
 # Which [model] field decides each dim of each weight (the trainer's names).
-_SHAPE_FIELDS: tuple[tuple[re.Pattern, tuple[str, ...]], ...] = tuple((re.compile(p), f) for p, f in (
-    (r"^tok_embeddings\.weight$", ("vocab_size", "d_model")),
-    (r"^output\.weight$", ("vocab_size", "d_model")),
-    (r"^norm\.weight$", ("d_model",)),
-    (r"^layers\.\d+\.attention\.wq\.weight$", ("d_model", "d_model")),
-    (r"^layers\.\d+\.attention\.w[kv]\.weight$", ("n_kv_heads", "d_model")),
-    (r"^layers\.\d+\.attention\.wo\.weight$", ("d_model", "d_model")),
-    (r"^layers\.\d+\.feed_forward\.w[13]\.weight$", ("ffn_dim", "d_model")),
-    (r"^layers\.\d+\.feed_forward\.w2\.weight$", ("d_model", "ffn_dim")),
-    (r"^layers\.\d+\.(attention|ffn)_norm\.weight$", ("d_model",)),
-))
+_SHAPE_FIELDS: tuple[tuple[re.Pattern, tuple[str, ...]], ...] = tuple(
+    (re.compile(p), f)
+    for p, f in (
+        (r"^tok_embeddings\.weight$", ("vocab_size", "d_model")),
+        (r"^output\.weight$", ("vocab_size", "d_model")),
+        (r"^norm\.weight$", ("d_model",)),
+        (r"^layers\.\d+\.attention\.wq\.weight$", ("d_model", "d_model")),
+        (r"^layers\.\d+\.attention\.w[kv]\.weight$", ("n_kv_heads", "d_model")),
+        (r"^layers\.\d+\.attention\.wo\.weight$", ("d_model", "d_model")),
+        (r"^layers\.\d+\.feed_forward\.w[13]\.weight$", ("ffn_dim", "d_model")),
+        (r"^layers\.\d+\.feed_forward\.w2\.weight$", ("d_model", "ffn_dim")),
+        (r"^layers\.\d+\.(attention|ffn)_norm\.weight$", ("d_model",)),
+    )
+)
 _LAYER = re.compile(r"^layers\.(\d+)\.")
 # Fields that change results without changing shapes: a mismatch loads, then computes differently.
 NUMERIC_FIELDS = ("rope_theta", "norm_eps")
@@ -39,17 +43,29 @@ def shape_fields(name: str) -> tuple[str, ...]:
 
 # ---- shapes declared by other formats ---------------------------------------------------
 
+
 def from_hf_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """HF LlamaConfig (config.json) -> [model] fields (+ ffn_dim for intermediate_size)."""
-    names = {"vocab_size": "vocab_size", "hidden_size": "d_model", "num_hidden_layers": "n_layers",
-             "num_attention_heads": "n_heads", "num_key_value_heads": "n_kv_heads", "rms_norm_eps": "norm_eps",
-             "rope_theta": "rope_theta", "intermediate_size": "ffn_dim", "max_position_embeddings": "max_seq_len"}
+    names = {
+        "vocab_size": "vocab_size",
+        "hidden_size": "d_model",
+        "num_hidden_layers": "n_layers",
+        "num_attention_heads": "n_heads",
+        "num_key_value_heads": "n_kv_heads",
+        "rms_norm_eps": "norm_eps",
+        "rope_theta": "rope_theta",
+        "intermediate_size": "ffn_dim",
+        "max_position_embeddings": "max_seq_len",
+    }
     # transformers >= 5 writes rope_theta and the scaling inside `rope_parameters` (rope_theta and
     # rope_scaling at the top level are null then); releases made with 4.x have them at the top.
     # source: transformers 5.x models/llama/configuration_llama.py (rope_parameters: RopeParameters)
     rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
-    cfg = {**cfg, "rope_theta": cfg.get("rope_theta") or rope.get("rope_theta"),
-           "rope_scaling": cfg.get("rope_scaling") or (rope or None)}
+    cfg = {
+        **cfg,
+        "rope_theta": cfg.get("rope_theta") or rope.get("rope_theta"),
+        "rope_scaling": cfg.get("rope_scaling") or (rope or None),
+    }
     out = {ours: cfg[theirs] for theirs, ours in names.items() if cfg.get(theirs) is not None}
     if isinstance(cfg.get("model_type"), str) and cfg["model_type"] != "llama":
         out["model_type"] = cfg["model_type"]
@@ -64,32 +80,58 @@ def from_hf_config(cfg: dict[str, Any]) -> dict[str, Any]:
 def from_meta_params(params: dict[str, Any]) -> dict[str, Any]:
     """Meta params.json -> [model] fields. LLaMA-2 writes vocab_size = -1 (the tokenizer decides)."""
     params = params.get("model", params)
-    names = {"dim": "d_model", "n_layers": "n_layers", "n_heads": "n_heads", "n_kv_heads": "n_kv_heads",
-             "vocab_size": "vocab_size", "multiple_of": "multiple_of", "ffn_dim_multiplier": "ffn_dim_multiplier",
-             "norm_eps": "norm_eps", "rope_theta": "rope_theta"}
+    names = {
+        "dim": "d_model",
+        "n_layers": "n_layers",
+        "n_heads": "n_heads",
+        "n_kv_heads": "n_kv_heads",
+        "vocab_size": "vocab_size",
+        "multiple_of": "multiple_of",
+        "ffn_dim_multiplier": "ffn_dim_multiplier",
+        "norm_eps": "norm_eps",
+        "rope_theta": "rope_theta",
+    }
     out = {ours: params[theirs] for theirs, ours in names.items() if params.get(theirs) is not None}
     if out.get("vocab_size", 0) <= 0:
         out.pop("vocab_size", None)
-    if params.get("use_scaled_rope"):   # LLaMA 3.1 / 3.2 (Meta's apply_scaling, factor 8)
+    if params.get("use_scaled_rope"):  # LLaMA 3.1 / 3.2 (Meta's apply_scaling, factor 8)
         out["rope_scaling"] = "llama3 (use_scaled_rope)"
     return out
 
 
 def to_hf_config(args, dtype: str) -> dict[str, Any]:
     """The config.json HF's LlamaForCausalLM needs for these weights."""
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-            "hidden_size": args.d_model, "intermediate_size": args.ffn_dim,
-            "num_attention_heads": args.n_heads, "num_hidden_layers": args.n_layers,
-            "num_key_value_heads": args.n_kv_heads or args.n_heads, "rms_norm_eps": args.norm_eps,
-            "rope_theta": args.rope_theta, "vocab_size": args.vocab_size,
-            "max_position_embeddings": args.max_seq_len, "tie_word_embeddings": False,
-            "attention_bias": False, "mlp_bias": False, "torch_dtype": dtype}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_act": "silu",
+        "hidden_size": args.d_model,
+        "intermediate_size": args.ffn_dim,
+        "num_attention_heads": args.n_heads,
+        "num_hidden_layers": args.n_layers,
+        "num_key_value_heads": args.n_kv_heads or args.n_heads,
+        "rms_norm_eps": args.norm_eps,
+        "rope_theta": args.rope_theta,
+        "vocab_size": args.vocab_size,
+        "max_position_embeddings": args.max_seq_len,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "torch_dtype": dtype,
+    }
 
 
 def to_meta_params(args) -> dict[str, Any]:
-    out = {"dim": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads,
-           "n_kv_heads": args.n_kv_heads or args.n_heads, "vocab_size": args.vocab_size,
-           "multiple_of": args.multiple_of, "norm_eps": args.norm_eps, "rope_theta": args.rope_theta}
+    out = {
+        "dim": args.d_model,
+        "n_layers": args.n_layers,
+        "n_heads": args.n_heads,
+        "n_kv_heads": args.n_kv_heads or args.n_heads,
+        "vocab_size": args.vocab_size,
+        "multiple_of": args.multiple_of,
+        "norm_eps": args.norm_eps,
+        "rope_theta": args.rope_theta,
+    }
     if args.ffn_dim_multiplier is not None:
         out["ffn_dim_multiplier"] = args.ffn_dim_multiplier
     return out
@@ -120,6 +162,7 @@ def ffn_fields_for(d_model: int, width: int, prefer: int = 256) -> dict[str, Any
 
 
 # ---- shapes implied by the weights --------------------------------------------------------
+
 
 def inferred(tensors: dict[str, TensorInfo], n_heads: int | None = None) -> dict[str, Any]:
     """[model] fields the weights (trainer names) imply; n_kv_heads needs the head count."""
@@ -155,15 +198,16 @@ def expected_shapes(args) -> dict[str, tuple[int, ...]]:
 
 # ---- the comparison ----------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class FieldDiff:
     """A [model] field whose value the checkpoint contradicts."""
 
-    field: str              # [model] key, or "ffn_dim" (decided by multiple_of / ffn_dim_multiplier)
+    field: str  # [model] key, or "ffn_dim" (decided by multiple_of / ffn_dim_multiplier)
     checkpoint: Any
     config: Any
-    evidence: str           # "tok_embeddings.weight [32000, 4096]" / "config.json"
-    numeric: bool = False   # shapes agree; the model would compute something else
+    evidence: str  # "tok_embeddings.weight [32000, 4096]" / "config.json"
+    numeric: bool = False  # shapes agree; the model would compute something else
 
     def settings(self, d_model: int, prefer_multiple_of: int = 256) -> dict[str, Any]:
         """[model] values that make the config agree with the checkpoint."""
@@ -172,7 +216,9 @@ class FieldDiff:
         return {self.field: self.checkpoint}
 
     def fix(self, d_model: int, prefer_multiple_of: int = 256) -> str:
-        return "set " + " and ".join(f"[model] {k} = {v!r}" for k, v in self.settings(d_model, prefer_multiple_of).items())
+        return "set " + " and ".join(
+            f"[model] {k} = {v!r}" for k, v in self.settings(d_model, prefer_multiple_of).items()
+        )
 
     def describe(self) -> str:
         name = "feed-forward width (multiple_of / ffn_dim_multiplier)" if self.field == "ffn_dim" else self.field
@@ -181,11 +227,11 @@ class FieldDiff:
 
 @dataclass(frozen=True)
 class KeyIssue:
-    kind: str                         # "missing" | "unexpected" | "shape"
-    key: str                          # trainer name
+    kind: str  # "missing" | "unexpected" | "shape"
+    key: str  # trainer name
     found: tuple[int, ...] | None = None
     expected: tuple[int, ...] | None = None
-    field: str = ""                   # the [model] field that decides the disagreeing dim
+    field: str = ""  # the [model] field that decides the disagreeing dim
 
 
 @dataclass
@@ -204,17 +250,26 @@ def _config_value(args, name: str):
     return getattr(args, name)
 
 
-def compare(found: dict[str, TensorInfo], args, expected: dict[str, tuple[int, ...]],
-            declared: dict[str, Any] | None = None, source: str = "",
-            unmapped: dict[str, TensorInfo] | None = None) -> Fit:
+def compare(
+    found: dict[str, TensorInfo],
+    args,
+    expected: dict[str, tuple[int, ...]],
+    declared: dict[str, Any] | None = None,
+    source: str = "",
+    unmapped: dict[str, TensorInfo] | None = None,
+) -> Fit:
     """Field-level disagreements first (what to change in the config), then every missing,
     unexpected or mis-shaped key, each naming its field."""
     declared = declared or {}
     diffs: list[FieldDiff] = []
     implied = inferred(found, declared.get("n_heads") or args.n_heads)
-    evidence = {"vocab_size": "tok_embeddings.weight", "d_model": "tok_embeddings.weight",
-                "n_layers": "layer count", "n_kv_heads": "layers.0.attention.wk.weight",
-                "ffn_dim": "layers.0.feed_forward.w1.weight"}
+    evidence = {
+        "vocab_size": "tok_embeddings.weight",
+        "d_model": "tok_embeddings.weight",
+        "n_layers": "layer count",
+        "n_kv_heads": "layers.0.attention.wk.weight",
+        "ffn_dim": "layers.0.feed_forward.w1.weight",
+    }
     for name, value in implied.items():
         want = args.ffn_dim if name == "ffn_dim" else _config_value(args, name)
         if value != want:
@@ -226,8 +281,15 @@ def compare(found: dict[str, TensorInfo], args, expected: dict[str, tuple[int, .
         if name in declared and name not in seen:
             want = _config_value(args, name)
             if declared[name] != want and not (isinstance(want, float) and abs(declared[name] - want) <= 1e-12):
-                diffs.append(FieldDiff(name, declared[name], want, source or "declared by the checkpoint",
-                                       numeric=name in NUMERIC_FIELDS))
+                diffs.append(
+                    FieldDiff(
+                        name,
+                        declared[name],
+                        want,
+                        source or "declared by the checkpoint",
+                        numeric=name in NUMERIC_FIELDS,
+                    )
+                )
     issues: list[KeyIssue] = []
     for key, shape in expected.items():
         if key not in found:
@@ -240,8 +302,9 @@ def compare(found: dict[str, TensorInfo], args, expected: dict[str, tuple[int, .
             issues.append(KeyIssue("shape", key, got, shape, fields[dim] if dim < len(fields) else ""))
     for key in found:
         if key not in expected:
-            issues.append(KeyIssue("unexpected", key, tuple(found[key].shape), None,
-                                   "n_layers" if _LAYER.match(key) else ""))
+            issues.append(
+                KeyIssue("unexpected", key, tuple(found[key].shape), None, "n_layers" if _LAYER.match(key) else "")
+            )
     issues += [KeyIssue("unexpected", key, tuple(t.shape), None) for key, t in (unmapped or {}).items()]
     return Fit(diffs, issues)
 
@@ -252,11 +315,16 @@ def one_line(fit: Fit, args, where: str) -> str:
     if hard:
         d = hard[0]
         more = f" (and {len(hard) - 1} more: {', '.join(x.field for x in hard[1:])})" if len(hard) > 1 else ""
-        return (f"{where} does not fit the config: {d.describe()}{more}; "
-                f"{d.fix(_ckpt_d_model(fit, args), args.multiple_of)}")
+        return (
+            f"{where} does not fit the config: {d.describe()}{more}; "
+            f"{d.fix(_ckpt_d_model(fit, args), args.multiple_of)}"
+        )
     issue = fit.keys[0]
-    detail = {"missing": "is missing from the checkpoint", "unexpected": "is in the checkpoint but not in the model",
-              "shape": f"has shape {list(issue.found or ())} in the checkpoint, {list(issue.expected or ())} in the model"}
+    detail = {
+        "missing": "is missing from the checkpoint",
+        "unexpected": "is in the checkpoint but not in the model",
+        "shape": f"has shape {list(issue.found or ())} in the checkpoint, {list(issue.expected or ())} in the model",
+    }
     field = f" (decided by [model] {issue.field})" if issue.field else ""
     return f"{where} does not fit the config: {issue.key} {detail[issue.kind]}{field} ({len(fit.keys)} key problem(s))"
 

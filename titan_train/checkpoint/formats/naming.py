@@ -6,6 +6,7 @@ LlamaAttention rotates halves (x[i], x[i + head_dim/2]). HF's conversion script 
 permutes the rows of wq and wk inside each head; with grouped-query attention wk has
 n_kv_heads heads. Nothing here imports torch (the permutations take tensors).
 """
+
 from __future__ import annotations
 
 import re
@@ -18,14 +19,19 @@ HF = "HF"
 # source: torch 2.13 torch/distributed/fsdp/_common_utils.py FSDP_WRAPPED_MODULE,
 # torch/distributed/algorithms/_checkpoint/checkpoint_wrapper.py _CHECKPOINT_WRAPPED_MODULE,
 # torch/_dynamo/eval_frame.py OptimizedModule (_orig_mod), torch/nn/parallel/distributed.py (module.)
-WRAPPER_INFIXES = {"_fsdp_wrapped_module.": "FSDP1 wrapping", "_checkpoint_wrapped_module.": "activation checkpointing",
-                   "_orig_mod.": "torch.compile"}
+WRAPPER_INFIXES = {
+    "_fsdp_wrapped_module.": "FSDP1 wrapping",
+    "_checkpoint_wrapped_module.": "activation checkpointing",
+    "_orig_mod.": "torch.compile",
+}
 LEADING_WRAPPERS = {"module.": "DistributedDataParallel / DeepSpeed's 'module' entry"}
 
 # Containers in front of the model's names, and what puts them there.
-CONTAINERS = {"model.": "the trainer's DCP layout (model.*, optim.*)",
-              "train.model.": "the trainer's older DCP layout (train.model.*)",
-              "module.": LEADING_WRAPPERS["module."]}
+CONTAINERS = {
+    "model.": "the trainer's DCP layout (model.*, optim.*)",
+    "train.model.": "the trainer's older DCP layout (train.model.*)",
+    "module.": LEADING_WRAPPERS["module."],
+}
 
 # (ours, HF, rope heads) with {i} for the layer index.
 # source: huggingface/transformers src/transformers/models/llama/convert_llama_weights_to_hf.py
@@ -54,8 +60,16 @@ IGNORED = re.compile(r"(^|\.)(rope\.freqs|rotary_emb\.inv_freq)$")
 # ParallelEmbedding); norms are replicated. tok_embeddings splits dim 1 in LLaMA 1/2 and dim 0
 # (VocabParallelEmbedding) in LLaMA 3, so it is decided from the shapes (see meta_concat_dim).
 # source: huggingface/transformers convert_llama_weights_to_hf.py (torch.cat dims, concat_dim by llama_version)
-META_SHARD_DIM = {"attention.wq": 0, "attention.wk": 0, "attention.wv": 0, "attention.wo": 1,
-                  "feed_forward.w1": 0, "feed_forward.w3": 0, "feed_forward.w2": 1, "output": 0}
+META_SHARD_DIM = {
+    "attention.wq": 0,
+    "attention.wk": 0,
+    "attention.wv": 0,
+    "attention.wo": 1,
+    "feed_forward.w1": 0,
+    "feed_forward.w3": 0,
+    "feed_forward.w2": 1,
+    "output": 0,
+}
 
 
 def _pattern(template: str) -> str:
@@ -82,14 +96,14 @@ def strip_wrappers(key: str) -> tuple[str, list[str]]:
 class KeyMap:
     """How a checkpoint's model entries map onto the trainer's names."""
 
-    naming: str = ""                                          # OURS | HF | "" (no model weights found)
-    to_ours: dict[str, str] = field(default_factory=dict)     # raw key -> trainer name
-    rope: dict[str, str] = field(default_factory=dict)        # trainer name -> "n_heads" | "n_kv_heads" (HF q/k)
-    prefixes: list[str] = field(default_factory=list)         # containers in front of the names ("model.")
-    wrappers: dict[str, str] = field(default_factory=dict)    # wrapper prefix -> what adds it
-    ignored: list[str] = field(default_factory=list)          # rope tables and such
-    other: list[str] = field(default_factory=list)            # everything else (optimizer, step, ...)
-    unmapped: list[str] = field(default_factory=list)         # model-looking entries with no trainer name (biases, ...)
+    naming: str = ""  # OURS | HF | "" (no model weights found)
+    to_ours: dict[str, str] = field(default_factory=dict)  # raw key -> trainer name
+    rope: dict[str, str] = field(default_factory=dict)  # trainer name -> "n_heads" | "n_kv_heads" (HF q/k)
+    prefixes: list[str] = field(default_factory=list)  # containers in front of the names ("model.")
+    wrappers: dict[str, str] = field(default_factory=dict)  # wrapper prefix -> what adds it
+    ignored: list[str] = field(default_factory=list)  # rope tables and such
+    other: list[str] = field(default_factory=list)  # everything else (optimizer, step, ...)
+    unmapped: list[str] = field(default_factory=list)  # model-looking entries with no trainer name (biases, ...)
 
     @property
     def prefix(self) -> str:
@@ -133,8 +147,12 @@ def map_keys(keys) -> KeyMap:
                     km.rope[name] = rope
             km.to_ours[key] = name
     km.prefixes = [p for p in prefixes if p]
-    model_like = re.compile("^(" + "|".join(re.escape(p) for p in prefixes) + ")"
-                            + (r"(model\.|lm_head\.)" if km.naming == HF else r"(layers\.\d+\.|tok_embeddings\.|output\.|norm\.)"))
+    model_like = re.compile(
+        "^("
+        + "|".join(re.escape(p) for p in prefixes)
+        + ")"
+        + (r"(model\.|lm_head\.)" if km.naming == HF else r"(layers\.\d+\.|tok_embeddings\.|output\.|norm\.)")
+    )
     km.unmapped = [k for k in km.other if model_like.match(cleaned[k])]
     for p in km.prefixes:
         if "module" in p.split("."):
@@ -162,6 +180,7 @@ def ours_to_hf(name: str) -> tuple[str, str]:
 
 # ---- the q/k permutation ---------------------------------------------------------------
 
+
 def to_hf_rows(w, n_heads: int):
     """Meta/torchtitan row order -> HF: within each head, interleaved pairs -> halves."""
     rows, cols = w.shape
@@ -181,6 +200,7 @@ def head_aligned(start: int, stop: int, head_dim: int) -> tuple[int, int]:
 
 
 # ---- Meta model-parallel shards ----------------------------------------------------------
+
 
 def meta_concat_dim(name: str, shard_shape: tuple[int, ...], n_shards: int, dim: int | None) -> int | None:
     """The dim along which Meta's consolidated.NN.pth shards of `name` are concatenated

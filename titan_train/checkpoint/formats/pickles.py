@@ -11,6 +11,7 @@ names while it loads. Two readers here never let it:
   else raises UnsafeCheckpoint naming the global. Used for DCP `.metadata`, which torch's
   FileSystemReader would otherwise read with plain `pickle.load`.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -26,29 +27,46 @@ from titan_train.checkpoint.formats.dtypes import ITEMSIZE, STORAGE_DTYPES
 
 # What a plain tensor state dict pickles (torch.load(weights_only=True) allows these by
 # default: torch/_weights_only_unpickler.py `_get_allowed_globals`; a test keeps us in step).
-TORCH_SAFE_GLOBALS = frozenset({
-    "collections.OrderedDict", "builtins.set", "builtins.complex", "builtins.bytearray",
-    "torch.Size", "torch.Tensor", "torch.device", "torch.serialization._get_layout",
-    "torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2",
-    "torch._utils._rebuild_parameter", "torch._utils._rebuild_parameter_with_state",
-    "torch._tensor._rebuild_from_type_v2",
-})
+TORCH_SAFE_GLOBALS = frozenset(
+    {
+        "collections.OrderedDict",
+        "builtins.set",
+        "builtins.complex",
+        "builtins.bytearray",
+        "torch.Size",
+        "torch.Tensor",
+        "torch.device",
+        "torch.serialization._get_layout",
+        "torch._utils._rebuild_tensor",
+        "torch._utils._rebuild_tensor_v2",
+        "torch._utils._rebuild_parameter",
+        "torch._utils._rebuild_parameter_with_state",
+        "torch._tensor._rebuild_from_type_v2",
+    }
+)
 
 # The classes DCP pickles into `.metadata` (torch 2.13 torch/distributed/checkpoint/
 # metadata.py and filesystem.py), plus the helpers their pickled state uses.
-DCP_METADATA_GLOBALS = frozenset({
-    "torch.distributed.checkpoint.metadata.Metadata",
-    "torch.distributed.checkpoint.metadata.MetadataIndex",
-    "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
-    "torch.distributed.checkpoint.metadata.BytesStorageMetadata",
-    "torch.distributed.checkpoint.metadata.ChunkStorageMetadata",
-    "torch.distributed.checkpoint.metadata.TensorProperties",
-    "torch.distributed.checkpoint.metadata.StorageMeta",
-    "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
-    "torch.distributed.checkpoint.filesystem._StorageInfo",
-    "torch.serialization._get_layout", "torch.Size", "collections.OrderedDict",
-    "pathlib.PosixPath", "pathlib.WindowsPath", "pathlib._local.PosixPath", "pathlib._local.WindowsPath",
-})
+DCP_METADATA_GLOBALS = frozenset(
+    {
+        "torch.distributed.checkpoint.metadata.Metadata",
+        "torch.distributed.checkpoint.metadata.MetadataIndex",
+        "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
+        "torch.distributed.checkpoint.metadata.BytesStorageMetadata",
+        "torch.distributed.checkpoint.metadata.ChunkStorageMetadata",
+        "torch.distributed.checkpoint.metadata.TensorProperties",
+        "torch.distributed.checkpoint.metadata.StorageMeta",
+        "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
+        "torch.distributed.checkpoint.filesystem._StorageInfo",
+        "torch.serialization._get_layout",
+        "torch.Size",
+        "collections.OrderedDict",
+        "pathlib.PosixPath",
+        "pathlib.WindowsPath",
+        "pathlib._local.PosixPath",
+        "pathlib._local.WindowsPath",
+    }
+)
 
 _DTYPE_NAMES = frozenset(ITEMSIZE) | {"half", "float", "double", "long", "int", "short"}
 
@@ -74,6 +92,7 @@ def tensor_safe(qualname: str) -> bool:
 
 
 # ---- inert reading ------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class StorageRef:
@@ -106,8 +125,8 @@ class ShardPiece:
 class ShardedRef:
     """One rank's part of a ShardedTensor (FSDP1 SHARDED / LOCAL state dicts) or DTensor."""
 
-    kind: str                      # "ShardedTensor" | "DTensor"
-    shape: tuple[int, ...]         # the global shape
+    kind: str  # "ShardedTensor" | "DTensor"
+    shape: tuple[int, ...]  # the global shape
     dtype: str
     pieces: tuple[ShardPiece, ...]
 
@@ -211,12 +230,19 @@ class _StateDict(dict):
 class _InertUnpickler(pickle.Unpickler):
     # Globals replaced by something with the same meaning that cannot do harm.
     _EQUIVALENTS: dict[str, Callable] = {
-        "collections.OrderedDict": _StateDict, "torch.Size": tuple, "torch.device": str,
-        "torch.serialization._get_layout": str, "builtins.set": set,
-        "pathlib.PosixPath": _path, "pathlib.WindowsPath": _path,
-        "pathlib._local.PosixPath": _path, "pathlib._local.WindowsPath": _path,
-        "torch._utils._rebuild_tensor_v2": _rebuild_tensor, "torch._utils._rebuild_tensor": _rebuild_tensor,
-        "torch._utils._rebuild_parameter": _first, "torch._utils._rebuild_parameter_with_state": _first,
+        "collections.OrderedDict": _StateDict,
+        "torch.Size": tuple,
+        "torch.device": str,
+        "torch.serialization._get_layout": str,
+        "builtins.set": set,
+        "pathlib.PosixPath": _path,
+        "pathlib.WindowsPath": _path,
+        "pathlib._local.PosixPath": _path,
+        "pathlib._local.WindowsPath": _path,
+        "torch._utils._rebuild_tensor_v2": _rebuild_tensor,
+        "torch._utils._rebuild_tensor": _rebuild_tensor,
+        "torch._utils._rebuild_parameter": _first,
+        "torch._utils._rebuild_parameter_with_state": _first,
         "torch._tensor._rebuild_from_type_v2": _rebuild_from_type,
     }
 
@@ -264,11 +290,12 @@ class _InertUnpickler(pickle.Unpickler):
 class InertResult:
     obj: Any
     globals: list[str]
-    unsafe: list[str] = field(default_factory=list)   # globals that would run code / build arbitrary objects
+    unsafe: list[str] = field(default_factory=list)  # globals that would run code / build arbitrary objects
 
 
-def inert_loads(data: bytes, *, persistent: bool = False, allowed: Callable[[str], bool] = tensor_safe,
-                what: str = "pickle") -> InertResult:
+def inert_loads(
+    data: bytes, *, persistent: bool = False, allowed: Callable[[str], bool] = tensor_safe, what: str = "pickle"
+) -> InertResult:
     """Unpickle with stand-ins for every global. `allowed` says which globals a real load
     may meet; the others are returned in `unsafe` (nothing was run either way)."""
     import io
@@ -276,8 +303,18 @@ def inert_loads(data: bytes, *, persistent: bool = False, allowed: Callable[[str
     unpickler = _InertUnpickler(io.BytesIO(data), persistent=persistent)
     try:
         obj = unpickler.load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError,
-            AttributeError, RecursionError, MemoryError, UnicodeDecodeError) as e:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        IndexError,
+        KeyError,
+        AttributeError,
+        RecursionError,
+        MemoryError,
+        UnicodeDecodeError,
+    ) as e:
         raise CheckpointError(f"{what} is truncated or not a pickle ({type(e).__name__}: {e})") from None
     unsafe = [g for g in unpickler.globals if not allowed(g) and g != "builtins.getattr"]
     unsafe += unpickler.unsafe_getattr
@@ -286,16 +323,17 @@ def inert_loads(data: bytes, *, persistent: bool = False, allowed: Callable[[str
 
 # ---- torch.save archives --------------------------------------------------------------
 
+
 @dataclass
 class TorchArchive:
     """A torch.save zip file read inertly: the unpickled structure and its storages."""
 
     path: Path
-    prefix: str                     # the archive's folder name inside the zip
+    prefix: str  # the archive's folder name inside the zip
     root: Any
     globals: list[str]
     unsafe: list[str]
-    record_sizes: dict[str, int]    # storage key -> bytes in the zip
+    record_sizes: dict[str, int]  # storage key -> bytes in the zip
 
 
 def read_torch_archive(path: Path) -> TorchArchive:
@@ -325,8 +363,10 @@ def _not_zip_reason(path: Path) -> str:
     if head[:2] == b"PK":
         return f"{path}: truncated torch.save archive (the zip directory at its end is missing)"
     if head[:1] == b"\x80" and b"\x8a\x0a" in head[:8]:
-        return (f"{path}: legacy torch.save format (torch < 1.6, not a zip archive); re-save it with a "
-                "current torch: torch.save(torch.load(path, weights_only=True), new_path)")
+        return (
+            f"{path}: legacy torch.save format (torch < 1.6, not a zip archive); re-save it with a "
+            "current torch: torch.save(torch.load(path, weights_only=True), new_path)"
+        )
     return f"{path}: not a torch.save archive (no zip header); is it truncated or another format?"
 
 
@@ -338,8 +378,9 @@ def _check_storages(archive: TorchArchive) -> None:
         if have is None:
             raise CheckpointError(f"{archive.path}: truncated or damaged: tensor data record {ref.key} is missing")
         if have < want:
-            raise CheckpointError(f"{archive.path}: truncated or damaged: tensor data record {ref.key} has "
-                                  f"{have} bytes, needs {want}")
+            raise CheckpointError(
+                f"{archive.path}: truncated or damaged: tensor data record {ref.key} has {have} bytes, needs {want}"
+            )
 
 
 def iter_storages(obj, depth: int = 0):
@@ -376,6 +417,7 @@ def read_tensor(archive_path: Path, prefix: str, ref: TensorRef):
 
 # ---- restricted (real) loading ----------------------------------------------------------
 
+
 class _RestrictedUnpickler(pickle.Unpickler):
     def __init__(self, fh, allowed: frozenset[str], what: str):
         super().__init__(fh)
@@ -385,8 +427,10 @@ class _RestrictedUnpickler(pickle.Unpickler):
         qualname = f"{module}.{name}"
         if qualname in self._allowed or is_torch_dtype(qualname):
             return getattr(importlib.import_module(module), name)
-        raise UnsafeCheckpoint(f"{self._what} refers to {qualname}, which is not a DCP metadata class: "
-                               "loading it with torch's reader would run it. Refused")
+        raise UnsafeCheckpoint(
+            f"{self._what} refers to {qualname}, which is not a DCP metadata class: "
+            "loading it with torch's reader would run it. Refused"
+        )
 
     def persistent_load(self, pid):
         raise UnsafeCheckpoint(f"{self._what}: unexpected persistent reference in a metadata pickle. Refused")
@@ -397,6 +441,16 @@ def restricted_load(fh, allowed: frozenset[str], what: str) -> Any:
         return _RestrictedUnpickler(fh, allowed, what).load()
     except UnsafeCheckpoint:
         raise
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError,
-            AttributeError, RecursionError, MemoryError, UnicodeDecodeError) as e:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        IndexError,
+        KeyError,
+        AttributeError,
+        RecursionError,
+        MemoryError,
+        UnicodeDecodeError,
+    ) as e:
         raise CheckpointError(f"{what} is truncated or not a DCP metadata pickle ({type(e).__name__})") from None

@@ -4,6 +4,7 @@ no `safetensors` package needed), tensor slices and sharded output through the p
 
 Format: https://github.com/huggingface/safetensors (README, "Format").
 """
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,7 @@ from titan_train.checkpoint.formats.dtypes import ITEMSIZE, SAFETENSORS_DTYPES
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
-_MAX_HEADER = 100 * 2**20   # the reference implementation refuses larger headers too
+_MAX_HEADER = 100 * 2**20  # the reference implementation refuses larger headers too
 
 
 def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
@@ -29,8 +30,9 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
                 raise CheckpointError(f"{path}: truncated safetensors file ({size} bytes, no header)")
             n = int.from_bytes(head, "little")
             if n > min(size - 8, _MAX_HEADER):
-                raise CheckpointError(f"{path}: not a safetensors file, or truncated (header length {n} "
-                                      f"exceeds the {size}-byte file)")
+                raise CheckpointError(
+                    f"{path}: not a safetensors file, or truncated (header length {n} exceeds the {size}-byte file)"
+                )
             raw = fh.read(n)
     except OSError as e:
         raise CheckpointError(f"{path}: cannot read: {e.strerror or e}") from None
@@ -51,12 +53,14 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
         except (KeyError, TypeError, ValueError, AttributeError):
             raise CheckpointError(f"{path}: damaged safetensors header entry for {name!r}") from None
         if end > data_size:
-            raise CheckpointError(f"{path}: truncated: tensor {name} ends at byte {end} of the data, "
-                                  f"the file holds {data_size}")
+            raise CheckpointError(
+                f"{path}: truncated: tensor {name} ends at byte {end} of the data, the file holds {data_size}"
+            )
         info = TensorInfo(shape, dtype)
         if dtype in ITEMSIZE and end - begin != info.numel * ITEMSIZE[dtype]:
-            raise CheckpointError(f"{path}: damaged: tensor {name} has {end - begin} bytes for shape "
-                                  f"{list(shape)} {dtype}")
+            raise CheckpointError(
+                f"{path}: damaged: tensor {name} has {end - begin} bytes for shape {list(shape)} {dtype}"
+            )
         tensors[name] = info
     return tensors, metadata
 
@@ -80,8 +84,10 @@ def _require():
         from safetensors import safe_open
         from safetensors.torch import save_file
     except ImportError:
-        raise CheckpointError("HF safetensors data needs the 'safetensors' package, which is not installed",
-                              fix="pip install 'titan-npu[hf]'   (or: pip install safetensors)") from None
+        raise CheckpointError(
+            "HF safetensors data needs the 'safetensors' package, which is not installed",
+            fix="pip install 'titan-npu[hf]'   (or: pip install safetensors)",
+        ) from None
     return safe_open, save_file
 
 
@@ -123,8 +129,14 @@ def _umask() -> int:
     return mask
 
 
-def write_sharded(tensors: Iterable[tuple[str, object]], folder: Path, *, max_shard_bytes: int,
-                  metadata: dict[str, str] | None = None, on_tensor: Callable[[str, int], None] | None = None) -> list[Path]:
+def write_sharded(
+    tensors: Iterable[tuple[str, object]],
+    folder: Path,
+    *,
+    max_shard_bytes: int,
+    metadata: dict[str, str] | None = None,
+    on_tensor: Callable[[str, int], None] | None = None,
+) -> list[Path]:
     """Write `tensors` (name, torch tensor) in order into shards of at most `max_shard_bytes`
     (one tensor larger than that gets a shard of its own), named the HF way, plus the index
     when there is more than one shard. Only the current shard is held in memory."""
@@ -134,7 +146,7 @@ def write_sharded(tensors: Iterable[tuple[str, object]], folder: Path, *, max_sh
     written: list[tuple[Path, list[str]]] = []
     shard: dict[str, object] = {}
     shard_bytes = total = 0
-    seen: set[int] = set()   # data pointers in the current shard
+    seen: set[int] = set()  # data pointers in the current shard
 
     def flush():
         nonlocal shard, shard_bytes
@@ -172,6 +184,7 @@ def write_sharded(tensors: Iterable[tuple[str, object]], folder: Path, *, max_sh
         path.rename(final)
         finals.append(final)
         weight_map.update({n: final.name for n in names})
-    (folder / INDEX_NAME).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map},
-                                                indent=2) + "\n", encoding="utf-8")
+    (folder / INDEX_NAME).write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n", encoding="utf-8"
+    )
     return finals

@@ -5,6 +5,7 @@ slices, mmap'd torch.save storages, the Meta shards or FSDP1 parts that overlap)
 HF q/k rows are un-permuted on the way (whole heads are read around the slice), so every
 reader below returns values in the trainer's layout.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -28,8 +29,9 @@ def safe_torch_load(path: Path) -> Any:
         first = str(e).strip().splitlines()[-1][:200]
         raise UnsafeCheckpoint(f"{path}: torch.load(weights_only=True) refused it ({first})") from None
     except (RuntimeError, OSError, EOFError, ValueError) as e:
-        raise CheckpointError(f"{path}: truncated or damaged torch.save file "
-                              f"({str(e).strip().splitlines()[0][:160]})") from None
+        raise CheckpointError(
+            f"{path}: truncated or damaged torch.save file ({str(e).strip().splitlines()[0][:160]})"
+        ) from None
 
 
 def _full(shape) -> Index:
@@ -119,7 +121,8 @@ class _ShardedParts:
                 raise CheckpointError(
                     f"{info.root}: the parts found ({', '.join(p.name for p in info.parts)}) cover {covered} of "
                     f"{t.numel} elements of {key}: other ranks' part files are missing",
-                    fix="Put every rank's part file of this save in the same folder")
+                    fix="Put every rank's part file of this save in the same folder",
+                )
 
     def read(self, raw: str, index: Index) -> torch.Tensor:
         pieces = self.pieces[raw]
@@ -165,8 +168,10 @@ class Source:
         self.raw = {ours: raw for raw, ours in info.keymap.to_ours.items()}
         self.heads = heads or {}
         if info.keymap.rope and not all(h in self.heads for h in info.keymap.rope.values()):
-            raise CheckpointError(f"{info.root}: HF q/k weights are permuted per head, and the head counts are not "
-                                  "known", fix="Pass the model config (--config FILE with [model] n_heads, n_kv_heads)")
+            raise CheckpointError(
+                f"{info.root}: HF q/k weights are permuted per head, and the head counts are not known",
+                fix="Pass the model config (--config FILE with [model] n_heads, n_kv_heads)",
+            )
         self._reader = self._open(info)
 
     @staticmethod
@@ -205,4 +210,4 @@ class Source:
         start, stop = naming.head_aligned(rows.start, rows.stop, head_dim)
         block = self._reader.read(raw, (slice(start, stop),) + tuple(index[1:]))
         block = naming.from_hf_rows(block, (stop - start) // head_dim)
-        return block[rows.start - start: rows.stop - start]
+        return block[rows.start - start : rows.stop - start]

@@ -2,6 +2,7 @@
 complete, so a crash never leaves a half-written checkpoint under the real name), and in
 each output format: torch.save, DCP, HF safetensors shards + config.json, Meta
 consolidated.00.pth + params.json."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from titan_train.checkpoint.formats import CheckpointError, fit, naming, safetensors_io
 
-DEFAULT_SHARD_BYTES = 5 * 10**9   # what transformers' save_pretrained uses ("5GB")
+DEFAULT_SHARD_BYTES = 5 * 10**9  # what transformers' save_pretrained uses ("5GB")
 
 
 def _remove(path: Path) -> None:
@@ -31,37 +32,47 @@ OUTPUT_FILES = {
     "dcp": (".metadata", "*.distcp"),
     "hf": ("config.json", "model.safetensors", "model-*-of-*.safetensors", "model.safetensors.index.json"),
     "meta": ("params.json", "consolidated.*.pth"),
-    "torch": ("model.pt",),          # an export's folder; convert --to torch writes one file
+    "torch": ("model.pt",),  # an export's folder; convert --to torch writes one file
 }
 
 
 def foreign_files(folder: Path, fmt: str) -> list[str]:
     """Files under `folder` that a `fmt` output does not write (none: it may be replaced)."""
     patterns = OUTPUT_FILES[fmt]
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
-                  if not p.is_dir() and not (p.parent == folder and any(fnmatch.fnmatch(p.name, g) for g in patterns)))
+    return sorted(
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
+        if not p.is_dir() and not (p.parent == folder and any(fnmatch.fnmatch(p.name, g) for g in patterns))
+    )
 
 
 def refuse_foreign(dst: Path, fmt: str, *, is_file_output: bool) -> None:
     """Raise unless `dst` is an output of format `fmt`, which may be replaced."""
     if is_file_output:
         if dst.is_dir() and not dst.is_symlink():
-            raise CheckpointError(f"{dst} is a folder; the {fmt} output is one file, so it would replace the "
-                                  "folder and everything in it", fix="choose another destination")
+            raise CheckpointError(
+                f"{dst} is a folder; the {fmt} output is one file, so it would replace the folder and everything in it",
+                fix="choose another destination",
+            )
         return
     if not dst.is_dir() or dst.is_symlink():
-        raise CheckpointError(f"{dst} is a file, not a {fmt} checkpoint folder; refusing to replace it",
-                              fix="choose another destination, or remove it yourself")
+        raise CheckpointError(
+            f"{dst} is a file, not a {fmt} checkpoint folder; refusing to replace it",
+            fix="choose another destination, or remove it yourself",
+        )
     foreign = foreign_files(dst, fmt)
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise CheckpointError(f"{dst} holds files a {fmt} checkpoint does not ({shown}); refusing to replace it",
-                              fix="choose another destination, or move those files out first")
+        raise CheckpointError(
+            f"{dst} holds files a {fmt} checkpoint does not ({shown}); refusing to replace it",
+            fix="choose another destination, or move those files out first",
+        )
 
 
 @contextmanager
-def atomic_output(dst: str | Path, *, overwrite: bool = False, fmt: str | None = None,
-                  is_file_output: bool = False) -> Iterator[Path]:
+def atomic_output(
+    dst: str | Path, *, overwrite: bool = False, fmt: str | None = None, is_file_output: bool = False
+) -> Iterator[Path]:
     """Yield a temporary path next to `dst`; rename it to `dst` when the block succeeds,
     delete it when it fails. With `overwrite`, an existing `dst` is replaced only when it is
     an output of format `fmt` (refuse_foreign)."""
@@ -97,11 +108,19 @@ def to_hf(items: Iterable[tuple[str, object]], args) -> Iterator[tuple[str, obje
         yield hf_name, (naming.to_hf_rows(tensor, heads[rope]) if rope else tensor)
 
 
-def write_hf(items: Iterable[tuple[str, object]], folder: Path, args, *, dtype: str,
-             max_shard_bytes: int = DEFAULT_SHARD_BYTES, on_tensor: Callable[[str, int], None] | None = None) -> list[Path]:
+def write_hf(
+    items: Iterable[tuple[str, object]],
+    folder: Path,
+    args,
+    *,
+    dtype: str,
+    max_shard_bytes: int = DEFAULT_SHARD_BYTES,
+    on_tensor: Callable[[str, int], None] | None = None,
+) -> list[Path]:
     """HF safetensors shards (+ index) and a config.json LlamaForCausalLM loads."""
-    files = safetensors_io.write_sharded(to_hf(items, args), folder, max_shard_bytes=max_shard_bytes,
-                                         on_tensor=on_tensor)
+    files = safetensors_io.write_sharded(
+        to_hf(items, args), folder, max_shard_bytes=max_shard_bytes, on_tensor=on_tensor
+    )
     (folder / "config.json").write_text(json.dumps(fit.to_hf_config(args, dtype), indent=2) + "\n", encoding="utf-8")
     return files
 

@@ -2,6 +2,7 @@
 in once, after the first top-level torch import, and before any import that needs
 torch.npu to exist already; a torch imported only inside functions stays lazy, and a
 person is asked to add the import there. Applied after the walk (python/pyfile.py)."""
+
 from __future__ import annotations
 
 import difflib
@@ -24,8 +25,9 @@ class AddImport(Rule):
     """The `import torch_npu` insertion, in files that import torch."""
 
 
-def add_after_walk(data: bytes, out: cst.Module, rules: RuleSet, scopes: Scopes, needs_npu: bool,
-                   path: str) -> tuple[cst.Module, Finding | None]:
+def add_after_walk(
+    data: bytes, out: cst.Module, rules: RuleSet, scopes: Scopes, needs_npu: bool, path: str
+) -> tuple[cst.Module, Finding | None]:
     """`out` (the walked module) with `import torch_npu` added when a kept rewrite needs
     it and the file imports torch at module level, with its finding (at an input line);
     a MANUAL finding instead when torch is imported only inside functions."""
@@ -34,13 +36,25 @@ def add_after_walk(data: bytes, out: cst.Module, rules: RuleSet, scopes: Scopes,
         return out, None
     if scopes.imports_torch:
         new, index = add_torch_npu_import(out)
-        return new, Finding(code=rule.code, status=Status.FIXED, message=rule.message,
-                            path=path, line=_insert_line(data, out, index), col=1)
+        return new, Finding(
+            code=rule.code,
+            status=Status.FIXED,
+            message=rule.message,
+            path=path,
+            line=_insert_line(data, out, index),
+            col=1,
+        )
     if scopes.imports_torch_nested:  # a lazy `import torch` stays lazy: a person places it
         return out, Finding(
-            code=rule.code, status=Status.MANUAL, path=path, line=1, col=1,
+            code=rule.code,
+            status=Status.MANUAL,
+            path=path,
+            line=1,
+            col=1,
             message="torch is imported inside functions here: add `import torch_npu` next to "
-                    "that import (the rewrites need it)", fix="import torch_npu")
+            "that import (the rewrites need it)",
+            fix="import torch_npu",
+        )
     return out, None
 
 
@@ -55,8 +69,12 @@ def add_torch_npu_import(module: cst.Module) -> tuple[cst.Module, int]:
     for i, stmt in enumerate(body):
         small = stmt.body if isinstance(stmt, cst.SimpleStatementLine) else []
         imports = [s for s in small if isinstance(s, (cst.Import, cst.ImportFrom))]
-        docstring = (i == 0 and len(small) == 1 and isinstance(small[0], cst.Expr)
-                     and isinstance(small[0].value, (cst.SimpleString, cst.ConcatenatedString)))
+        docstring = (
+            i == 0
+            and len(small) == 1
+            and isinstance(small[0], cst.Expr)
+            and isinstance(small[0].value, (cst.SimpleString, cst.ConcatenatedString))
+        )
         if lead == i and (imports or docstring):
             lead = i + 1
         if any(_imports_npu(s) for s in imports):  # torch_npu must come before these
@@ -77,15 +95,13 @@ def _imports_npu(stmt) -> bool:
     if stmt.relative or stmt.module is None:
         return False
     module = full_name(stmt.module)
-    names = [] if isinstance(stmt.names, cst.ImportStar) else [
-        full_name(a.name) for a in stmt.names]
+    names = [] if isinstance(stmt.names, cst.ImportStar) else [full_name(a.name) for a in stmt.names]
     return module.startswith(_NPU) or (module == NPU_MODULE[0] and NPU_MODULE[1] in names)
 
 
 def _imports_torch(stmt) -> bool:
     if isinstance(stmt, cst.Import):
-        return any(full_name(a.name).split(".")[0] == "torch"
-                   for a in stmt.names)
+        return any(full_name(a.name).split(".")[0] == "torch" for a in stmt.names)
     if stmt.relative or stmt.module is None:
         return False
     return full_name(stmt.module).split(".")[0] == "torch"
@@ -111,14 +127,26 @@ def _insert_line(data: bytes, out: cst.Module, index: int) -> int:
 
 
 ADD_IMPORT = Kind(
-    "add_import", AddImport, set_field("add_import"),
-    valid=(Example("import torch\n\nx = torch.ones(2)\n"),
-           Example("import torch\nimport torch_npu\n\ntorch.cuda.synchronize()\n",
-                   fixed="import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n")),
-    invalid=(Example("import torch\n\ntorch.cuda.synchronize()\n",
-                     fixed="import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n"),
-             Example("def f():\n    import torch\n    torch.cuda.synchronize()\n",
-                     fixed="def f():\n    import torch\n    torch.npu.synchronize()\n")),
+    "add_import",
+    AddImport,
+    set_field("add_import"),
+    valid=(
+        Example("import torch\n\nx = torch.ones(2)\n"),
+        Example(
+            "import torch\nimport torch_npu\n\ntorch.cuda.synchronize()\n",
+            fixed="import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n",
+        ),
+    ),
+    invalid=(
+        Example(
+            "import torch\n\ntorch.cuda.synchronize()\n",
+            fixed="import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n",
+        ),
+        Example(
+            "def f():\n    import torch\n    torch.cuda.synchronize()\n",
+            fixed="def f():\n    import torch\n    torch.npu.synchronize()\n",
+        ),
+    ),
 )
 
 FAMILY = Family(kinds=(ADD_IMPORT,), fields={"add_import": lambda: None})

@@ -11,6 +11,7 @@ bound to when the file reads that name's capability attribute (`props = ...` the
 piece (names.py; this kind belongs to the names family) is handed these
 marks, leaves those calls and reports them; a condition holding one is left whole (NPU111).
 """
+
 from __future__ import annotations
 
 import re
@@ -67,8 +68,9 @@ class CapabilityReads:
         call = rf"(?<![\w.]){callee}\s*\((?:[^()]|\([^()]*\))*\)"
         if re.search(call + rf"\s*\)?\s*\.\s*(?:{words})\b", source):
             return True
-        return any(m.group(1) in self.readers for m in
-                   re.finditer(rf"([A-Za-z_]\w*)\s*(?::=|=)\s*{callee}\s*\(", source))
+        return any(
+            m.group(1) in self.readers for m in re.finditer(rf"([A-Za-z_]\w*)\s*(?::=|=)\s*{callee}\s*\(", source)
+        )
 
 
 def readers(source: str, attrs: frozenset[str]) -> dict[str, tuple[str, ...]]:
@@ -77,8 +79,7 @@ def readers(source: str, attrs: frozenset[str]) -> dict[str, tuple[str, ...]]:
     if not attrs or not any(a in source for a in attrs):
         return {}
     found: dict[str, set[str]] = {}
-    for m in re.finditer(r"(\b[A-Za-z_]\w*|\))\s*\.\s*(" + "|".join(map(re.escape, sorted(attrs)))
-                         + r")\b", source):
+    for m in re.finditer(r"(\b[A-Za-z_]\w*|\))\s*\.\s*(" + "|".join(map(re.escape, sorted(attrs))) + r")\b", source):
         found.setdefault(m.group(1), set()).add(m.group(2))
     return {name: tuple(sorted(read)) for name, read in found.items()}
 
@@ -108,7 +109,7 @@ class Capabilities:
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         value = node.value
-        if isinstance(value, cst.NamedExpr):   # (p := get_device_properties(0)).major
+        if isinstance(value, cst.NamedExpr):  # (p := get_device_properties(0)).major
             value = value.value
         if node.attr.value in self.attrs and isinstance(value, cst.Call):
             self._hold(value, "." + node.attr.value, node)
@@ -116,8 +117,11 @@ class Capabilities:
     def _bound(self, target: cst.CSTNode, value: cst.CSTNode | None) -> None:
         if not isinstance(value, cst.Call):
             return
-        name = target.value if isinstance(target, cst.Name) else (
-            target.attr.value if isinstance(target, cst.Attribute) else None)
+        name = (
+            target.value
+            if isinstance(target, cst.Name)
+            else (target.attr.value if isinstance(target, cst.Attribute) else None)
+        )
         read = self.reads.readers.get(name) if name else None
         if read:
             self._hold(value, "/".join(f"{name}.{a}" for a in read), value)
@@ -138,11 +142,20 @@ def _index(rules: RuleSet, rule: Capability) -> None:
 
 
 KIND = Kind(
-    "capability", Capability, _index,
-    markers=lambda r: name_words(r.match), line=lambda r: name_line(r.match),
+    "capability",
+    Capability,
+    _index,
+    markers=lambda r: name_words(r.match),
+    line=lambda r: name_line(r.match),
     describe=lambda r: fill(r.message, old=r.match, new="", version="").strip(),
-    valid=(Example("import torch\n\nname = torch.cuda.get_device_properties(0).name\n",
-                   fixed="import torch\nimport torch_npu\n\nname = torch.npu.get_device_properties(0).name\n"),),
-    invalid=(Example("import torch\n\nif torch.cuda.get_device_capability() >= (8, 0):\n    use_bf16()\n"),
-             Example("import torch\n\nprops = torch.cuda.get_device_properties(0)\nbig = props.major >= 8\n")),
+    valid=(
+        Example(
+            "import torch\n\nname = torch.cuda.get_device_properties(0).name\n",
+            fixed="import torch\nimport torch_npu\n\nname = torch.npu.get_device_properties(0).name\n",
+        ),
+    ),
+    invalid=(
+        Example("import torch\n\nif torch.cuda.get_device_capability() >= (8, 0):\n    use_bf16()\n"),
+        Example("import torch\n\nprops = torch.cuda.get_device_properties(0)\nbig = props.major >= 8\n"),
+    ),
 )

@@ -7,6 +7,7 @@ boolean, comparison, `not` or conditional expression) is a group: when something
 stays CUDA-only (a reported name, a torch.cuda name torch.npu lacks), the rewrites made
 inside it are undone and one finding says why (the `mixed_condition` rule).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,8 +33,8 @@ class Conditions:
 
     def __init__(self, ctx: Context, rule: MixedCondition | None, positions: Positions) -> None:
         self.ctx, self.rule, self.positions = ctx, rule, positions
-        self._bodies: dict[int, cst.If | cst.While] = {}   # id(body) -> its if/while
-        self._undo: set[int] = set()                         # if/while whose test goes back
+        self._bodies: dict[int, cst.If | cst.While] = {}  # id(body) -> its if/while
+        self._undo: set[int] = set()  # if/while whose test goes back
 
     def _can_open(self, node: cst.CSTNode) -> bool:
         return self.rule is not None and not self.ctx.groups and not self.positions.skipping(node)
@@ -89,10 +90,14 @@ class Conditions:
         what, fix, node = group.blocked[0]
         shown = cst.Module([]).code_for_node(group.node).strip().replace("\n", " ")
         if len(shown) > _SHOWN:
-            shown = shown[:_SHOWN - 3] + "..."
-        self.ctx.emit(self.rule.code, Status.MANUAL, node,
-                      fill(self.rule.message, old=shown, new=what),
-                      f"{self.rule.fix}; {fix}" if fix else self.rule.fix)
+            shown = shown[: _SHOWN - 3] + "..."
+        self.ctx.emit(
+            self.rule.code,
+            Status.MANUAL,
+            node,
+            fill(self.rule.message, old=shown, new=what),
+            f"{self.rule.fix}; {fix}" if fix else self.rule.fix,
+        )
         return True
 
 
@@ -101,13 +106,21 @@ def _pieces(ctx: Context, rules: RuleSet, file: PythonFile) -> list:
 
 
 MIXED_CONDITION = Kind(
-    "mixed_condition", MixedCondition, set_field("mixed_condition"),
-    valid=(Example("import torch\n\nif torch.cuda.is_available() and torch.cuda.device_count() > 1:\n"
-                   "    pass\n",
-                   fixed="import torch\nimport torch_npu\n\nif torch.npu.is_available() and torch.npu.device_count() > 1:\n"
-                         "    pass\n"),),
-    invalid=(Example("import torch\n\nif torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8:\n"
-                     "    pass\n"),),
+    "mixed_condition",
+    MixedCondition,
+    set_field("mixed_condition"),
+    valid=(
+        Example(
+            "import torch\n\nif torch.cuda.is_available() and torch.cuda.device_count() > 1:\n    pass\n",
+            fixed="import torch\nimport torch_npu\n\nif torch.npu.is_available() and torch.npu.device_count() > 1:\n"
+            "    pass\n",
+        ),
+    ),
+    invalid=(
+        Example(
+            "import torch\n\nif torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8:\n    pass\n"
+        ),
+    ),
 )
 
 FAMILY = Family(

@@ -12,6 +12,7 @@ value: it moves with the name when every other use of that name in the file move
 check and the write it guards keep naming the same variable (and stays with a read that
 cannot move, so the check still guards it).
 """
+
 from __future__ import annotations
 
 import re
@@ -28,10 +29,12 @@ from titan_doctor.migrate.rules.ruleset import RuleSet
 
 _WRITE_CALLS = ("setdefault", "putenv", "__setitem__")
 _NAME_ONLY_CALLS = ("pop", "unsetenv")
-_NAME_ONLY = object()   # presence checks and unsets: the value is set somewhere else
+_NAME_ONLY = object()  # presence checks and unsets: the value is set somewhere else
 # The names a file checks for or unsets: "NAME" in ..., del x["NAME"], .pop("NAME" / unsetenv("NAME"
-_CHECKED = re.compile(r"""["']([A-Z][A-Z_0-9]*)["']\s*(?:not\s+)?in\b|\bdel\b[^\n]*\[\s*["']([A-Z][A-Z_0-9]*)["']"""
-                      r"""|(?:\.pop|unsetenv)\(\s*["']([A-Z][A-Z_0-9]*)["']""")
+_CHECKED = re.compile(
+    r"""["']([A-Z][A-Z_0-9]*)["']\s*(?:not\s+)?in\b|\bdel\b[^\n]*\[\s*["']([A-Z][A-Z_0-9]*)["']"""
+    r"""|(?:\.pop|unsetenv)\(\s*["']([A-Z][A-Z_0-9]*)["']"""
+)
 
 
 class EnvVars:
@@ -40,9 +43,9 @@ class EnvVars:
 
     def __init__(self, ctx: Context, rules: RuleSet, source: str) -> None:
         self.ctx, self.rules, self._source = ctx, rules, source
-        self._written: dict[int, object] = {}     # id(name string) -> value node / _NAME_ONLY
-        self._values: dict[int, str] = {}         # id(value node) -> converted value
-        self._stays: set[str] = set()             # names some use of which is not renamed
+        self._written: dict[int, object] = {}  # id(name string) -> value node / _NAME_ONLY
+        self._values: dict[int, str] = {}  # id(value node) -> converted value
+        self._stays: set[str] = set()  # names some use of which is not renamed
 
     def visit_Module(self, node: cst.Module) -> None:
         """Before the walk, when the file checks for or unsets a variable a rule knows: which
@@ -57,11 +60,11 @@ class EnvVars:
         if written is _NAME_ONLY:
             if value in self._stays:
                 return convert_env(self.rules, value, None, value_known=False)
-            return convert_env(self.rules, value, None)   # no value involved: the name alone
+            return convert_env(self.rules, value, None)  # no value involved: the name alone
         if written is not None:
             literal = _literal(written)
             return convert_env(self.rules, value, literal, value_known=literal is not None)
-        return convert_env(self.rules, value, None, value_known=False)   # read back: value elsewhere
+        return convert_env(self.rules, value, None, value_known=False)  # read back: value elsewhere
 
     # -- where a name is written, and with what (pre-order) ---------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -77,20 +80,22 @@ class EnvVars:
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        name = func.attr.value if isinstance(func, cst.Attribute) else (
-            func.value if isinstance(func, cst.Name) else None)
+        name = (
+            func.attr.value if isinstance(func, cst.Attribute) else (func.value if isinstance(func, cst.Name) else None)
+        )
         args = [a for a in node.args if a.keyword is None and not a.star]
         if not args or not isinstance(args[0].value, cst.SimpleString):
             return
         if name in _WRITE_CALLS and len(args) == 2:
             self._written[id(args[0].value)] = args[1].value
         elif name in _NAME_ONLY_CALLS and (name == "unsetenv" or len(args) == 2):
-            self._written[id(args[0].value)] = _NAME_ONLY   # pop(name, default): an unset
+            self._written[id(args[0].value)] = _NAME_ONLY  # pop(name, default): an unset
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         if isinstance(node.left, cst.SimpleString) and any(
-                isinstance(c.operator, (cst.In, cst.NotIn)) for c in node.comparisons):
-            self._written[id(node.left)] = _NAME_ONLY   # "NCCL_DEBUG" in os.environ
+            isinstance(c.operator, (cst.In, cst.NotIn)) for c in node.comparisons
+        ):
+            self._written[id(node.left)] = _NAME_ONLY  # "NCCL_DEBUG" in os.environ
 
     def visit_Del(self, node: cst.Del) -> None:
         key = _subscript_key(node.target)
@@ -107,7 +112,7 @@ class EnvVars:
             return updated
         written = self._written.get(id(original))
         change = self._change(original, value)
-        escaped = plain_text(original) is None   # escapes inside: a person
+        escaped = plain_text(original) is None  # escapes inside: a person
         if not self._apply(change, original, escaped):
             return updated
         if change.new_value is not None:
@@ -121,8 +126,7 @@ class EnvVars:
         if manual or not _renamed(change):
             self.ctx.emit(change.rule.code, Status.MANUAL, node, change.message, change.fix)
             return False
-        return self.ctx.emit(change.rule.code, Status.FIXED, node, change.message, change.fix,
-                             rewrite=True, npu=False)
+        return self.ctx.emit(change.rule.code, Status.FIXED, node, change.message, change.fix, rewrite=True, npu=False)
 
     def leave_Arg(self, original: cst.Arg, updated: cst.Arg):
         """dict(os.environ, NCCL_DEBUG="WARN") / env.update(NCCL_BUFFSIZE="...")."""
@@ -135,8 +139,11 @@ class EnvVars:
             return updated
         value = updated.value
         if change.new_value is not None:
-            value = (with_text(value, change.new_value) if isinstance(value, cst.SimpleString)
-                     else value.with_changes(value=change.new_value))
+            value = (
+                with_text(value, change.new_value)
+                if isinstance(value, cst.SimpleString)
+                else value.with_changes(value=change.new_value)
+            )
         return updated.with_changes(keyword=keyword.with_changes(value=change.new_name), value=value)
 
     def leave_Integer(self, original: cst.Integer, updated: cst.Integer):
@@ -162,7 +169,7 @@ class _Uses(cst.CSTVisitor):
         if change is not None and not _renamed(change):
             self.env._stays.add(value)
 
-    def visit_Arg(self, node: cst.Arg) -> None:   # dict(os.environ, NCCL_BUFFSIZE=size)
+    def visit_Arg(self, node: cst.Arg) -> None:  # dict(os.environ, NCCL_BUFFSIZE=size)
         word = node.keyword.value if node.keyword is not None else ""
         if word.isupper():
             literal = _literal(node.value)
@@ -199,8 +206,10 @@ _VAR = re.compile(r"(?<![A-Za-z0-9_])[A-Z][A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9_])")
 # NAME=value / NAME: value right after a variable name (a literal value: no $, no spaces);
 # a quoted key ("NAME": "value" in JSON/YAML) closes its quote first; a comma that
 # ends a JSON/YAML item is not part of the value (one inside it, 0,1,2, is)
-_VALUE = re.compile(r"""(?P<kq>["']?)[ \t]*(?:=|:(?=[ \t"']|\d))[ \t]*(?P<q>["']?)"""
-                    r"""(?P<value>[^\s"'$`#{}]*?)(?P=q)(?=\s|$|[;#}\]]|,(?:\s|$))""")
+_VALUE = re.compile(
+    r"""(?P<kq>["']?)[ \t]*(?:=|:(?=[ \t"']|\d))[ \t]*(?P<q>["']?)"""
+    r"""(?P<value>[^\s"'$`#{}]*?)(?P=q)(?=\s|$|[;#}\]]|,(?:\s|$))"""
+)
 
 
 def rename_in_line(line: str, rules: RuleSet, ctx: LineContext) -> str:
@@ -213,21 +222,22 @@ def rename_in_line(line: str, rules: RuleSet, ctx: LineContext) -> str:
         if m.start() < pos or rules.env_rule(name) is None:
             continue
         # ${NAME:-default} reads the variable: no value is set here
-        before = line[m.start() - 1:m.start()]
+        before = line[m.start() - 1 : m.start()]
         value = None if before == "{" else _VALUE.match(line, m.end())
         if value and value.group("kq") and value.group("kq") != before:
             value = None  # a closing quote with no opening one: not a key
         literal = value.group("value") if value and value.group("value") else None
         change = convert_env(rules, name, literal, value_known=literal is not None)
         fixed = change.status is Status.FIXED and change.new_name is not None
-        shown = ctx.report(change.rule.code, Status.FIXED if fixed else Status.MANUAL,
-                           change.message, m.start() + 1, change.fix)
+        shown = ctx.report(
+            change.rule.code, Status.FIXED if fixed else Status.MANUAL, change.message, m.start() + 1, change.fix
+        )
         if not (fixed and shown):
             continue
-        out += [line[pos:m.start()], change.new_name]
+        out += [line[pos : m.start()], change.new_name]
         pos = m.end()
         if change.new_value is not None:
-            out += [line[pos:value.start("value")], change.new_value]
+            out += [line[pos : value.start("value")], change.new_value]
             pos = value.end("value")
     out.append(line[pos:])
     return "".join(out)
@@ -236,8 +246,8 @@ def rename_in_line(line: str, rules: RuleSet, ctx: LineContext) -> str:
 FAMILY = Family(
     kinds=(ENV,),
     fields={
-        "env": dict,            # by exact name
-        "env_families": list,   # (prefix, rule) for NAME_* rules, longest prefix first
+        "env": dict,  # by exact name
+        "env_families": list,  # (prefix, rule) for NAME_* rules, longest prefix first
     },
     python=lambda ctx, rules, file: [EnvVars(ctx, rules, file.positions.source)],
     lines=rename_in_line,

@@ -1,6 +1,7 @@
 """Environment variable rules (`kind = "env"`): NCCL_* / CUDA_* names and how their values
 convert (rules/migrate/env.toml). The schema, checks and examples; the conversion of a
 value is env_values.py, the pieces that apply them env.py."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ class Env(Rule):
     keys: tuple[str, ...] = ()
     rename_keys: dict[str, str] = field(default_factory=dict)
     conflicts: tuple[str, ...] = ()
-    note: str = ""            # said with every converted value (what else differs)
+    note: str = ""  # said with every converted value (what else differs)
 
 
 def _check(rule: Env) -> list[str]:
@@ -61,11 +62,21 @@ def _index(rules: RuleSet, rule: Env) -> None:
 
 
 ENV = Kind(
-    "env", Env, _index, markers=lambda r: (r.old.rstrip("*"),), check=_check,
-    valid=(Example("import os\n\nos.environ[\"OMP_NUM_THREADS\"] = \"4\"\n"),
-           Example("export OMP_NUM_THREADS=4\n", name="launch.sh")),
-    invalid=(Example("import os\n\nos.environ[\"NCCL_BUFFSIZE\"] = \"4194304\"\n",
-                     fixed="import os\n\nos.environ[\"HCCL_BUFFSIZE\"] = \"4\"\n"),
-             Example("export NCCL_BUFFSIZE=4194304\n", fixed="export HCCL_BUFFSIZE=4\n", name="launch.sh"),
-             Example("export NCCL_BUFFSIZE=$SIZE\n", name="launch.sh")),
+    "env",
+    Env,
+    _index,
+    markers=lambda r: (r.old.rstrip("*"),),
+    check=_check,
+    valid=(
+        Example('import os\n\nos.environ["OMP_NUM_THREADS"] = "4"\n'),
+        Example("export OMP_NUM_THREADS=4\n", name="launch.sh"),
+    ),
+    invalid=(
+        Example(
+            'import os\n\nos.environ["NCCL_BUFFSIZE"] = "4194304"\n',
+            fixed='import os\n\nos.environ["HCCL_BUFFSIZE"] = "4"\n',
+        ),
+        Example("export NCCL_BUFFSIZE=4194304\n", fixed="export HCCL_BUFFSIZE=4\n", name="launch.sh"),
+        Example("export NCCL_BUFFSIZE=$SIZE\n", name="launch.sh"),
+    ),
 )

@@ -11,6 +11,7 @@ setdefault, putenv) and the script-line piece (launch scripts, configs); so does
 for the NCCL/CUDA variables it finds in a live environment: one mapping, one conversion,
 whichever tool reads the value.
 """
+
 from __future__ import annotations
 
 import re
@@ -42,8 +43,7 @@ class EnvChange:
     why: str = ""
 
 
-def convert_env(rules: RuleSet, name: str, value: str | None, *,
-                value_known: bool = True) -> EnvChange | None:
+def convert_env(rules: RuleSet, name: str, value: str | None, *, value_known: bool = True) -> EnvChange | None:
     """The change for `name` set to `value` (None when no rule knows the name).
 
     value_known=False: the value is not a literal here (read from the environment,

@@ -1,6 +1,7 @@
 """File rules (`kind = "file"`): files with one of `suffixes` are reported as a whole, never
 read (CUDA sources, .cu / .cuh). engine/filekinds.py asks `rules.files` which suffixes
 those are; engine/runner.py reports them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,9 +23,11 @@ def _index(rules: RuleSet, rule: File) -> None:
 
 
 FILE = Kind(
-    "file", File, _index,
+    "file",
+    File,
+    _index,
     valid=(Example("int main() { return 0; }\n", name="main.c"),),
     invalid=(Example("__global__ void k() {}\n", name="kernel.cu"),),
 )
 
-FAMILY = Family(kinds=(FILE,), fields={"files": dict})   # suffix -> rule
+FAMILY = Family(kinds=(FILE,), fields={"files": dict})  # suffix -> rule

@@ -2,6 +2,7 @@
 and reported (NPU110). python/gates.py finds, before the walk, which lines hold such a
 check; this module owns the rule, the text pre-filters that decide whether a file is
 scanned at all, and the check the pieces ask at a node (`checker`)."""
+
 from __future__ import annotations
 
 import re
@@ -30,11 +31,12 @@ class KernelGate(Rule):
     gates: tuple[str, ...] = ()
     module_globs: tuple[str, ...] = ()
     extension_globs: tuple[str, ...] = ()
-    builders: tuple[str, ...] = ()   # calls whose result is a compiled CUDA extension
+    builders: tuple[str, ...] = ()  # calls whose result is a compiled CUDA extension
 
 
-def checker(ctx: Context, rules: RuleSet, kernel_lines: dict[int, tuple[str, str]],
-            line_of: Callable[[cst.CSTNode], int]) -> Callable[[cst.CSTNode, str], bool]:
+def checker(
+    ctx: Context, rules: RuleSet, kernel_lines: dict[int, tuple[str, str]], line_of: Callable[[cst.CSTNode], int]
+) -> Callable[[cst.CSTNode, str], bool]:
     """The check the pieces ask: True (after reporting NPU110) when the device check at
     `node` (shown as `shown`) selects a CUDA-only kernel, python/gates.py having found one
     on its line (`kernel_lines`: line -> (kernel, NPU alternative)); the caller then
@@ -67,26 +69,39 @@ def _derive(rules: RuleSet) -> None:
     fragments = {g.replace("*", "") for g in (*gate.module_globs, *gate.extension_globs)} - {""}
     alts = [rb"(?<![\w])" + re.escape(w.encode()) for w in sorted(libraries)]
     if fragments:
-        alts.append(rb"(?:^|\n)[ \t]*(?:from|import)[ \t][^\n]*(?:"
-                    + b"|".join(re.escape(f.encode()) for f in sorted(fragments)) + rb")")
+        alts.append(
+            rb"(?:^|\n)[ \t]*(?:from|import)[ \t][^\n]*(?:"
+            + b"|".join(re.escape(f.encode()) for f in sorted(fragments))
+            + rb")"
+        )
     rules.kernel_re = re.compile(b"|".join(alts))
 
 
 KERNEL_GATE = Kind(
-    "kernel_gate", KernelGate, set_field("kernel_gate"),
-    valid=(Example("import torch\n\n\ndef f(x):\n    if x.is_cuda:\n        return x.cuda()\n    return x\n",
-                   fixed="import torch\nimport torch_npu\n\n\ndef f(x):\n    if x.is_npu:\n        return x.npu()\n"
-                         "    return x\n"),),
-    invalid=(Example("import triton\n\n\n@triton.jit\ndef _k(x):\n    pass\n\n\n"
-                     "def f(x):\n    if x.is_cuda:\n        return _k(x)\n    return x\n"),),
+    "kernel_gate",
+    KernelGate,
+    set_field("kernel_gate"),
+    valid=(
+        Example(
+            "import torch\n\n\ndef f(x):\n    if x.is_cuda:\n        return x.cuda()\n    return x\n",
+            fixed="import torch\nimport torch_npu\n\n\ndef f(x):\n    if x.is_npu:\n        return x.npu()\n"
+            "    return x\n",
+        ),
+    ),
+    invalid=(
+        Example(
+            "import triton\n\n\n@triton.jit\ndef _k(x):\n    pass\n\n\n"
+            "def f(x):\n    if x.is_cuda:\n        return _k(x)\n    return x\n"
+        ),
+    ),
 )
 
 FAMILY = Family(
     kinds=(KERNEL_GATE,),
     fields={
         "kernel_gate": lambda: None,
-        "kernel_re": lambda: None,   # words of CUDA-only kernel libraries in a file (derived)
-        "gate_re": lambda: None,     # text of a device check (derived)
+        "kernel_re": lambda: None,  # words of CUDA-only kernel libraries in a file (derived)
+        "gate_re": lambda: None,  # text of a device check (derived)
     },
     derive=_derive,
 )

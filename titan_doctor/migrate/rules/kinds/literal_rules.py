@@ -3,6 +3,7 @@ that say where a "cuda" / "nccl" string is a device or backend (literal_arg: giv
 call; assign: bound to a name; compare: compared with a name) and where it may be
 anything (ambiguous: reported). They are applied by the literals family's piece
 (literals.py)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -89,36 +90,62 @@ def _index_ambiguous(rules: RuleSet, rule: Ambiguous) -> None:
 
 LITERAL_ARG = Kind(
     # a rule that makes a CUDA default explicit matches calls that spell no "cuda" at all
-    "literal_arg", LiteralArg, append_to("literal_args"),
+    "literal_arg",
+    LiteralArg,
+    append_to("literal_args"),
     markers=lambda r: name_words(r.callee) if r.implicit else _cuda_word(r),
     line=lambda r: [word(w) for w in _cuda_word(r)] + (name_line(r.callee) if r.implicit else []),
-    describe=_describe, check=_check_literal_arg,
-    valid=(Example("import torch\n\nx = torch.zeros(4, device=\"cpu\")\n"),),
-    invalid=(Example("import torch\n\nx = torch.zeros(4, device=\"cuda:0\")\n",
-                     fixed="import torch\nimport torch_npu\n\nx = torch.zeros(4, device=\"npu:0\")\n"),
-             Example("import torch\n\nscaler = torch.amp.GradScaler()\n",
-                     fixed="import torch\nimport torch_npu\n\nscaler = torch.amp.GradScaler(device=\"npu\")\n")),
+    describe=_describe,
+    check=_check_literal_arg,
+    valid=(Example('import torch\n\nx = torch.zeros(4, device="cpu")\n'),),
+    invalid=(
+        Example(
+            'import torch\n\nx = torch.zeros(4, device="cuda:0")\n',
+            fixed='import torch\nimport torch_npu\n\nx = torch.zeros(4, device="npu:0")\n',
+        ),
+        Example(
+            "import torch\n\nscaler = torch.amp.GradScaler()\n",
+            fixed='import torch\nimport torch_npu\n\nscaler = torch.amp.GradScaler(device="npu")\n',
+        ),
+    ),
 )
 
 COMPARE = Kind(
-    "compare", Compare, append_to("compares"),
-    markers=_cuda_word, describe=_describe, check=_check_literal,
-    valid=(Example("if name == \"cuda\":\n    pass\n"),),
-    invalid=(Example("def f(x):\n    return x.device.type == \"cuda\"\n",
-                     fixed="def f(x):\n    return x.device.type == \"npu\"\n"),),
+    "compare",
+    Compare,
+    append_to("compares"),
+    markers=_cuda_word,
+    describe=_describe,
+    check=_check_literal,
+    valid=(Example('if name == "cuda":\n    pass\n'),),
+    invalid=(
+        Example(
+            'def f(x):\n    return x.device.type == "cuda"\n', fixed='def f(x):\n    return x.device.type == "npu"\n'
+        ),
+    ),
 )
 
 ASSIGN = Kind(
-    "assign", Assign, append_to("assigns"),
-    markers=_cuda_word, describe=_describe, check=_check_literal,
-    valid=(Example("label = \"gpu\"\n"),),
-    invalid=(Example("device = \"cuda\"\n", fixed="device = \"npu\"\n"),
-             Example("dist_backend = \"nccl\"\n", fixed="dist_backend = \"hccl\"\n")),
+    "assign",
+    Assign,
+    append_to("assigns"),
+    markers=_cuda_word,
+    describe=_describe,
+    check=_check_literal,
+    valid=(Example('label = "gpu"\n'),),
+    invalid=(
+        Example('device = "cuda"\n', fixed='device = "npu"\n'),
+        Example('dist_backend = "nccl"\n', fixed='dist_backend = "hccl"\n'),
+    ),
 )
 
 AMBIGUOUS = Kind(
-    "ambiguous", Ambiguous, _index_ambiguous,
-    markers=_cuda_word, describe=_describe, check=_check_literal,
-    valid=(Example("device = \"cuda\"\n", fixed="device = \"npu\"\n"),),
-    invalid=(Example("print(\"cuda\")\n"),),
+    "ambiguous",
+    Ambiguous,
+    _index_ambiguous,
+    markers=_cuda_word,
+    describe=_describe,
+    check=_check_literal,
+    valid=(Example('device = "cuda"\n', fixed='device = "npu"\n'),),
+    invalid=(Example('print("cuda")\n'),),
 )

@@ -19,6 +19,7 @@ Strings built at run time count by their literal head: "cuda:" + str(rank),
 This is the literals family: the four kinds' schemas are literal_rules.py; here are their
 piece, the producer / consumer names derived over all their rules, and the Family.
 """
+
 from __future__ import annotations
 
 import libcst as cst
@@ -41,15 +42,15 @@ class Literals:
 
     def __init__(self, ctx: Context, rules: RuleSet, file: PythonFile) -> None:
         self.ctx, self.rules = ctx, rules
-        self._device_names = file.device_names     # dev = "cuda" ... model.to(dev): python/flows.py
+        self._device_names = file.device_names  # dev = "cuda" ... model.to(dev): python/flows.py
         self._kernel_check = file.kernel_gate
-        self._lits: dict[int, tuple[object, bool]] = {}   # id(string) -> (rule, composed head)
+        self._lits: dict[int, tuple[object, bool]] = {}  # id(string) -> (rule, composed head)
         self._assign = {}
         for r in rules.assigns:
             self._assign.setdefault(r.literal, r)
         self._any_call = [r for r in rules.literal_args if r.callee == "*"]
         self._by_callee = [r for r in rules.literal_args if r.callee != "*"]
-        self._implicit: dict[int, object] = {}   # id(call) -> rule whose CUDA default is made explicit
+        self._implicit: dict[int, object] = {}  # id(call) -> rule whose CUDA default is made explicit
         self._device_compare = next((r for r in rules.compares if r.literal == "device"), None)
 
     # -- marking (pre-order): which strings are in a device/backend position ----------------
@@ -101,8 +102,9 @@ class Literals:
     def _cli_option(self, node: cst.Call, positional) -> None:
         """argparse: `--device` / `--dist-backend` (or dest=) names the value its default
         and choices hold."""
-        dest = next((string_value(a.value) for a in node.args
-                     if a.keyword is not None and a.keyword.value == "dest"), None)
+        dest = next(
+            (string_value(a.value) for a in node.args if a.keyword is not None and a.keyword.value == "dest"), None
+        )
         if dest is None:
             flags = [v for v in (string_value(a.value) for a in positional) if v]
             longs = [f for f in flags if f.startswith("--")]
@@ -131,7 +133,7 @@ class Literals:
             for el in values.elements:
                 value = el.value
                 if isinstance(value, cst.Call) and (operand_name(value.func) or "") == "param":
-                    items = [a.value for a in value.args if a.keyword is None]   # pytest.param(...)
+                    items = [a.value for a in value.args if a.keyword is None]  # pytest.param(...)
                 elif len(names) == 1:
                     items = [value]
                 elif isinstance(value, (cst.Tuple, cst.List)):
@@ -207,7 +209,7 @@ class Literals:
     def _producer(self, name: str) -> Assign | None:
         literal = self.rules.value_literal(name) if name else None
         if literal is None and name in self._device_names:
-            literal = "device"   # dev = "cuda" ... model.to(dev): see python/flows.py
+            literal = "device"  # dev = "cuda" ... model.to(dev): see python/flows.py
         return self._assign.get(literal) if literal else None
 
     def _consumer(self, operand: cst.BaseExpression) -> Compare | None:
@@ -227,10 +229,9 @@ class Literals:
         elif isinstance(node, (cst.SimpleString, cst.FormattedString)):
             self._lits.setdefault(id(node), (rule, composed))
         elif isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Modulo)):
-            self._mark(node.left, rule, composed=True)   # "cuda:" + str(i), "cuda:%d" % i
-        elif (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-              and node.func.attr.value == "format"):
-            self._mark(node.func.value, rule, composed=True)   # "cuda:{}".format(i)
+            self._mark(node.left, rule, composed=True)  # "cuda:" + str(i), "cuda:%d" % i
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
+            self._mark(node.func.value, rule, composed=True)  # "cuda:{}".format(i)
 
     # -- rewriting --------------------------------------------------------------------------
     def leave_Call(self, original: cst.Call, updated: cst.Call):
@@ -239,16 +240,23 @@ class Literals:
         if rule is None:
             return updated
         literal = LITERALS[rule.literal]
-        msg = fill(rule.message, old=f"(default {literal.cuda!r})", new=repr(literal.npu),
-                   version=self.rules.npu_version)
+        msg = fill(
+            rule.message, old=f"(default {literal.cuda!r})", new=repr(literal.npu), version=self.rules.npu_version
+        )
         if not self.ctx.emit(rule.code, Status.FIXED, original.func, msg, rule.fix, rewrite=True):
             return updated
         args = list(updated.args)
         if args and args[-1].comma is cst.MaybeSentinel.DEFAULT:
             args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        args.append(cst.Arg(keyword=cst.Name(rule.keywords[0]), value=cst.SimpleString(f'"{literal.npu}"'),
-                            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                                  whitespace_after=cst.SimpleWhitespace(""))))
+        args.append(
+            cst.Arg(
+                keyword=cst.Name(rule.keywords[0]),
+                value=cst.SimpleString(f'"{literal.npu}"'),
+                equal=cst.AssignEqual(
+                    whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+                ),
+            )
+        )
         return updated.with_changes(args=args)
 
     def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString):
@@ -265,8 +273,13 @@ class Literals:
         for kind, amb in self.rules.ambiguous.items():
             literal = LITERALS[kind]
             if literal.rewrite(value) is not None or literal.rewrite_head(value) is not None:
-                self.ctx.emit(amb.code, Status.MANUAL, original,
-                              fill(amb.message, old=repr(value), version=self.rules.npu_version), amb.fix)
+                self.ctx.emit(
+                    amb.code,
+                    Status.MANUAL,
+                    original,
+                    fill(amb.message, old=repr(value), version=self.rules.npu_version),
+                    amb.fix,
+                )
         return updated
 
     def _rewrite(self, rule, original: cst.SimpleString, updated: cst.SimpleString, value: str, new: str):
@@ -298,15 +311,19 @@ class Literals:
         if entry is None or entry[0].literal != "device":
             amb = self.rules.ambiguous.get("device")
             if amb is not None:
-                self.ctx.emit(amb.code, Status.MANUAL, original,
-                              fill(amb.message, old=shown, version=self.rules.npu_version), amb.fix)
+                self.ctx.emit(
+                    amb.code,
+                    Status.MANUAL,
+                    original,
+                    fill(amb.message, old=shown, version=self.rules.npu_version),
+                    amb.fix,
+                )
             return updated
         rule = entry[0]
         if self._kernel_gate(rule, original, shown):
             return updated
         new_node = updated.with_changes(parts=[updated.parts[0].with_changes(value=head), *updated.parts[1:]])
-        msg = fill(rule.message, old=shown, new=cst.Module([]).code_for_node(new_node),
-                   version=self.rules.npu_version)
+        msg = fill(rule.message, old=shown, new=cst.Module([]).code_for_node(new_node), version=self.rules.npu_version)
         if getattr(rule, "report_only", False):
             self.ctx.emit(rule.code, Status.MANUAL, original, msg, rule.fix)
             return updated
@@ -347,8 +364,7 @@ def _derive(rules: RuleSet) -> None:
     rules.value_names = {lit: glob_re(globs) for lit, globs in targets.items()}
     rules.operand_names = {}
     for r in rules.compares:
-        rules.operand_names.setdefault(r.literal, []).append(
-            (glob_re([*r.operands, *targets.get(r.literal, ())]), r))
+        rules.operand_names.setdefault(r.literal, []).append((glob_re([*r.operands, *targets.get(r.literal, ())]), r))
 
 
 def _pieces(ctx: Context, rules: RuleSet, file: PythonFile) -> list:
@@ -361,10 +377,10 @@ FAMILY = Family(
         "literal_args": list,
         "compares": list,
         "assigns": list,
-        "ambiguous": dict,              # by literal kind
+        "ambiguous": dict,  # by literal kind
         "implicit_callees": frozenset,  # calls whose CUDA default is made explicit (derived)
-        "value_names": dict,            # literal -> its producer names, as one regex (derived)
-        "operand_names": dict,          # literal -> [(consumer names regex, compare rule)] (derived)
+        "value_names": dict,  # literal -> its producer names, as one regex (derived)
+        "operand_names": dict,  # literal -> [(consumer names regex, compare rule)] (derived)
     },
     derive=_derive,
     python=_pieces,

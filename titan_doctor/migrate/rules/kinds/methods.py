@@ -1,6 +1,7 @@
 """Method rules (`kind = "method"`): `.cuda()` -> `.npu()` and `.is_cuda` -> `.is_npu` on
 any object that is not the torch module itself (`torch.cuda` is a module, handled by the
 names family)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ class Methods:
     def __init__(self, ctx: Context, rules: RuleSet, file: PythonFile) -> None:
         self.ctx, self.rules = ctx, rules
         self._kernel_check = file.kernel_gate
-        self._called: set[int] = set()   # attribute nodes that are the func of a call
+        self._called: set[int] = set()  # attribute nodes that are the func of a call
         gate = rules.kernel_gate
         self._gates = {g[1:] for g in gate.gates if g.startswith(".")} if gate else set()
 
@@ -62,16 +63,25 @@ def _index(rules: RuleSet, rule: Method) -> None:
 
 
 METHOD = Kind(
-    "method", Method, _index, markers=lambda r: (r.old,),
-    valid=(Example("y = x.cpu()\n"),
-           Example("import torch\n\nok = torch.cuda.is_available()\n",   # a module, not a method
-                   fixed="import torch\nimport torch_npu\n\nok = torch.npu.is_available()\n")),
-    invalid=(Example("y = model.cuda()\n", fixed="y = model.npu()\n"),
-             Example("on_gpu = t.is_cuda\n", fixed="on_gpu = t.is_npu\n")),
+    "method",
+    Method,
+    _index,
+    markers=lambda r: (r.old,),
+    valid=(
+        Example("y = x.cpu()\n"),
+        Example(
+            "import torch\n\nok = torch.cuda.is_available()\n",  # a module, not a method
+            fixed="import torch\nimport torch_npu\n\nok = torch.npu.is_available()\n",
+        ),
+    ),
+    invalid=(
+        Example("y = model.cuda()\n", fixed="y = model.npu()\n"),
+        Example("on_gpu = t.is_cuda\n", fixed="on_gpu = t.is_npu\n"),
+    ),
 )
 
 FAMILY = Family(
     kinds=(METHOD,),
-    fields={"methods": dict},   # by the method's name
+    fields={"methods": dict},  # by the method's name
     python=lambda ctx, rules, file: [Methods(ctx, rules, file)],
 )

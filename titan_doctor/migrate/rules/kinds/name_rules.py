@@ -1,6 +1,7 @@
 """Rename and report rules: the schemas, checks and examples of the rules on qualified
 names (torch.cuda.*, torch.profiler.*, apex, flash_attn, ...). They are applied by the
 names family's piece (names.py)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,8 +26,8 @@ class Rename(Rule):
     gate_fix: str = ""
     members: tuple[str, ...] = ()
     status: str = "fixed"
-    provided_by: str = ""     # registered at import time: the file that does it ...
-    evidence: str = ""        # ... and the text there that proves it (tests check both)
+    provided_by: str = ""  # registered at import time: the file that does it ...
+    evidence: str = ""  # ... and the text there that proves it (tests check both)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +50,7 @@ class Report(Rule):
 def _check_rename(rule: Rename) -> list[str]:
     errors = []
     if rule.gate not in (None, GATE_NPU, "members"):
-        errors.append("'gate' must be \"npu\" or \"members\"")
+        errors.append('\'gate\' must be "npu" or "members"')
     if rule.gate and not (rule.gate_code and rule.gate_message):
         errors.append("a gate needs 'gate_code' and 'gate_message'")
     if rule.gate_code and not CODE_RE.match(rule.gate_code):
@@ -59,7 +60,7 @@ def _check_rename(rule: Rename) -> list[str]:
     if rule.new.split(".")[0] not in ("torch", NPU_PACKAGE):
         errors.append("'new' must start with torch. or torch_npu.")
     if rule.status not in ("fixed", "manual"):
-        errors.append("'status' must be \"fixed\" or \"manual\"")
+        errors.append('\'status\' must be "fixed" or "manual"')
     return errors
 
 
@@ -67,16 +68,19 @@ def _check_report(rule: Report) -> list[str]:
     errors = regex_errors(rule.only_if_args, "only_if_args")
     *head, last = rule.match.split(".")
     if "*" in rule.match and ("*" in "".join(head) or not last.strip("*")):
-        errors.append(f"match {rule.match!r}: a glob is in the last component only "
-                      "(`*_cuda`, `torch._C._cuda_*`), and not only `*`")
+        errors.append(
+            f"match {rule.match!r}: a glob is in the last component only "
+            "(`*_cuda`, `torch._C._cuda_*`), and not only `*`"
+        )
     return errors
 
 
 def _index_rename(rules: RuleSet, rule: Rename) -> None:
     rules.names[rule.old] = rule
     if rule.gate_code:
-        rules.help.setdefault(rule.gate_code, fill(rule.gate_message, old=rule.old + ".<name>",
-                                                   version=rules.npu_version))
+        rules.help.setdefault(
+            rule.gate_code, fill(rule.gate_message, old=rule.old + ".<name>", version=rules.npu_version)
+        )
 
 
 def _index_report(rules: RuleSet, rule: Report) -> None:
@@ -92,23 +96,41 @@ def describe_match(rule: Report) -> str:
 
 
 RENAME = Kind(
-    "rename", Rename, _index_rename,
-    markers=lambda r: name_words(r.old), line=lambda r: name_line(r.old),
-    describe=lambda r: f"{r.old} -> {r.new}", check=_check_rename,
-    valid=(Example("import torch\n\nx = torch.npu.device_count()\n"),
-           Example("import mylib\n\nmylib.cuda.synchronize()\n")),
-    invalid=(Example("import torch as th\n\nth.cuda.synchronize()\n",
-                     fixed="import torch as th\nimport torch_npu\n\nth.npu.synchronize()\n"),
-             Example("from torch.cuda import synchronize as sync\n\nsync()\n",
-                     fixed="import torch_npu\nfrom torch.npu import synchronize as sync\n\nsync()\n"),
-             Example("import torch\n\ntorch.cuda.memory_snapshot_of_nothing()\n")),
+    "rename",
+    Rename,
+    _index_rename,
+    markers=lambda r: name_words(r.old),
+    line=lambda r: name_line(r.old),
+    describe=lambda r: f"{r.old} -> {r.new}",
+    check=_check_rename,
+    valid=(
+        Example("import torch\n\nx = torch.npu.device_count()\n"),
+        Example("import mylib\n\nmylib.cuda.synchronize()\n"),
+    ),
+    invalid=(
+        Example(
+            "import torch as th\n\nth.cuda.synchronize()\n",
+            fixed="import torch as th\nimport torch_npu\n\nth.npu.synchronize()\n",
+        ),
+        Example(
+            "from torch.cuda import synchronize as sync\n\nsync()\n",
+            fixed="import torch_npu\nfrom torch.npu import synchronize as sync\n\nsync()\n",
+        ),
+        Example("import torch\n\ntorch.cuda.memory_snapshot_of_nothing()\n"),
+    ),
 )
 
 REPORT = Kind(
-    "report", Report, _index_report,
-    markers=lambda r: name_words(r.match), line=lambda r: name_line(r.match),
-    describe=describe_match, check=_check_report,
+    "report",
+    Report,
+    _index_report,
+    markers=lambda r: name_words(r.match),
+    line=lambda r: name_line(r.match),
+    describe=describe_match,
+    check=_check_report,
     valid=(Example("import torch\n\ny = torch.nn.functional.scaled_dot_product_attention(q, k, v)\n"),),
-    invalid=(Example("from flash_attn import flash_attn_func\n\ny = flash_attn_func(q, k, v)\n"),
-             Example("import fused_layer_norm_cuda\n")),
+    invalid=(
+        Example("from flash_attn import flash_attn_func\n\ny = flash_attn_func(q, k, v)\n"),
+        Example("import fused_layer_norm_cuda\n"),
+    ),
 )

@@ -13,6 +13,7 @@ A call whose result is read as a CUDA compute capability keeps its CUDA name: th
 Capabilities piece marks those calls before Names leaves them, and the family's builder
 (`_pieces`) hands Names those marks.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -32,7 +33,7 @@ from titan_doctor.migrate.rules.words import GATE_NPU, NPU_MODULE, NPU_PACKAGE
 
 _BUILTINS = frozenset(dir(builtins))
 _STRING = re.compile(r"""(?:'([^'\n]*)'|"([^"\n]*)")""")
-_PATCHERS = ("unittest.mock.patch", "mock.patch")   # patch("a.b.c") replaces a.b.c by name
+_PATCHERS = ("unittest.mock.patch", "mock.patch")  # patch("a.b.c") replaces a.b.c by name
 
 
 class Names:
@@ -44,10 +45,10 @@ class Names:
         self._source = file.positions.source
         self._kernel_check = file.kernel_gate
         self._reads = reads
-        self._calls: dict[int, cst.Call] = {}          # id(func) -> its call
-        self._star: list[tuple] = []                    # (original, rule, finding index, new node)
-        self._free: dict[str, cst.Name] = {}            # names only a star import can bind
-        self._patch_targets: set[int] = set()           # id(string) naming what mock.patch replaces
+        self._calls: dict[int, cst.Call] = {}  # id(func) -> its call
+        self._star: list[tuple] = []  # (original, rule, finding index, new node)
+        self._free: dict[str, cst.Name] = {}  # names only a star import can bind
+        self._patch_targets: set[int] = set()  # id(string) naming what mock.patch replaces
 
     # -- marking (pre-order) ----------------------------------------------------------------
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -61,15 +62,24 @@ class Names:
 
     def _maybe_free(self, node: cst.Name) -> None:
         """A name nothing binds here may come from a star import (checked at the end)."""
-        if (self.scopes.star_modules and not self.ctx.in_import and node.value not in _BUILTINS
-                and not self.scopes.bound(node.value)):
+        if (
+            self.scopes.star_modules
+            and not self.ctx.in_import
+            and node.value not in _BUILTINS
+            and not self.scopes.bound(node.value)
+        ):
             self._free.setdefault(node.value, node)
 
     def visit_Call(self, node: cst.Call) -> None:
         self._calls[id(node.func)] = node
         first = node.args[0] if node.args else None
-        if (first is not None and first.keyword is None and isinstance(first.value, cst.SimpleString)
-                and isinstance(node.func, (cst.Name, cst.Attribute)) and self.ctx.qname(node.func) in _PATCHERS):
+        if (
+            first is not None
+            and first.keyword is None
+            and isinstance(first.value, cst.SimpleString)
+            and isinstance(node.func, (cst.Name, cst.Attribute))
+            and self.ctx.qname(node.func) in _PATCHERS
+        ):
             self._patch_targets.add(id(first.value))
 
     def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString):
@@ -136,9 +146,9 @@ class Names:
         rebound = self._rebound(qparts[:p_len])
         if new_full[:p_len] == qparts[:p_len]:
             new_spelled = [spelled[0]] + new_full[p_len:]
-        elif rebound and new_full[:len(rebound)] == rebound:
+        elif rebound and new_full[: len(rebound)] == rebound:
             # the import itself was rewritten (ProfilerActivity now from torch_npu.profiler)
-            new_spelled = [spelled[0]] + new_full[len(rebound):]
+            new_spelled = [spelled[0]] + new_full[len(rebound) :]
         elif new_full[0] == NPU_PACKAGE:
             new_spelled = new_full
         elif tuple(new_full[:2]) == NPU_MODULE:
@@ -147,8 +157,9 @@ class Names:
         elif new_full[0] == "torch" and self.scopes.torch_alias:
             new_spelled = [self.scopes.torch_alias] + new_full[1:]
         else:
-            self.ctx.emit(rule.code, Status.MANUAL, original,
-                          msg + " (no torch binding here: change by hand)", rule.fix)
+            self.ctx.emit(
+                rule.code, Status.MANUAL, original, msg + " (no torch binding here: change by hand)", rule.fix
+            )
             self.ctx.block(original, q, rule.fix)
             return updated
         if not self._rewrite(rule, status, original, msg):
@@ -179,8 +190,9 @@ class Names:
             shown = f"{q}(...){how}"
         else:
             shown = f"{q}(...) read as {how}"
-        self.ctx.emit(rule.code, Status.MANUAL, node,
-                      fill(rule.message, old=shown, version=self.rules.npu_version), rule.fix)
+        self.ctx.emit(
+            rule.code, Status.MANUAL, node, fill(rule.message, old=shown, version=self.rules.npu_version), rule.fix
+        )
         self.ctx.block(node, shown, rule.fix)
         return True
 
@@ -208,9 +220,14 @@ class Names:
             return None
         miss = self._gate_miss(rule, parts, k)
         if miss:
-            old = ".".join(parts[:k + miss])
-            self.ctx.emit(rule.gate_code, Status.MANUAL, node,
-                          fill(rule.gate_message, old=old, version=self.rules.npu_version), rule.gate_fix)
+            old = ".".join(parts[: k + miss])
+            self.ctx.emit(
+                rule.gate_code,
+                Status.MANUAL,
+                node,
+                fill(rule.gate_message, old=old, version=self.rules.npu_version),
+                rule.gate_fix,
+            )
             self.ctx.block(node, old, rule.gate_fix)
             return None
         status = Status.MANUAL if rule.status == "manual" else Status.FIXED
@@ -243,7 +260,7 @@ class Names:
         hit = self.rules.name_rule(".".join(parts))
         if hit is None or not isinstance(hit[0], Rename) or self._gate_miss(hit[0], parts, hit[1]):
             return None
-        return hit[0].new.split(".") + parts[hit[1]:]
+        return hit[0].new.split(".") + parts[hit[1] :]
 
     def _gate_miss(self, rule: Rename, qparts: list[str], k: int) -> int:
         """How many names past the rule's `old` torch_npu lacks a counterpart for
@@ -266,13 +283,18 @@ class Names:
         if len(original.body) != 1 or len(updated.body) == 1:
             return updated
         stmts = updated.body
-        return cst.FlattenSentinel([
-            cst.SimpleStatementLine(
-                body=[stmt.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)],
-                leading_lines=updated.leading_lines if i == 0 else (),
-                trailing_whitespace=(updated.trailing_whitespace if i == len(stmts) - 1
-                                     else cst.TrailingWhitespace()))
-            for i, stmt in enumerate(stmts)])
+        return cst.FlattenSentinel(
+            [
+                cst.SimpleStatementLine(
+                    body=[stmt.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)],
+                    leading_lines=updated.leading_lines if i == 0 else (),
+                    trailing_whitespace=(
+                        updated.trailing_whitespace if i == len(stmts) - 1 else cst.TrailingWhitespace()
+                    ),
+                )
+                for i, stmt in enumerate(stmts)
+            ]
+        )
 
     def leave_Import(self, original: cst.Import, updated: cst.Import):
         self.ctx.in_import -= 1
@@ -318,12 +340,18 @@ class Names:
         bound = alias.asname.name if alias.asname is not None else alias.name
         if cap is not None and isinstance(bound, cst.Name) and self._reads_capability(cap, re.escape(bound.value)):
             if cap.attrs:  # its uses keep this binding: say why the other uses stay CUDA
-                read = sorted({a for attrs in self._reads.readers.values() for a in attrs
-                               if a in cap.attrs})
-                self.ctx.emit(cap.code, Status.MANUAL, alias, fill(
-                    cap.message, old=f"{full} (imported here; this file reads "
-                    f"{'/'.join('.' + a for a in read)} of its result)",
-                    version=self.rules.npu_version), cap.fix)
+                read = sorted({a for attrs in self._reads.readers.values() for a in attrs if a in cap.attrs})
+                self.ctx.emit(
+                    cap.code,
+                    Status.MANUAL,
+                    alias,
+                    fill(
+                        cap.message,
+                        old=f"{full} (imported here; this file reads {'/'.join('.' + a for a in read)} of its result)",
+                        version=self.rules.npu_version,
+                    ),
+                    cap.fix,
+                )
             return None  # reported where it is used
         # a third-party import fails on an NPU host by itself; torch's own names are
         # harmless to import and are reported where they are used
@@ -349,18 +377,23 @@ class Names:
         if full not in self.rules.name_prefixes:
             return False
         used = set(re.findall(rf"(?<![\w.]){re.escape(bound)}\s*\.\s*([A-Za-z_]\w*)", self._source))
-        stuck = [(q, cap) for q, cap in ((f"{full}.{n}", self.rules.capabilities.get(f"{full}.{n}"))
-                                         for n in sorted(used))
-                 if cap is not None and self._reads_capability(
-                     cap, rf"{re.escape(bound)}\s*\.\s*{re.escape(cap.match.rsplit('.', 1)[-1])}")]
+        stuck = [
+            (q, cap)
+            for q, cap in ((f"{full}.{n}", self.rules.capabilities.get(f"{full}.{n}")) for n in sorted(used))
+            if cap is not None
+            and self._reads_capability(cap, rf"{re.escape(bound)}\s*\.\s*{re.escape(cap.match.rsplit('.', 1)[-1])}")
+        ]
         if not stuck:
             return False
         names = ", ".join(q for q, _ in stuck)
-        self.ctx.emit(stuck[0][1].code, Status.MANUAL, alias,
-                      f"{full} bound as {bound} kept: renaming it would send {names} (no NPU "
-                      "form here, left as is) to torch.npu",
-                      f"move the other {bound}.* uses to torch.npu by hand, or import torch.npu "
-                      "under its own name next to this one")
+        self.ctx.emit(
+            stuck[0][1].code,
+            Status.MANUAL,
+            alias,
+            f"{full} bound as {bound} kept: renaming it would send {names} (no NPU form here, left as is) to torch.npu",
+            f"move the other {bound}.* uses to torch.npu by hand, or import torch.npu "
+            "under its own name next to this one",
+        )
         return True
 
     def _reads_capability(self, cap: Capability, callee: str) -> bool:
@@ -379,8 +412,7 @@ class Names:
             return updated
         rule = hit[0]
         new_module = import_module_path(rule.new.split("."))
-        msg = fill(rule.message, old=f"{module}.*", new=f"{'.'.join(new_module)}.*",
-                   version=self.rules.npu_version)
+        msg = fill(rule.message, old=f"{module}.*", new=f"{'.'.join(new_module)}.*", version=self.rules.npu_version)
         if not self.ctx.emit(rule.code, Status.FIXED, original.module, msg, rule.fix, rewrite=True):
             return updated
         new = updated.with_changes(module=build_dotted(new_module))
@@ -398,9 +430,13 @@ class Names:
             if not lacking:
                 continue
             for name, node in lacking:
-                self.ctx.emit(rule.gate_code, Status.MANUAL, node, fill(
-                    rule.gate_message, old=f"{rule.old}.{name}", version=self.rules.npu_version),
-                    f"{rule.gate_fix} (it comes from `from {rule.old} import *`, left as is)")
+                self.ctx.emit(
+                    rule.gate_code,
+                    Status.MANUAL,
+                    node,
+                    fill(rule.gate_message, old=f"{rule.old}.{name}", version=self.rules.npu_version),
+                    f"{rule.gate_fix} (it comes from `from {rule.old} import *`, left as is)",
+                )
             self.ctx.undo(index)
             updated = _replace_statement(updated, new, orig)
         return updated
@@ -437,8 +473,7 @@ def _derive(rules: RuleSet) -> None:
     rule, or a call whose CUDA default the literals family makes explicit): an import
     binding one of them may reach a rule's name (python/skipping.py, `_module_stays`)."""
     named = [*rules.names, *rules.capabilities, *rules.implicit_callees]
-    rules.name_prefixes = frozenset(".".join(k.split(".")[:i]) for k in named
-                                    for i in range(1, k.count(".") + 2))
+    rules.name_prefixes = frozenset(".".join(k.split(".")[:i]) for k in named for i in range(1, k.count(".") + 2))
 
 
 def _pieces(ctx: Context, rules: RuleSet, file: PythonFile) -> list:
@@ -452,9 +487,9 @@ def _pieces(ctx: Context, rules: RuleSet, file: PythonFile) -> list:
 FAMILY = Family(
     kinds=(RENAME, REPORT, CAPABILITY),
     fields={
-        "names": dict,               # rename/report rules by old/match
-        "name_globs": list,          # report rules with a glob: (fixed head parts, glob, rule)
-        "capabilities": dict,        # capability rules by match
+        "names": dict,  # rename/report rules by old/match
+        "name_globs": list,  # report rules with a glob: (fixed head parts, glob, rule)
+        "capabilities": dict,  # capability rules by match
         "name_prefixes": frozenset,  # every dotted prefix of the names above (derived)
     },
     derive=_derive,

@@ -2,6 +2,7 @@
 Slurm, .env, YAML, TOML, JSON, Dockerfiles, notebook shell lines), never over Python
 code: `--device cuda`, `backend: nccl`, `#SBATCH --gpus-per-node`, nvidia-smi. One
 module: the schema, its checks, the line piece that applies it, examples."""
+
 from __future__ import annotations
 
 import re
@@ -37,13 +38,14 @@ def _check(rule: Text) -> list[str]:
     if not errors:
         unknown = sorted(set(re.compile(rule.pattern).groupindex) - set(GROUPS))
         if unknown:
-            errors.append(f"pattern group(s) {', '.join(unknown)} mean nothing here "
-                          f"(named groups: {', '.join(GROUPS)})")
-    fields = sorted({f for _, f, _, _ in string.Formatter().parse(rule.message) if f}
-                    - set(FIELDS))
+            errors.append(
+                f"pattern group(s) {', '.join(unknown)} mean nothing here (named groups: {', '.join(GROUPS)})"
+            )
+    fields = sorted({f for _, f, _, _ in string.Formatter().parse(rule.message) if f} - set(FIELDS))
     if fields:
-        errors.append(f"message field(s) {{{'}, {'.join(fields)}}} are not filled for text "
-                      f"rules (fields: {{old}}, {{new}})")
+        errors.append(
+            f"message field(s) {{{'}, {'.join(fields)}}} are not filled for text rules (fields: {{old}}, {{new}})"
+        )
     return errors
 
 
@@ -63,8 +65,7 @@ def apply_to_line(line: str, rules: RuleSet, ctx: LineContext) -> str:
             pre = m.groupdict().get("pre") or ""
             shown = "opt" if m.groupdict().get("opt") is not None else 0
             replacement = m.group(0) if new is None else pre + new
-            message = fill(rule.message, old=_shown(m.group(shown)),
-                           new=_shown(replacement) if new is not None else "")
+            message = fill(rule.message, old=_shown(m.group(shown)), new=_shown(replacement) if new is not None else "")
             if not ctx.report(rule.code, status, message, m.start(shown) + 1, rule.fix):
                 return m.group(0)
             return replacement
@@ -79,14 +80,20 @@ def _shown(text: str) -> str:
 
 
 TEXT = Kind(
-    "text", Text, _index, markers=lambda r: (r.marker,), check=_check,
+    "text",
+    Text,
+    _index,
+    markers=lambda r: (r.marker,),
+    check=_check,
     valid=(Example("python train.py --device cpu\n", name="run.sh"),),
-    invalid=(Example("python train.py --device cuda\n", fixed="python train.py --device npu\n", name="run.sh"),
-             Example("#SBATCH --gpus-per-node=8\n", name="job.sbatch")),
+    invalid=(
+        Example("python train.py --device cuda\n", fixed="python train.py --device npu\n", name="run.sh"),
+        Example("#SBATCH --gpus-per-node=8\n", name="job.sbatch"),
+    ),
 )
 
 FAMILY = Family(
     kinds=(TEXT,),
-    fields={"text": list},   # (compiled pattern, rule), in load order
+    fields={"text": list},  # (compiled pattern, rule), in load order
     lines=apply_to_line,
 )
