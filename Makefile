@@ -14,6 +14,7 @@ test: setup
 
 # Everything but the tests that start trainer ranks or distributed workers (marked `multirank`):
 # minutes on 2 cores, for a change to a migrate rule or the doctor. TITAN_TEST_NO_RANKS=1 makes
-# a process start that slipped past the marker fail its test (tests/conftest.py).
+# a process start that slipped past the marker fail its test (tests/conftest.py). Two pytest-xdist
+# workers, one per core: these tests share nothing but the CPU.
 test-fast: setup
-	TITAN_TEST_NO_RANKS=1 .venv/bin/python -m pytest -q -m "not multirank" tests
+	TITAN_TEST_NO_RANKS=1 .venv/bin/python -m pytest -q -n 2 -m "not multirank" tests
