@@ -265,3 +265,18 @@ def imports_torch(code: str) -> bool:
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip().splitlines()[-1] == "True"
+
+
+def doctor_convert(*args) -> subprocess.CompletedProcess:
+    """`titan-doctor convert ARGS` in a real process, as a user runs it; never a traceback."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, "-m", "titan_doctor", "convert", *map(str, args)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    return proc

@@ -18,23 +18,10 @@ from titan_train.checkpoint.formats import CheckpointError, detect
 from titan_train.checkpoint.formats.safetensors_io import read_header
 
 from ..checkpoints import REPO, TINY, hf_state_dict, malicious_torch_file, weights, write_meta, write_trainer_dcp
+from ..checkpoints import doctor_convert as convert
 
 safetensors = pytest.importorskip("safetensors")
 from safetensors.torch import load_file  # noqa: E402
-
-
-def convert(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run(
-        [sys.executable, "-m", "titan_doctor", "convert", *map(str, args)],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
-    return proc
 
 
 def _config(path: Path) -> Path:

@@ -4,31 +4,15 @@ with everything left as it was."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from ..checkpoints import REPO, weights
+from ..checkpoints import doctor_convert as convert
+from ..checkpoints import weights
 
 pytest.importorskip("safetensors")
-
-
-def convert(*args) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run(
-        [sys.executable, "-m", "titan_doctor", "convert", *map(str, args)],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
-    return proc
 
 
 @pytest.fixture
