@@ -170,7 +170,7 @@ def convert(
         and info.format in ("dcp", "torch")
         and not (info.format == target == "torch")
     )
-    with writers.atomic_output(dst, overwrite=overwrite, fmt=target, is_file_output=target == "torch") as tmp:
+    with writers.atomic_output(dst, overwrite=overwrite) as tmp:
         if whole:
             _convert_whole(info, tmp, target, cast, result)
         else:

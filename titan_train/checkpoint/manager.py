@@ -315,7 +315,6 @@ class PendingSave:
     tmp: Path
     final: Path
     future: Any  # concurrent.futures.Future from dcp.async_save
-    mark: Any = None  # writes the run's record into tmp (before the write starts)
     renamed: threading.Event = field(default_factory=threading.Event)  # rank 0: tmp -> final done
     error: list = field(default_factory=list)  # rank 0: what the rename raised, re-raised in finish
 
@@ -342,7 +341,7 @@ def start_async_save(folder: str | Path, step: int, states: dict[str, Stateful],
         tmp.mkdir(parents=True, exist_ok=True)
         mark(tmp)
     future = dcp.async_save(states, checkpoint_id=str(tmp), storage_writer=_Writer(tmp, step), process_group=group)
-    pending = PendingSave(step, tmp, final, future, mark)
+    pending = PendingSave(step, tmp, final, future)
     if dist.get_rank() == 0:
         future.add_done_callback(lambda f: _rename_when_written(f, pending))
     else:

@@ -130,7 +130,7 @@ def export_final(model_parts, folder: str | Path, fmt: str, *, args, step: int, 
     target = _decide_target(folder, step, fmt, rank)
     items = gather_full(list(model_parts), args, torch_dtype(SHORT_NAMES[dtype]))
     if rank == 0:
-        with writers.atomic_output(target, overwrite=True, fmt=fmt) as tmp:
+        with writers.atomic_output(target, overwrite=True) as tmp:
             if fmt == "torch":
                 tmp.mkdir()
                 writers.write_torch(dict(items), tmp / "model.pt")

@@ -70,17 +70,13 @@ def refuse_foreign(dst: Path, fmt: str, *, is_file_output: bool) -> None:
 
 
 @contextmanager
-def atomic_output(
-    dst: str | Path, *, overwrite: bool = False, fmt: str | None = None, is_file_output: bool = False
-) -> Iterator[Path]:
+def atomic_output(dst: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to `dst`; rename it to `dst` when the block succeeds,
-    delete it when it fails. With `overwrite`, an existing `dst` is replaced only when it is
-    an output of format `fmt` (refuse_foreign)."""
+    delete it when it fails. A caller that overwrites checks first that `dst` is its own
+    kind of output (refuse_foreign), before any work starts."""
     dst = Path(dst)
     if dst.exists() and not overwrite:
         raise CheckpointError(f"{dst} already exists", fix="Choose another destination, or pass --force to replace it")
-    if dst.exists() and fmt is not None:
-        refuse_foreign(dst, fmt, is_file_output=is_file_output)
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.parent / f".{dst.name}.partial-{os.getpid()}"
     _remove(tmp)
