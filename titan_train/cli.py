@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
+import itertools
 import json
 import os
 import sys
@@ -33,16 +35,47 @@ def _fail(message: str, debug: bool) -> None:
     sys.exit(EXIT_USAGE)
 
 
-def _require_fsdp2() -> None:
+FSDP2_SINCE = (2, 6)  # the first torch that exports torch.distributed.fsdp.fully_shard
+
+
+def _no_fsdp2(version: str) -> _UserError:
+    return _UserError(
+        f"torch {version} has no FSDP2 (torch.distributed.fsdp.fully_shard); "
+        "install torch >= 2.6 with its matching torch_npu"
+    )
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(2, 13) of '2.13.0+cpu' or '2.6.0a0+git1234': the leading numeric release."""
+    parts = []
+    for piece in version.split("+")[0].split(".")[:2]:
+        digits = "".join(itertools.takewhile(str.isdigit, piece))
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def _require_fsdp2(importing: bool) -> None:
+    """A rank imports FSDP2 to be sure (it needs it next anyway). The launcher reads the
+    installed version instead: importing torch.distributed.fsdp costs it seconds of CPU
+    before any rank can start, on every launch."""
+    if not importing:
+        try:
+            installed = importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            installed = ""  # a torch built in place: import it to find out
+        release = _release(installed)
+        if len(release) == 2:
+            if release < FSDP2_SINCE:
+                raise _no_fsdp2(installed)
+            return
     import torch
 
     try:
         from torch.distributed.fsdp import fully_shard  # noqa: F401
     except ImportError:
-        raise _UserError(
-            f"torch {torch.__version__} has no FSDP2 (torch.distributed.fsdp.fully_shard); "
-            "install torch >= 2.6 with its matching torch_npu"
-        ) from None
+        raise _no_fsdp2(torch.__version__) from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -165,7 +198,7 @@ def run(
             if print_config:
                 click.echo(json.dumps(config_mod.to_dict(cfg), indent=2))
                 return
-            _require_fsdp2()
+            _require_fsdp2(importing=launch.under_torchrun())
             if not launch.under_torchrun():
                 opts = launch.LaunchOptions(
                     nproc=nproc,
