@@ -286,14 +286,15 @@ def test_run_checks_the_prepared_shards_before_any_rank_starts(tmp_path, monkeyp
 def test_prepare_data_runs_as_a_command(tmp_path):
     """The real entry point with worker processes (spawned) and progress lines on stderr."""
     docs = _random_docs(200)
-    _write_jsonl(tmp_path / "c.jsonl", docs)
+    (tmp_path / "corpus").mkdir()
+    _write_jsonl(tmp_path / "corpus" / "c.jsonl", docs)
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
             "titan_train.cli",
             "prepare-data",
-            str(tmp_path),
+            str(tmp_path / "corpus"),
             "--tokenizer",
             "byte",
             "--out",
@@ -310,7 +311,7 @@ def test_prepare_data_runs_as_a_command(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"wrote {tmp_path / 'out'}: ") and "(2 workers)" in proc.stdout
     assert "tokenizing: 100% of" in proc.stderr
-    want = data.load_tokens(str(tmp_path / "c.jsonl"), data.byte_tokenizer())
+    want = data.load_tokens(str(tmp_path / "corpus" / "c.jsonl"), data.byte_tokenizer())
     got = np.load(tmp_path / "out" / "tokens-00000.npy")
     assert np.array_equal(got, want)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "out"]

@@ -12,6 +12,7 @@ worker processes of `prepare-data`), not in the reader.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,44 +48,80 @@ def suffix_of(path: Path) -> str | None:
 
 
 def find_sources(specs: list[str]) -> list[Path]:
-    """Files named, plus the supported files under named folders (sorted, hidden ones skipped)."""
+    """Files named, plus the supported files under named folders (sorted, hidden ones skipped).
+    Each file comes once, at its first place, however often and under whatever spelling it
+    was named (a file and its folder, `./a` and `a`, a symlink): it is read once."""
     files: list[Path] = []
+    seen: set[str] = set()
     for spec in specs:
-        path = Path(spec)
-        if path.is_dir():
-            found = sorted(
-                p
-                for p in path.rglob("*")
-                if p.is_file() and suffix_of(p) and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            )
-            if not found:
-                raise DataError(f"{path}: no corpus files inside (looked for {', '.join(SUFFIXES)})")
-            files += found
-        elif path.is_file():
-            if not suffix_of(path):
-                raise DataError(f"{path}: unsupported file type; use one of {', '.join(SUFFIXES)}")
-            files.append(path)
-        else:
-            raise DataError(f"{path} not found")
+        for path in _files_of(Path(spec)):
+            real = os.path.realpath(path)
+            if real not in seen:
+                seen.add(real)
+                files.append(path)
     return files
 
 
-def read_chunks(files: list[Path], text_field: str = "text", chunk_bytes: int = 1 << 20) -> Iterator[Chunk]:
-    """Every document of every file, in order, as chunks."""
+def _files_of(path: Path) -> list[Path]:
+    if path.is_dir():
+        found = sorted(
+            p
+            for p in path.rglob("*")
+            if p.is_file() and suffix_of(p) and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        )
+        if not found:
+            raise DataError(f"{path}: no corpus files inside (looked for {', '.join(SUFFIXES)})")
+        return found
+    if path.is_file():
+        if not suffix_of(path):
+            raise DataError(f"{path}: unsupported file type; use one of {', '.join(SUFFIXES)}")
+        return [path]
+    raise DataError(f"{path} not found")
+
+
+def file_state(path: Path) -> tuple[int, int, int]:
+    """What tells that a file was written to or replaced: size, mtime in ns, inode."""
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def check_unchanged(path: Path, before: tuple[int, int, int]) -> None:
+    """A file that changed while it was read gave documents of no one version of it (and
+    an index would record its old size): refuse rather than write that."""
+    if file_state(path) != before:
+        raise DataError(f"{path} changed while it was read; rerun when it is no longer being written")
+
+
+def read_chunks(
+    files: list[Path],
+    text_field: str = "text",
+    chunk_bytes: int = 1 << 20,
+    *,
+    states: list[tuple[int, int, int]] | None = None,
+) -> Iterator[Chunk]:
+    """Every document of every file, in order, as chunks. Each file is checked once it is
+    read: it must still be as `states` (`file_state` of each file, taken by the caller when
+    it recorded their sizes; by default, when the file is opened) says."""
     for i, path in enumerate(files):
-        suffix = suffix_of(path)
-        if suffix in PARQUET_SUFFIXES:
-            yield from _parquet_chunks(i, path, text_field, chunk_bytes)
-            continue
-        try:
-            with open(path, "rb") as raw:
-                blocks = _utf8_blocks(_decompressed(raw, path, suffix), path, chunk_bytes)
-                if suffix in JSONL_SUFFIXES:
-                    yield from _jsonl_chunks(i, blocks, raw, chunk_bytes)
-                else:
-                    yield from _text_chunks(i, blocks, raw, chunk_bytes)
-        except _read_errors() as e:  # truncated or corrupt compressed data, unreadable file
-            raise DataError(f"{path}: cannot read ({type(e).__name__}: {e})") from None
+        before = states[i] if states is not None else file_state(path)
+        yield from _file_chunks(i, path, text_field, chunk_bytes)
+        check_unchanged(path, before)
+
+
+def _file_chunks(i: int, path: Path, text_field: str, chunk_bytes: int) -> Iterator[Chunk]:
+    suffix = suffix_of(path)
+    if suffix in PARQUET_SUFFIXES:
+        yield from _parquet_chunks(i, path, text_field, chunk_bytes)
+        return
+    try:
+        with open(path, "rb") as raw:
+            blocks = _utf8_blocks(_decompressed(raw, path, suffix), path, chunk_bytes)
+            if suffix in JSONL_SUFFIXES:
+                yield from _jsonl_chunks(i, blocks, raw, chunk_bytes)
+            else:
+                yield from _text_chunks(i, blocks, raw, chunk_bytes)
+    except _read_errors() as e:  # truncated or corrupt compressed data, unreadable file
+        raise DataError(f"{path}: cannot read ({type(e).__name__}: {e})") from None
 
 
 def documents(chunk: Chunk, path: Path | str, text_field: str = "text") -> list[str]:

@@ -100,6 +100,25 @@ def _encoded_in_order(chunks, encoder_args: tuple, workers: int):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def check_apart(sources: list[str], out: Path) -> None:
+    """Refuse, before any work, an output folder inside an input folder (the next run would
+    read the written folder as input) or an input inside the output folder (--force
+    would replace it). Compared as resolved paths, so `./x`, `x/../x` and symlinks count."""
+    target = out.resolve()
+    for spec in sources:
+        source = Path(spec).resolve()
+        if target == source or target.is_relative_to(source):
+            raise DataError(
+                f"the output folder {out} is inside the input {spec}, so a later run would read it as input; "
+                "choose an --out outside the inputs"
+            )
+        if source.is_relative_to(target):
+            raise DataError(
+                f"the input {spec} is inside the output folder {out}, which --force replaces; "
+                "choose an --out outside the inputs"
+            )
+
+
 def prepare(
     sources: list[str],
     tokenizer: str,
@@ -112,11 +131,14 @@ def prepare(
     on_progress: Callable[[int], None] = lambda nbytes: None,
 ) -> dict:
     """Tokenize `sources` into the folder `out`; returns its index. Nothing named `out`
-    exists until the whole folder is written."""
+    exists until the whole folder is written. Each file is read once however it was named,
+    and must not change while it is read (its recorded size would be wrong)."""
     out = Path(out)
+    check_apart(sources, out)
     files = corpus.find_sources(sources)
     tok = data.load_tokenizer(tokenizer)
     token_folder.check_destination(out, force)
+    states = [corpus.file_state(f) for f in files]  # before reading: the sizes the index records
     out.parent.mkdir(parents=True, exist_ok=True)
     token_folder.remove_stale_partials(out)
     partial = token_folder.partial_folder(out)
@@ -125,8 +147,11 @@ def prepare(
     try:
         dtype = data.token_dtype(tok.vocab_size)
         writer = token_folder.ShardWriter(partial, dtype, shard_tokens)
-        stats = [{"path": str(f.resolve()), "bytes": f.stat().st_size, "documents": 0, "tokens": 0} for f in files]
-        chunks = corpus.read_chunks(files, text_field)
+        stats = [
+            {"path": str(f.resolve()), "bytes": state[0], "documents": 0, "tokens": 0}
+            for f, state in zip(files, states)
+        ]
+        chunks = corpus.read_chunks(files, text_field, states=states)
         spec = tokenizer if tokenizer == "byte" else str(Path(tokenizer).resolve())
         for enc in _encoded_in_order(chunks, (spec, text_field, files), workers or default_workers()):
             writer.add(enc.tokens, enc.doc_lengths)
