@@ -38,16 +38,28 @@ def _write_jsonl(path, docs, opener=open):
 
 
 def _read_all(path, **kw) -> list[str]:
+    """The documents of `path`, the pieces of a long one joined again."""
     files = corpus.find_sources([str(path)])
-    return [d for c in corpus.read_chunks(files, **kw) for d in corpus.documents(c, path)]
+    docs, open_end = [], False
+    for chunk in corpus.read_chunks(files, **kw):
+        items = corpus.documents(chunk, path)
+        if open_end:
+            docs[-1] += items.pop(0)
+        docs += items
+        open_end = chunk.open_end
+    return docs
 
 
+@pytest.mark.parametrize("hold_chars", [3, 40, 1 << 20])
 @pytest.mark.parametrize("chunk_bytes", [1, 2, 3, 5, 64, 1 << 20])
-def test_text_files_split_exactly_like_str_split_at_any_block_size(tmp_path, chunk_bytes):
+def test_text_files_split_exactly_like_str_split_at_any_block_size(tmp_path, chunk_bytes, hold_chars):
+    """...and at any size of the pieces of a long document: joined, they are the document."""
     rng = random.Random(chunk_bytes)
-    text = "".join(rng.choice(["a", "b c", "\n", "\n\n", "\n\n\n", " "]) for _ in range(3000))
+    pieces = ["a", "b c", "\n", "\n\n", "\n\n\n", " ", "dd ee", "  "]
+    text = "".join(rng.choices(pieces, weights=[9, 9, 9, 1, 1, 9, 9, 3], k=3000))
     (tmp_path / "c.txt").write_text(text)
-    assert _read_all(tmp_path / "c.txt", chunk_bytes=chunk_bytes) == [d for d in text.split("\n\n") if d.strip()]
+    got = _read_all(tmp_path / "c.txt", chunk_bytes=chunk_bytes, hold_chars=hold_chars)
+    assert got == [d for d in text.split("\n\n") if d.strip()]
 
 
 def test_every_format_reads_the_same_documents(tmp_path):

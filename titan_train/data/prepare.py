@@ -1,11 +1,13 @@
 """`titan-train prepare-data`: tokenize a corpus once, offline, into a folder the trainer
 memory-maps (format: token_folder.py).
 
-Work is cut into chunks of about 1 MiB of text (corpus.py). Worker processes parse the JSON
-and run the `tokenizers` batch encoder on each chunk, one Rust thread each, so parsing and
-the id conversion (which hold the GIL) run in parallel too; this process only reads, and
-writes the results back in input order. The output is therefore the same for any number of
-workers, and the same as the trainer's in-memory path (`data.load_tokens`).
+Work is cut into chunks of about 1 MiB of text (corpus.py), and a long document is read and
+tokenized in pieces, so memory grows neither with the corpus nor with its longest document.
+Worker processes parse the JSON and run the `tokenizers` batch encoder on each chunk, one
+Rust thread each, so parsing and the id conversion (which hold the GIL) run in parallel too;
+this process only reads, and writes the results back in input order. The output is
+therefore the same for any number of workers, and the same as the trainer's in-memory path
+(`data.load_tokens`).
 """
 
 from __future__ import annotations
@@ -44,29 +46,38 @@ class Encoded:
     tokens: np.ndarray
     doc_lengths: np.ndarray
     nbytes: int
+    open_end: bool  # the last document goes on in the next chunk (corpus.Chunk.open_end)
 
 
 class ChunkEncoder:
     """Chunk -> ids; one per process (the tokenizer is loaded where it runs)."""
 
-    def __init__(self, tokenizer: str, text_field: str, files: list[Path]):
+    def __init__(
+        self,
+        tokenizer: str,
+        text_field: str,
+        files: list[Path],
+        piece_chars: int = corpus.PIECE_CHARS,
+        call_chars: int = corpus.CHUNK_BYTES,
+    ):
         self.tok = data.load_tokenizer(tokenizer)
         self.text_field, self.files = text_field, files
+        self.sizes = {"piece_chars": piece_chars, "call_chars": call_chars}
 
     def __call__(self, chunk: corpus.Chunk) -> Encoded:
         texts = corpus.documents(chunk, self.files[chunk.source], self.text_field)
-        tokens, lengths = data.encode_documents(self.tok, texts)
-        return Encoded(chunk.source, tokens, lengths, chunk.nbytes)
+        tokens, lengths = data.encode_documents(self.tok, texts, open_end=chunk.open_end, **self.sizes)
+        return Encoded(chunk.source, tokens, lengths, chunk.nbytes, chunk.open_end)
 
 
 _WORKER: ChunkEncoder | None = None
 
 
-def _start_worker(tokenizer: str, text_field: str, files: list[Path]) -> None:
+def _start_worker(*encoder_args) -> None:
     global _WORKER
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle, once
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
-    _WORKER = ChunkEncoder(tokenizer, text_field, files)
+    _WORKER = ChunkEncoder(*encoder_args)
 
 
 def _encode_in_worker(chunk: corpus.Chunk) -> Encoded:
@@ -129,6 +140,8 @@ def prepare(
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     force: bool = False,
     on_progress: Callable[[int], None] = lambda nbytes: None,
+    chunk_bytes: int = corpus.CHUNK_BYTES,
+    piece_chars: int = corpus.PIECE_CHARS,
 ) -> dict:
     """Tokenize `sources` into the folder `out`; returns its index. Nothing named `out`
     exists until the whole folder is written. Each file is read once however it was named,
@@ -151,11 +164,11 @@ def prepare(
             {"path": str(f.resolve()), "bytes": state[0], "documents": 0, "tokens": 0}
             for f, state in zip(files, states)
         ]
-        chunks = corpus.read_chunks(files, text_field, states=states)
+        chunks = corpus.read_chunks(files, text_field, chunk_bytes, hold_chars=chunk_bytes, states=states)
         spec = tokenizer if tokenizer == "byte" else str(Path(tokenizer).resolve())
-        for enc in _encoded_in_order(chunks, (spec, text_field, files), workers or default_workers()):
-            writer.add(enc.tokens, enc.doc_lengths)
-            stats[enc.source]["documents"] += int((enc.doc_lengths > 0).sum())
+        encoder_args = (spec, text_field, files, piece_chars, chunk_bytes)
+        for enc in _encoded_in_order(chunks, encoder_args, workers or default_workers()):
+            stats[enc.source]["documents"] += writer.add(enc.tokens, enc.doc_lengths, enc.open_end)
             stats[enc.source]["tokens"] += len(enc.tokens)
             on_progress(enc.nbytes)
         shards = writer.close()

@@ -88,17 +88,68 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 
-def encode_documents(tok: Tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def encode_documents(
+    tok: Tokenizer,
+    texts: list[str],
+    *,
+    open_end: bool = False,
+    piece_chars: int = corpus.PIECE_CHARS,
+    call_chars: int = corpus.CHUNK_BYTES,
+) -> tuple[np.ndarray, np.ndarray]:
     """The documents' ids as one array, each document followed by the end-of-document id
-    (when the tokenizer has one), and each document's length including it."""
-    flat: list[int] = []
-    lengths = np.empty(len(texts), dtype=np.int64)
+    (when the tokenizer has one), and each document's length including it. With `open_end`
+    the last text is the start of a document that the next call goes on with: no
+    end-of-document id after it yet.
+
+    The tokenizer's memory is about 200x a long text it is given whole, so it gets texts of
+    at most `piece_chars` (a longer one is cut: `corpus.pieces`; where, and why the ids stay
+    those of the whole text: `corpus.cut_index`), at most `call_chars` of them a call."""
+    dtype = token_dtype(tok.vocab_size)
     eos = [] if tok.eos_id is None else [tok.eos_id]
-    for i, ids in enumerate(tok.encode_batch(texts)):
-        flat += ids
-        flat += eos
-        lengths[i] = len(ids) + len(eos)
-    return np.array(flat, dtype=token_dtype(tok.vocab_size)), lengths
+    lengths = np.zeros(len(texts), dtype=np.int64)
+    parts = []
+    for owners, batch in _piece_batches(texts, piece_chars, call_chars):
+        flat: list[int] = []
+        for (doc, ends_doc), ids in zip(owners, tok.encode_batch(batch)):
+            flat += ids
+            lengths[doc] += len(ids)
+            if ends_doc and not (open_end and doc == len(texts) - 1):
+                flat += eos
+                lengths[doc] += len(eos)
+        parts.append(np.array(flat, dtype=dtype))  # per call: a huge record's ids never are one Python list
+    if len(parts) == 1:
+        return parts[0], lengths
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)), lengths
+
+
+def _piece_batches(texts: list[str], piece_chars: int, call_chars: int):
+    """(owners, pieces): the texts, cut into pieces of at most `piece_chars`, in batches of at
+    most `call_chars` characters (or one piece); owners[i] = (document number, whether
+    pieces[i] ends that document)."""
+    if max(map(len, texts), default=0) <= piece_chars and sum(map(len, texts)) <= call_chars:
+        yield [(i, True) for i in range(len(texts))], texts  # the usual chunk: one call
+        return
+    owners, batch, size = [], [], 0
+    for doc, text in enumerate(texts):
+        for piece, last in _with_last(corpus.pieces(text, piece_chars)):
+            if batch and size + len(piece) > call_chars:
+                yield owners, batch
+                owners, batch, size = [], [], 0
+            owners.append((doc, last))
+            batch.append(piece)
+            size += len(piece)
+    if batch:
+        yield owners, batch
+
+
+def _with_last(items):
+    """(item, whether it is the last) for each item, without listing them first."""
+    it = iter(items)
+    item = next(it)
+    for following in it:
+        yield item, False
+        item = following
+    yield item, True
 
 
 def checked_tokenizer(tokenizer: str, dataset: str, vocab_size: int) -> Tokenizer:
@@ -193,11 +244,13 @@ def load_tokens(dataset: str, tok: Tokenizer, text_field: str = "text") -> np.nd
     """Tokenize "builtin" or one corpus file in this process, through the same reader and
     encoder as `prepare-data`, so both give the same stream."""
     if dataset == "builtin":
-        texts = builtin_chunks()
+        parts = [encode_documents(tok, t)[0] for t in builtin_chunks()]
     else:
         files = corpus.find_sources([dataset])
-        texts = (corpus.documents(c, files[0], text_field) for c in corpus.read_chunks(files, text_field))
-    parts = [encode_documents(tok, t)[0] for t in texts]
+        parts = [
+            encode_documents(tok, corpus.documents(c, files[0], text_field), open_end=c.open_end)[0]
+            for c in corpus.read_chunks(files, text_field)
+        ]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=token_dtype(tok.vocab_size))
 
 

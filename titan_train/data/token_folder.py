@@ -43,14 +43,25 @@ class ShardWriter:
         self.written = 0  # ids already in shard files
         self.pending_ends: list[np.ndarray] = []
         self.shards: list[dict] = []
+        self.open_tokens = 0  # ids so far of a document that the next add goes on with
 
     @property
     def total(self) -> int:
         return self.written + self.fill
 
-    def add(self, tokens: np.ndarray, doc_lengths: np.ndarray) -> None:
-        # a document with no ids (empty, no end-of-document id) has no boundary of its own
-        self.pending_ends.append(self.total + np.cumsum(doc_lengths[doc_lengths > 0], dtype=np.int64))
+    def add(self, tokens: np.ndarray, doc_lengths: np.ndarray, open_end: bool = False) -> int:
+        """Append documents; returns how many ended here with at least one id (a document
+        with none, empty and no end-of-document id, has no boundary of its own). With
+        `open_end` the last length is the start of a long document, read in pieces, that the
+        next add goes on with; the first length of an add is then that document's next piece."""
+        ends = self.total + np.cumsum(doc_lengths, dtype=np.int64)
+        whole = doc_lengths.copy()  # each document's ids, with those of its pieces in earlier adds
+        whole[:1] += self.open_tokens
+        self.open_tokens = int(whole[-1]) if open_end else 0
+        if open_end:
+            ends, whole = ends[:-1], whole[:-1]
+        ended = ends[whole > 0]
+        self.pending_ends.append(ended)
         pos = 0
         while pos < len(tokens):
             n = min(len(self.buffer) - self.fill, len(tokens) - pos)
@@ -58,8 +69,11 @@ class ShardWriter:
             self.fill, pos = self.fill + n, pos + n
             if self.fill == len(self.buffer):
                 self._flush()
+        return len(ended)
 
     def close(self) -> list[dict]:
+        if self.open_tokens:  # the reader's promise that a continued document goes on was broken
+            raise RuntimeError("the last document was left open (a corpus reader bug)")
         if self.fill:
             self._flush()
         return self.shards
