@@ -17,6 +17,7 @@ import click
 from titan_train import __version__
 from titan_train.config import job as config_mod
 from titan_train.config.paths import resolve_config
+from titan_train.runtime import write_errors
 from titan_train.runtime.device import disable_backend_autoload
 from titan_train.runtime.finite_guard import EXIT_NON_FINITE, NonFinite
 from titan_train.runtime.signals import EXIT_SIGINT, Stopped
@@ -87,7 +88,8 @@ def main():
     Exit codes: 0 done, 1 a rank failed while training, 2 bad config or setup (including a
     job whose memory estimate is clearly over what a rank has: --ignore-memory, a checkpoint
     folder owned by another run, a checkpoint of another model shape, ranks or nodes started
-    with different configs or data), 3 the loss or
+    with different configs, data or --nproc / --nnodes, no space left on the disk a checkpoint
+    or export goes to: the partial save is removed and the previous checkpoint kept), 3 the loss or
     gradient norm went NaN / inf (nothing saved after that step),
     124 a step hung (stack dumps in <run folder>/hang), 143 / 130 stopped by
     SIGTERM / SIGINT after saving a checkpoint (run the same command to resume).
@@ -245,6 +247,9 @@ def run(
         if os.environ.get("RANK", "0") == "0":
             click.echo(f"titan-train: {e}", err=True)
         sys.exit(e.exit_code)
+    except (OSError, RuntimeError) as e:  # last: a full disk met outside the checkpoint writers (metrics, logs)
+        _fail_if_unwritable(e, None, debug)
+        raise
 
 
 def _load_config(path: Path, overrides: list[str], world_size: int, announce: bool):
@@ -316,7 +321,8 @@ def prepare_data(sources, tokenizer, out, text_field, workers, shard_tokens, for
     written. Progress goes to stderr.
 
     \b
-    Exit codes: 0 written, 2 bad input (nothing written), 130 interrupted (nothing written).
+    Exit codes: 0 written, 2 bad input or DIR cannot be written (a parent that is a file, no
+    space left; nothing written), 130 interrupted (nothing written).
     """
     from titan_train.data import corpus, prepare
 
@@ -339,6 +345,9 @@ def prepare_data(sources, tokenizer, out, text_field, workers, shard_tokens, for
         sys.exit(130)
     except _user_errors() as e:
         _fail(_user_message(e), debug)
+    except (OSError, RuntimeError) as e:  # DIR under a file, or a disk that filled up (the partial is gone)
+        _fail_if_unwritable(e, out, debug)
+        raise
     click.echo(json.dumps(index, indent=1) if fmt == "json" else prepare.summary(index, out))
 
 
@@ -433,6 +442,14 @@ def _worker_argv(path: Path, overrides, stop_after: int, debug: bool) -> list[st
     return argv + (["--debug"] if debug else [])
 
 
+def _fail_if_unwritable(e: BaseException, path: Path | None, debug: bool) -> None:
+    """Exit with one line when `e` is a full disk or a destination that cannot be written
+    (`path`: what was being written; None: the file the error names); return otherwise."""
+    explained = write_errors.explain(e, path)
+    if explained is not None:
+        _fail(str(explained), debug)
+
+
 def _user_message(e: Exception) -> str:
     """The one line for a user mistake; a CheckpointError also says its fix."""
     fix = getattr(e, "fix", "")
@@ -453,6 +470,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
         CheckpointError,
         metrics.MissingExtra,
         launch.LaunchError,
+        write_errors.WriteError,
         run_lock.FolderLocked,
         lineage.FolderInUse,
         resume_compare.ShapeChanged,

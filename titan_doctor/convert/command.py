@@ -44,7 +44,9 @@ shards, as safetensors serializes a shard in memory).
 
 \b
 Exit codes: 0 converted, 1 conversion failed (missing or unreadable source,
-unsafe pickle, config mismatch, DST exists without --force), 2 usage error.
+unsafe pickle, config mismatch, DST exists without --force, DST cannot be
+written: no space left, a parent that is a file), 2 usage error. Nothing
+partial is left behind, and a DST that --force was replacing is kept.
 """
 
 
@@ -90,6 +92,7 @@ def _size(text: str) -> int:
 def convert(src, dst, target, config_file, dtype, model_only, max_shard, force, progress, fmt, debug):
     from titan_doctor.convert.run import convert as run_convert
     from titan_train.checkpoint.formats import CheckpointError
+    from titan_train.runtime.write_errors import WriteError
 
     max_shard_bytes = _size(max_shard)
     if config_file is not None:
@@ -108,10 +111,10 @@ def convert(src, dst, target, config_file, dtype, model_only, max_shard, force, 
             overwrite=force,
             progress=progress,
         )
-    except CheckpointError as e:
+    except (CheckpointError, WriteError) as e:  # a WriteError (full disk, a parent that is a file) is its own fix
         if debug:
             traceback.print_exc()
-        _fail(str(e), e.fix, fmt)
+        _fail(str(e), getattr(e, "fix", ""), fmt)
     if fmt == "json":
         click.echo(
             json.dumps(

@@ -20,6 +20,7 @@ from typing import Any
 from titan_train.checkpoint.formats import CheckpointError, detect, fit, naming
 from titan_train.checkpoint.formats.detect import CheckpointInfo
 from titan_train.checkpoint.formats.dtypes import SHORT_NAMES, itemsize
+from titan_train.runtime import write_errors
 
 TARGETS = ("dcp", "torch", "hf", "meta")
 
@@ -139,6 +140,16 @@ def _nbytes(obj) -> int:
     return obj.numel() * obj.element_size() if isinstance(obj, torch.Tensor) else 0
 
 
+def _output_bytes(tensors: dict, cast) -> int:
+    """The bytes the output's tensors take (a cast changes floating-point ones): what a
+    full disk's message says was needed."""
+    total = 0
+    for t in tensors.values():
+        floating = t.dtype.startswith(("float", "bfloat"))
+        total += t.numel * (cast.itemsize if cast is not None and floating else itemsize(t.dtype))
+    return total
+
+
 def convert(
     src: Path,
     dst: Path,
@@ -162,6 +173,7 @@ def convert(
         raise CheckpointError(f"{dst} already exists", fix="choose another destination, or pass --force")
     if Path(dst).exists():
         _refuse_foreign_destination(Path(dst), target)
+    write_errors.check_writable(dst)  # a parent that is a file: said now, not after reading the source
     cast = torch_dtype(SHORT_NAMES[dtype]) if dtype else None
     result = Result(Path(src), Path(dst), info.format, target)
     whole = (
@@ -170,7 +182,8 @@ def convert(
         and info.format in ("dcp", "torch")
         and not (info.format == target == "torch")
     )
-    with writers.atomic_output(dst, overwrite=overwrite) as tmp:
+    needed = _output_bytes(info.tensors if whole else info.model, cast)
+    with writers.atomic_output(dst, overwrite=overwrite, needed=needed) as tmp:
         if whole:
             _convert_whole(info, tmp, target, cast, result)
         else:

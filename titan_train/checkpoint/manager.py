@@ -23,8 +23,11 @@ stage.
 
 from __future__ import annotations
 
+import math
 import shutil
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from titan_train.checkpoint import lineage, resume_compare, resume_plan
 from titan_train.checkpoint.formats import CheckpointError  # noqa: F401  (one error type for every checkpoint problem)
 from titan_train.config.job import to_dict
-from titan_train.runtime import faults
+from titan_train.runtime import faults, write_errors
 
 
 class ModelState(Stateful):
@@ -286,24 +289,77 @@ def _commit(tmp: Path, final: Path, mark=None) -> Path:
 
 
 class _Writer(dcp.FileSystemWriter):
-    """DCP's file writer, plus the test hook (faults.py) that kills a rank right after it
-    wrote its own files, before the save is complete: the "killed mid-save" case."""
+    """DCP's file writer, plus the bytes the save plans to write (DCP's coordinator, rank 0,
+    sees every rank's plan: what a full disk's message says was needed) and the test hooks
+    (faults.py): a rank killed right after it wrote its own files, before the save is
+    complete (the "killed mid-save" case), or a disk that fills up during the write."""
 
     def __init__(self, path: Path, step: int):
         super().__init__(str(path))
-        self.step = step
+        self.step, self.planned = step, None
+
+    def prepare_global_plan(self, plans):
+        self.planned = sum(_plan_bytes(plan) for plan in plans)
+        return super().prepare_global_plan(plans)
 
     def write_data(self, plan, planner):
         written = super().write_data(plan, planner)
-        faults.maybe_inject(self.step, dist.get_rank(), site="save")
+        rank = dist.get_rank()
+        faults.maybe_inject(self.step, rank, site="save", where=str(Path(self.path) / f"__{rank}_0.distcp"))
         return written
+
+
+def _plan_bytes(plan) -> int:
+    """Bytes of the tensors a DCP save plan writes (its other entries are small)."""
+    tensors = [item.tensor_data for item in plan.items if item.tensor_data is not None]
+    return sum(math.prod(t.chunk.sizes) * t.properties.dtype.itemsize for t in tensors)
+
+
+@contextmanager
+def _removed_if_unwritable(tmp: Path, final: Path, writer: _Writer) -> Iterator[None]:
+    """A save that fails for lack of space (or a folder it may not write) ends the run in one
+    line, on every rank (DCP raises a rank's write error on all of them). Rank 0 removes the
+    partial step-N.tmp: no resume would use it, and it holds the space the user now needs.
+    Nothing else is touched: retention runs only after a complete save."""
+    try:
+        yield
+    except (Exception, CheckpointException) as e:  # noqa: BLE001 - DCP's is a BaseException
+        error = write_errors.explain(e, final, _needed(final.parent, writer.planned))
+        if error is None:
+            raise
+        write_errors.release(e)
+        if dist.get_rank() == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise write_errors.WriteError(f"{error}; {_what_is_left(tmp)}") from None
+
+
+def _needed(folder: Path, planned: int | None) -> int | None:
+    """About what a save needs: the previous checkpoint's size (the same model and optimizer
+    state), else the bytes DCP planned (known on rank 0)."""
+    previous = latest(folder)
+    return write_errors.tree_size(previous[1]) if previous else planned
+
+
+def _what_is_left(tmp: Path) -> str:
+    previous = latest(tmp.parent)
+    if previous is None:
+        return (
+            f"the partial {tmp.name} was removed and there is no earlier checkpoint; fix: free space there "
+            "(or set checkpoint.folder on a larger disk) and rerun"
+        )
+    return (
+        f"the partial {tmp.name} was removed, {previous[1].name} is untouched; fix: free space there "
+        f"(or set checkpoint.folder on a larger disk) and rerun the same command: it resumes from {previous[1].name}"
+    )
 
 
 def save(folder: str | Path, step: int, states: dict[str, Stateful], mark=None) -> Path:
     """Collective: every rank calls it. Returns the final `step-N` path."""
     tmp, final = _begin(folder, step)
-    dcp.save(states, checkpoint_id=str(tmp), storage_writer=_Writer(tmp, step))
-    return _commit(tmp, final, mark)
+    writer = _Writer(tmp, step)
+    with _removed_if_unwritable(tmp, final, writer):
+        dcp.save(states, checkpoint_id=str(tmp), storage_writer=writer)
+        return _commit(tmp, final, mark)
 
 
 # ---- [checkpoint] async_save: the write runs in the background while training goes on ----
@@ -315,6 +371,7 @@ class PendingSave:
     tmp: Path
     final: Path
     future: Any  # concurrent.futures.Future from dcp.async_save
+    writer: _Writer
     renamed: threading.Event = field(default_factory=threading.Event)  # rank 0: tmp -> final done
     error: list = field(default_factory=list)  # rank 0: what the rename raised, re-raised in finish
 
@@ -337,11 +394,13 @@ def start_async_save(folder: str | Path, step: int, states: dict[str, Stateful],
     index, so its future being done means the checkpoint is whole. A crash after that
     resumes from step N, not from the save before it."""
     tmp, final = _begin(folder, step)
-    if dist.get_rank() == 0 and mark is not None:
-        tmp.mkdir(parents=True, exist_ok=True)
-        mark(tmp)
-    future = dcp.async_save(states, checkpoint_id=str(tmp), storage_writer=_Writer(tmp, step), process_group=group)
-    pending = PendingSave(step, tmp, final, future)
+    writer = _Writer(tmp, step)
+    with _removed_if_unwritable(tmp, final, writer):
+        if dist.get_rank() == 0 and mark is not None:
+            tmp.mkdir(parents=True, exist_ok=True)
+            mark(tmp)
+        future = dcp.async_save(states, checkpoint_id=str(tmp), storage_writer=writer, process_group=group)
+    pending = PendingSave(step, tmp, final, future, writer)
     if dist.get_rank() == 0:
         future.add_done_callback(lambda f: _rename_when_written(f, pending))
     else:
@@ -366,11 +425,13 @@ def _rename_when_written(future, pending: PendingSave) -> None:
 
 def finish_async_save(pending: PendingSave) -> Path:
     """Collective. Waits for every rank's write and rank 0's rename. Call before the next
-    save, and before exit."""
-    pending.future.result()
-    pending.renamed.wait()
-    if pending.error:
-        raise pending.error[0]
+    save, and before exit. A write that failed for lack of space ends in one line (as a
+    synchronous save does), naming step N's folder."""
+    with _removed_if_unwritable(pending.tmp, pending.final, pending.writer):
+        pending.future.result()
+        pending.renamed.wait()
+        if pending.error:
+            raise pending.error[0]
     dist.barrier()
     return pending.final
 

@@ -16,6 +16,9 @@
            before step-N.tmp is renamed: the next run must keep that checkpoint
     kill_after_rename    SIGKILL rank 0 right after its async save of STEP was renamed to
            step-N, while training goes on: the next run must resume from it
+    enospc raise the real OSError(ENOSPC) in this rank's checkpoint save of STEP, after it wrote
+           its files (a disk that filled up during the write): the run must end with one
+           line, the partial step-N.tmp removed and the previous checkpoint untouched
 
 Called at the start of every watched step (`Watchdog.watch`), in the checkpoint writer and
 where an async save completes (checkpoint/manager.py), so the loop carries no hook of its own. Unset (always, outside tests) it
@@ -24,6 +27,7 @@ costs one dict lookup.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
@@ -38,10 +42,17 @@ KINDS = (
     "slow_save",
     "kill_before_rename",
     "kill_after_rename",
+    "enospc",
     "stop",
 )
 # where a kind is injected; the others at the start of a step
-SITES = {"kill_in_save": "save", "slow_save": "save", "kill_before_rename": "written", "kill_after_rename": "renamed"}
+SITES = {
+    "kill_in_save": "save",
+    "slow_save": "save",
+    "enospc": "save",
+    "kill_before_rename": "written",
+    "kill_after_rename": "renamed",
+}
 
 
 def parse(spec: str) -> tuple[str, int, int, float]:
@@ -58,9 +69,10 @@ def parse(spec: str) -> tuple[str, int, int, float]:
     return kind, rank, step, seconds
 
 
-def maybe_inject(step: int, rank: int, site: str = "step") -> None:
+def maybe_inject(step: int, rank: int, site: str = "step", where: str | None = None) -> None:
     """`site`: "step" (the start of a training step), "save" (inside a checkpoint write),
-    "written" / "renamed" (an async save complete, before / after its rename)."""
+    "written" / "renamed" (an async save complete, before / after its rename); `where`: the
+    file an injected write error names."""
     spec = os.environ.get(ENV)
     if not spec:
         return
@@ -74,6 +86,8 @@ def maybe_inject(step: int, rank: int, site: str = "step") -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif kind == "raise":
         raise RuntimeError(f"injected fault ({ENV}) on rank {rank} at step {step}")
+    elif kind == "enospc":
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), where)
     elif kind == "term":
         os.kill(os.getpid(), signal.SIGTERM)
     elif kind == "stop":

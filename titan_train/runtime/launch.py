@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from titan_train.runtime import write_errors
 from titan_train.runtime.finite_guard import EXIT_NON_FINITE
 from titan_train.runtime.signals import EXIT_SIGINT, EXIT_SIGTERM, HANDLED, Handlers, exit_code
 from titan_train.runtime.watchdog import EXIT_HANG, diagnose_command, read_dumps, stuck_ranks
@@ -464,9 +465,12 @@ def read_log(path: Path, limit: int = 200_000) -> str:
 
 
 def last_error_line(text: str, returncode: int | None) -> str:
-    """The last line of the last Python traceback; else the last `titan-train:` line; else
-    how the process ended."""
+    """A full disk, said plainly (write_errors.in_log); else the last line of the last Python
+    traceback; else the last `titan-train:` line; else how the process ended."""
     lines = [_RANK_PREFIX.sub("", line, count=1) for line in text.splitlines()]
+    disk = write_errors.in_log(lines)  # before torch's inline_container.cc text, which hides it
+    if disk:
+        return disk
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
     exception = (
         [line.strip() for line in lines[starts[-1] + 1 :] if line.strip() and not line[0].isspace()] if starts else []
@@ -520,8 +524,10 @@ def summary(result: LaunchResult, run_dir: str | Path, prog: str = "titan-train"
         lines.append(f"  error: {last_error_line(read_log(first.log), first.returncode)}")
         lines.append(f"  stack dumps: {Path(run_dir) / 'hang'}/rank<N>.txt")
     elif first is not None:
-        lines.append(f"{prog}: rank {first.rank} failed first ({_how(first)}) after {first.ended_s:.1f} s")
-        lines.append(f"  error: {last_error_line(read_log(first.log), first.returncode)}")
+        error = last_error_line(read_log(first.log), first.returncode)
+        cause = "out of disk space, " if error.startswith(write_errors.NO_SPACE) else ""
+        lines.append(f"{prog}: rank {first.rank} failed first ({cause}{_how(first)}) after {first.ended_s:.1f} s")
+        lines.append(f"  error: {error}")
     elif result.timed_out:
         lines.append(f"{prog}: ranks still running after the time limit were killed")
     else:

@@ -10,6 +10,7 @@ themselves (FSDP / TP shards) and the lowest of them sends it to rank 0.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,13 +53,14 @@ def _comm_device() -> torch.device:
     return torch.accelerator.current_accelerator()
 
 
-def gather_full(model_parts, args, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+def gather_full(model_parts, args, dtype: torch.dtype, names=None) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, whole tensor on the host) per parameter of the whole model, yielded on rank 0
-    only. Collective: every rank must exhaust it (on the others it yields nothing)."""
+    only. Collective: every rank must exhaust it (on the others it yields nothing).
+    `names`: _whole_model(args), when the caller has it already."""
     from torch.distributed.tensor import DTensor
 
     own = {name: p for part in model_parts for name, p in part.named_parameters()}
-    names = _whole_model(args)
+    names = names or _whole_model(args)
     holders = _holders(set(own), [n for n, _ in names])
     rank = dist.get_rank() if dist.is_initialized() else 0
     for name, shape in names:
@@ -128,9 +130,11 @@ def export_final(model_parts, folder: str | Path, fmt: str, *, args, step: int, 
         return None
     rank = dist.get_rank() if dist.is_initialized() else 0
     target = _decide_target(folder, step, fmt, rank)
-    items = gather_full(list(model_parts), args, torch_dtype(SHORT_NAMES[dtype]))
+    names, cast = _whole_model(args), torch_dtype(SHORT_NAMES[dtype])
+    items = gather_full(list(model_parts), args, cast, names)
     if rank == 0:
-        with writers.atomic_output(target, overwrite=True) as tmp:
+        needed = sum(math.prod(shape) for _, shape in names) * cast.itemsize  # what a full disk's line says
+        with writers.atomic_output(target, overwrite=True, needed=needed) as tmp:
             if fmt == "torch":
                 tmp.mkdir()
                 writers.write_torch(dict(items), tmp / "model.pt")

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from titan_train.checkpoint.formats import CheckpointError, fit, naming, safetensors_io
+from titan_train.runtime import write_errors
 
 DEFAULT_SHARD_BYTES = 5 * 10**9  # what transformers' save_pretrained uses ("5GB")
 
@@ -70,20 +71,28 @@ def refuse_foreign(dst: Path, fmt: str, *, is_file_output: bool) -> None:
 
 
 @contextmanager
-def atomic_output(dst: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
+def atomic_output(dst: str | Path, *, overwrite: bool = False, needed: int | None = None) -> Iterator[Path]:
     """Yield a temporary path next to `dst`; rename it to `dst` when the block succeeds,
     delete it when it fails. A caller that overwrites checks first that `dst` is its own
-    kind of output (refuse_foreign), before any work starts."""
+    kind of output (refuse_foreign), before any work starts. A full disk (`needed`: the
+    bytes the output takes, when known) or a parent that cannot be a folder is one line, a
+    write_errors.WriteError; whatever `dst` held before is untouched either way."""
     dst = Path(dst)
     if dst.exists() and not overwrite:
         raise CheckpointError(f"{dst} already exists", fix="Choose another destination, or pass --force to replace it")
-    dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.parent / f".{dst.name}.partial-{os.getpid()}"
-    _remove(tmp)
     try:
-        yield tmp
-    except BaseException:
+        dst.parent.mkdir(parents=True, exist_ok=True)
         _remove(tmp)
+        yield tmp
+    except BaseException as e:
+        interrupted = isinstance(e, (KeyboardInterrupt, SystemExit, GeneratorExit))  # DCP's error is a BaseException
+        if not interrupted:
+            write_errors.release(e)
+        _remove(tmp)  # first: the free space the message reports is what is free now
+        explained = None if interrupted else write_errors.explain(e, dst, needed)
+        if explained is not None:
+            raise explained from None
         raise
     if dst.exists():
         _remove(dst)
