@@ -133,6 +133,15 @@ def main():
 @click.option("--rdzv-endpoint", default="", help="HOST:PORT for c10d rendezvous (elastic multi-node).")
 @click.option("--rdzv-id", default="titan-train", show_default=True, help="Rendezvous id shared by all nodes.")
 @click.option(
+    "--rdzv-timeout",
+    type=click.FloatRange(min=1),
+    default=600,
+    show_default=True,
+    metavar="SECONDS",
+    help="Multi-node: how long each node waits for the others before it gives up with one line (nodes "
+    "started with another --nproc / --nnodes are refused at once).",
+)
+@click.option(
     "--stop-after",
     type=click.IntRange(min=0),
     default=0,
@@ -164,6 +173,7 @@ def run(
     master_port,
     rdzv_endpoint,
     rdzv_id,
+    rdzv_timeout,
     stop_after,
     fresh,
     ignore_memory,
@@ -207,6 +217,7 @@ def run(
                     nnodes=nnodes,
                     node_rank=node_rank,
                     rdzv_id=rdzv_id,
+                    rdzv_timeout_s=rdzv_timeout,
                     rdzv_endpoint=rdzv_endpoint,
                     master_addr=master_addr,
                     master_port=master_port,

@@ -4,9 +4,13 @@
 Rendezvous follows torchrun's semantics:
   - one node: MASTER_ADDR=127.0.0.1 and a free port (torchrun --standalone);
   - --master-addr/--master-port with --node-rank: static, rank = node_rank x nproc + local rank;
+    with several nodes, node 0's launcher hosts the TCPStore at --master-port and the ranks
+    connect to it (torchrun's agent store); otherwise global rank 0 hosts it;
   - --rdzv-endpoint HOST:PORT: torch's c10d rendezvous handler (the one torchrun uses) agrees
     on the node ranks; node 0 then publishes MASTER_ADDR/MASTER_PORT for the ranks in its store.
-Global rank 0 hosts the ranks' TCPStore, as under torchrun's static rendezvous.
+With several nodes the launchers first agree on --nnodes and --nproc (nodes.py), within
+--rdzv-timeout: nodes that disagree, or one that never comes, end in one line on every node
+instead of ranks that wait for each other forever.
 
 Every rank writes stdout and stderr to <log_dir>/rank<N>.log (plain text for
 `titan-doctor diagnose --log`); only rank 0's stdout is echoed here. When a rank fails, the
@@ -33,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from titan_train.runtime import write_errors
+from titan_train.runtime import nodes, write_errors
 from titan_train.runtime.finite_guard import EXIT_NON_FINITE
 from titan_train.runtime.signals import EXIT_SIGINT, EXIT_SIGTERM, HANDLED, Handlers, exit_code
 from titan_train.runtime.watchdog import EXIT_HANG, diagnose_command, read_dumps, stuck_ranks
@@ -120,6 +124,7 @@ class LaunchOptions:
     rdzv_id: str = "titan-train"
     master_addr: str = ""
     master_port: int = 0
+    rdzv_timeout_s: float = 600.0  # how long the node launchers wait for each other (torchrun's join_timeout)
 
     @property
     def world_size(self) -> int:
@@ -198,10 +203,17 @@ class Rendezvous:
     master_addr: str
     master_port: int
     handler: object = None  # the c10d rendezvous handler, shut down after the run
+    store: object = None  # static multi-node: the TCPStore the launchers agreed through (node 0 hosts it)
+
+    @property
+    def agent_store(self) -> bool:
+        """The ranks connect to the launcher's store instead of rank 0 hosting one."""
+        return self.store is not None
 
     def close(self) -> None:
         if self.handler is not None:
             self.handler.shutdown()
+        self.store = None
 
 
 def _split_endpoint(endpoint: str) -> tuple[str, int]:
@@ -222,26 +234,20 @@ def _address_towards(host: str, port: int) -> str:
 
 
 def rendezvous(opts: LaunchOptions) -> Rendezvous:
-    if opts.rdzv_endpoint and opts.nnodes > 1:
-        from torch.distributed.elastic.rendezvous import RendezvousParameters
-        from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
-
-        host, port = _split_endpoint(opts.rdzv_endpoint)
-        handler = get_rendezvous_handler(
-            RendezvousParameters(
-                backend=opts.rdzv_backend,
-                endpoint=opts.rdzv_endpoint,
-                run_id=opts.rdzv_id,
-                min_nodes=opts.nnodes,
-                max_nodes=opts.nnodes,
-            )
+    """Who this node is and where rank 0 listens; with several nodes, only once every node's
+    launcher arrived and all agree on --nnodes and --nproc (nodes.py), within
+    opts.rdzv_timeout_s: a mismatch or a missing node is one line, not a hang."""
+    if opts.nnodes > 1 and opts.node_rank >= opts.nnodes:
+        raise LaunchError(
+            f"--node-rank {opts.node_rank} with --nnodes {opts.nnodes}: node ranks are 0 to {opts.nnodes - 1}"
         )
-        info = handler.next_rendezvous()
-        key = "titan_train/master"
-        if info.rank == 0:
-            info.store.set(key, f"{_address_towards(host, port)}:{free_port()}")
-        addr, _, master_port = info.store.get(key).decode().rpartition(":")
-        return Rendezvous(info.rank, addr, int(master_port), handler)
+    try:
+        if opts.rdzv_endpoint and opts.nnodes > 1:
+            return _c10d_rendezvous(opts)
+        if opts.master_addr and opts.nnodes > 1:
+            return _static_rendezvous(opts)
+    except nodes.Disagreement as e:
+        raise LaunchError(str(e)) from None
     if opts.master_addr:
         rdzv = Rendezvous(opts.node_rank, opts.master_addr, opts.master_port or 29500)
     elif opts.rdzv_endpoint:  # one node with an explicit endpoint: rank 0 listens there
@@ -252,6 +258,89 @@ def rendezvous(opts: LaunchOptions) -> Rendezvous:
     if rdzv.node_rank == 0:  # this node's rank 0 will listen on the port
         check_port_free(rdzv.master_port)
     return rdzv
+
+
+def _c10d_rendezvous(opts: LaunchOptions) -> Rendezvous:
+    """torch's c10d rendezvous agrees on the node ranks (it waits for --nnodes nodes, so a node
+    started with another --nnodes times it out); node 0 then publishes MASTER_ADDR/PORT in its
+    store, and the launchers check --nproc through it."""
+    from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousParameters, RendezvousTimeoutError
+    from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+
+    host, port = _split_endpoint(opts.rdzv_endpoint)
+    handler = get_rendezvous_handler(
+        RendezvousParameters(
+            backend=opts.rdzv_backend,
+            endpoint=opts.rdzv_endpoint,
+            run_id=opts.rdzv_id,
+            min_nodes=opts.nnodes,
+            max_nodes=opts.nnodes,
+            join_timeout=opts.rdzv_timeout_s,
+        )
+    )
+    same = "start every node with the same --nnodes and --rdzv-endpoint, or raise --rdzv-timeout"
+    try:
+        info = handler.next_rendezvous()
+    except RendezvousTimeoutError:
+        _shut(handler)
+        raise LaunchError(
+            f"rendezvous at {opts.rdzv_endpoint} timed out after {opts.rdzv_timeout_s:g} s: fewer than --nnodes "
+            f"{opts.nnodes} nodes joined (a node not started, or nodes started with different --nnodes); {same}"
+        ) from None
+    except (RendezvousError, RuntimeError) as e:  # torch's DistNetworkError: the store's host went away
+        _shut(handler)
+        raise LaunchError(
+            f"rendezvous at {opts.rdzv_endpoint} broke off: the node hosting its store (the first one started) "
+            f"went away, which says why in its own line ({str(e).splitlines()[0][:120]}); {same}"
+        ) from None
+    try:
+        nodes.agree(
+            info.store, nodes.NodeFacts(info.rank, opts.nnodes, opts.nproc), opts.rdzv_timeout_s, opts.rdzv_endpoint
+        )
+    except nodes.Disagreement:
+        _shut(handler)
+        raise
+    key = "titan_train/master"
+    if info.rank == 0:
+        info.store.set(key, f"{_address_towards(host, port)}:{free_port()}")
+    addr, _, master_port = info.store.get(key).decode().rpartition(":")
+    return Rendezvous(info.rank, addr, int(master_port), handler)
+
+
+def _shut(handler) -> None:
+    """Leave a failed c10d rendezvous; its store may be gone already (its host exited)."""
+    with contextlib.suppress(Exception):
+        handler.shutdown()
+
+
+def _static_rendezvous(opts: LaunchOptions) -> Rendezvous:
+    """--master-addr with several nodes: node 0's launcher hosts the TCPStore at
+    --master-port, as torchrun's static rendezvous does; the launchers agree through it, and
+    the ranks then use it too (TORCHELASTIC_USE_AGENT_STORE: they connect as clients)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    port = opts.master_port or 29500
+    where = f"{opts.master_addr}:{port}"
+    if opts.node_rank == 0:
+        check_port_free(port)
+    else:
+        nodes.wait_for_listener(opts.master_addr, port, opts.node_rank, opts.rdzv_timeout_s)
+    try:
+        store = dist.TCPStore(
+            opts.master_addr,
+            port,
+            is_master=opts.node_rank == 0,
+            wait_for_workers=False,
+            timeout=timedelta(seconds=max(opts.rdzv_timeout_s, 60)),
+        )
+    except RuntimeError as e:  # torch's DistNetworkError: the port was taken since the check, or node 0 went away
+        if opts.node_rank == 0 or _ADDR_IN_USE.search(str(e)):
+            raise LaunchError(port_in_use_error(port)) from None
+        raise LaunchError(f"node {opts.node_rank} could not connect to node 0 at {where}: {str(e)[:200]}") from None
+    nodes.agree(store, nodes.NodeFacts(opts.node_rank, opts.nnodes, opts.nproc), opts.rdzv_timeout_s, where)
+    return Rendezvous(opts.node_rank, opts.master_addr, port, store=store)
 
 
 # ---- starting and watching the ranks ----
@@ -349,6 +438,8 @@ def start_ranks(
         PYTHONUNBUFFERED="1",
         TITAN_TRAIN_LAUNCHED="1",
     )
+    if rdzv.agent_store:  # node 0's launcher hosts the store; RESTART_COUNT: torch < 2.6 prefixes keys with it
+        base.update(TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RESTART_COUNT="0")
     # One intra-op thread pool per core, not per rank per core (torchrun would force 1).
     base.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // opts.nproc)))
     procs, outcomes, files, threads = [], [], [], []
