@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -142,6 +145,54 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def _session_root(tmp_path_factory) -> Path:
+    """A folder every process of this test session shares: with pytest-xdist each worker has
+    its own basetemp (<session>/popen-gwN), so the shared one is its parent."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def _held(lock: Path):
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class SharedRuns:
+    """Trainer runs made once per test session, however many pytest-xdist workers ask: a run
+    is a folder named by the hash of exactly what it was run with, made under a file lock by
+    the first worker that needs it and read by the others. A run that failed is not kept
+    (the next asker runs it again and gets the failure)."""
+
+    DONE = "done.json"
+
+    def __init__(self, root: Path):
+        self._root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def get(self, key: list, run) -> tuple[Path, str]:
+        """(the run's folder, its stdout); `run(folder)` makes it (returns the process)."""
+        text = json.dumps(key)
+        folder = self._root / hashlib.sha256(text.encode()).hexdigest()[:16]
+        with _held(folder.with_suffix(".lock")):
+            if not (folder / self.DONE).is_file():
+                shutil.rmtree(folder, ignore_errors=True)
+                folder.mkdir()
+                proc = ok(run(folder))
+                (folder / "stdout.txt").write_text(proc.stdout)
+                (folder / self.DONE).write_text(text)
+        return folder, (folder / "stdout.txt").read_text()
+
+
+@pytest.fixture(scope="session")
+def shared_runs(tmp_path_factory) -> SharedRuns:
+    return SharedRuns(_session_root(tmp_path_factory) / "shared-runs")
+
+
 class ReferenceRuns:
     """Uninterrupted trainer runs, each run once per session and keyed by exactly what it was
     run with: the same nproc and overrides train the same losses (fp32 on gloo is deterministic;
@@ -149,26 +200,29 @@ class ReferenceRuns:
     own now share one. `reference_run(...)` is the finished workdir, to READ; a test that writes
     into the folder (resumes, damages a checkpoint) takes `reference_run.copy(dest, ...)`."""
 
-    def __init__(self, tmp_path_factory):
-        self._factory, self._runs = tmp_path_factory, {}
+    def __init__(self, shared: SharedRuns):
+        self._shared = shared
 
     def __call__(self, *, nproc: int = 1, overrides=()) -> Path:
-        key = (nproc, tuple(overrides))
-        if key not in self._runs:
-            wd = self._factory.mktemp("reference")
-            ok(run_trainer(wd, nproc=nproc, overrides=overrides))
-            self._runs[key] = wd
-        return self._runs[key]
+        def run(wd: Path):
+            return run_trainer(wd, nproc=nproc, overrides=overrides)
+
+        return self._shared.get(["reference", nproc, list(overrides)], run)[0]
 
     def copy(self, dest: Path, *, nproc: int = 1, overrides=()) -> Path:
         """The run's folder copied into `dest` (created if absent), as if it had run there."""
-        shutil.copytree(self(nproc=nproc, overrides=overrides), dest, symlinks=True, dirs_exist_ok=True)
+        src = self(nproc=nproc, overrides=overrides)
+
+        def cache_files(folder, names):
+            return [n for n in names if Path(folder) == src and n in (SharedRuns.DONE, "stdout.txt")]
+
+        shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True, ignore=cache_files)
         return dest
 
 
 @pytest.fixture(scope="session")
-def reference_run(tmp_path_factory) -> ReferenceRuns:
-    return ReferenceRuns(tmp_path_factory)
+def reference_run(shared_runs) -> ReferenceRuns:
+    return ReferenceRuns(shared_runs)
 
 
 PARITY_STEPS = 10
@@ -177,18 +231,20 @@ PARITY_STEPS = 10
 class Run:
     """A finished trainer run: its stdout and what metrics.jsonl says per step."""
 
-    def __init__(self, workdir: Path, proc: subprocess.CompletedProcess):
-        self.workdir, self.stdout = workdir, proc.stdout
+    def __init__(self, workdir: Path, stdout: str):
+        self.workdir, self.stdout = workdir, stdout
         self.losses, self.grad_norms = losses(workdir), per_step(workdir, "grad_norm")
 
 
-def parity_run(tmp_path_factory, name: str, nproc: int, overrides=(), torchrun: bool = False) -> Run:
+def parity_run(shared_runs: SharedRuns, name: str, nproc: int, overrides=(), torchrun: bool = False) -> Run:
     """The debug model for PARITY_STEPS fp32 steps on a layout; shared runs are session fixtures."""
-    wd = tmp_path_factory.mktemp(name)
-    proc = ok(
-        run_trainer(wd, nproc=nproc, torchrun=torchrun, overrides=FAST + [f"training.steps={PARITY_STEPS}", *overrides])
-    )
-    return Run(wd, proc)
+    args = FAST + [f"training.steps={PARITY_STEPS}", *overrides]
+
+    def run(wd: Path):
+        return run_trainer(wd, nproc=nproc, torchrun=torchrun, overrides=args)
+
+    wd, stdout = shared_runs.get(["parity", name, nproc, args, torchrun], run)
+    return Run(wd, stdout)
 
 
 def assert_same_run(got: Run, want: Run, abs_tol: float) -> None:
@@ -200,19 +256,19 @@ def assert_same_run(got: Run, want: Run, abs_tol: float) -> None:
 
 
 @pytest.fixture(scope="session")
-def one_rank(tmp_path_factory) -> Run:
-    return parity_run(tmp_path_factory, "one", 1)
+def one_rank(shared_runs) -> Run:
+    return parity_run(shared_runs, "one", 1)
 
 
 @pytest.fixture(scope="session")
-def fsdp_two(tmp_path_factory) -> Run:
+def fsdp_two(shared_runs) -> Run:
     """2 ranks FSDP, started by a plain torchrun (the trainer finds itself under it)."""
-    return parity_run(tmp_path_factory, "fsdp2", 2, torchrun=True)
+    return parity_run(shared_runs, "fsdp2", 2, torchrun=True)
 
 
 @pytest.fixture(scope="session")
-def fsdp_tp_four(tmp_path_factory) -> Run:
-    return parity_run(tmp_path_factory, "fsdp2tp2", 4, ["distributed.tp_size=2"])
+def fsdp_tp_four(shared_runs) -> Run:
+    return parity_run(shared_runs, "fsdp2tp2", 4, ["distributed.tp_size=2"])
 
 
 @pytest.fixture

@@ -64,16 +64,16 @@ def test_ac_keeps_checkpoint_keys(world_of_one):
 
 
 @pytest.mark.multirank
-def test_full_ac_under_fsdp(fsdp_two, tmp_path_factory):
-    run = parity_run(tmp_path_factory, "ac-full-fsdp", 2, ['training.activation_checkpoint="full"'])
+def test_full_ac_under_fsdp(fsdp_two, shared_runs):
+    run = parity_run(shared_runs, "ac-full-fsdp", 2, ['training.activation_checkpoint="full"'])
     assert "ac full" in run.stdout
     assert_same_run(run, fsdp_two, 1e-5)
 
 
 @pytest.mark.multirank
-def test_selective_ac_under_fsdp_x_tp(fsdp_tp_four, tmp_path_factory):
+def test_selective_ac_under_fsdp_x_tp(fsdp_tp_four, shared_runs):
     run = parity_run(
-        tmp_path_factory, "ac-sel-fsdp-tp", 4, ['training.activation_checkpoint="selective"', "distributed.tp_size=2"]
+        shared_runs, "ac-sel-fsdp-tp", 4, ['training.activation_checkpoint="selective"', "distributed.tp_size=2"]
     )
     assert "dp 2 x pp 1 x tp 2" in run.stdout and "ac selective" in run.stdout
     assert_same_run(run, fsdp_tp_four, 1e-5)

@@ -30,9 +30,9 @@ def test_stages_split_layers_evenly_and_interleave():
         ("1f1b", 4, [], "dp 2 x pp 2 x tp 1"),
     ],
 )
-def test_pipeline_matches_one_rank(schedule, nproc, extra, layout, one_rank, tmp_path_factory):
+def test_pipeline_matches_one_rank(schedule, nproc, extra, layout, one_rank, shared_runs):
     run = parity_run(
-        tmp_path_factory,
+        shared_runs,
         f"pp-{schedule}-{nproc}",
         nproc,
         ["distributed.pp_size=2", f'distributed.pp_schedule="{schedule}"', *extra],
