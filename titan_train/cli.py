@@ -7,6 +7,7 @@ import importlib.metadata
 import itertools
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -20,7 +21,7 @@ from titan_train.config.paths import resolve_config
 from titan_train.runtime import write_errors
 from titan_train.runtime.device import disable_backend_autoload
 from titan_train.runtime.finite_guard import EXIT_NON_FINITE, NonFinite
-from titan_train.runtime.signals import EXIT_SIGINT, Stopped
+from titan_train.runtime.signals import EXIT_SIGINT, EXIT_SIGTERM, Stopped
 
 EXIT_USAGE = 2
 
@@ -329,18 +330,21 @@ def prepare_data(sources, tokenizer, out, text_field, workers, shard_tokens, for
     else uint32), doc_ends-NNNNN.npy document boundaries, and index.json (tokenizer name and
     sha256, vocab size, token and document counts, source files with sizes). It is written
     as a hidden .DIR.partial-PID folder and renamed when complete, so DIR is never half
-    written. Progress goes to stderr.
+    written. Progress goes to stderr. A file named twice (itself and its folder) is read once;
+    a file that changes while it is read, and a DIR inside an input (or an input inside DIR),
+    are refused.
 
     \b
     Exit codes: 0 written, 2 bad input or DIR cannot be written (a parent that is a file, no
-    space left; nothing written), 130 interrupted (nothing written).
+    space left; nothing written), 130 / 143 interrupted by Ctrl-C / SIGTERM (nothing written, no worker
+    left running).
     """
     from titan_train.data import corpus, prepare
 
     extra = {"shard_tokens": shard_tokens} if shard_tokens else {}
     try:
         total = sum(p.stat().st_size for p in corpus.find_sources(list(sources)))
-        with _progress(total, "tokenizing") as advance:
+        with _terminate_unwinds(), _progress(total, "tokenizing") as advance:
             index = prepare.prepare(
                 list(sources),
                 tokenizer,
@@ -354,12 +358,34 @@ def prepare_data(sources, tokenizer, out, text_field, workers, shard_tokens, for
     except KeyboardInterrupt:
         click.echo(f"titan-train: interrupted; {out} was not written", err=True)
         sys.exit(130)
+    except _Terminated:
+        click.echo(f"titan-train: stopped by SIGTERM; {out} was not written", err=True)
+        sys.exit(EXIT_SIGTERM)
     except _user_errors() as e:
         _fail(_user_message(e), debug)
     except (OSError, RuntimeError) as e:  # DIR under a file, or a disk that filled up (the partial is gone)
         _fail_if_unwritable(e, out, debug)
         raise
     click.echo(json.dumps(index, indent=1) if fmt == "json" else prepare.summary(index, out))
+
+
+class _Terminated(Exception):
+    """SIGTERM (kill, scancel) during prepare-data."""
+
+
+@contextlib.contextmanager
+def _terminate_unwinds():
+    """SIGTERM raises, so prepare-data unwinds as on Ctrl-C: its tokenizing workers are shut
+    down (by default they outlived a killed parent) and the partial folder is removed."""
+
+    def raise_terminated(signum, frame):
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
