@@ -327,3 +327,23 @@ def test_prepare_data_runs_as_a_command(tmp_path):
     got = np.load(tmp_path / "out" / "tokens-00000.npy")
     assert np.array_equal(got, want)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "out"]
+
+
+def test_a_prepared_folder_index_is_read_once_and_recorded_as_read(tmp_path, monkeypatch):
+    """Before: read three times at start-up (tokenizer check, mapping, identity hash), so a
+    folder rebuilt in between could be recorded with another index than the one trained on."""
+    import hashlib
+    from pathlib import Path
+
+    out = tmp_path / "prepared"
+    src = tmp_path / "a.txt"
+    src.write_text("first document\n\nsecond document, a little longer\n" * 50)
+    prepare.prepare([str(src)], "byte", out, workers=1)
+    reads = []
+    real_read_bytes, real_read_text = Path.read_bytes, Path.read_text
+    monkeypatch.setattr(Path, "read_bytes", lambda p: reads.append(p.name) or real_read_bytes(p))
+    monkeypatch.setattr(Path, "read_text", lambda p, *a, **k: reads.append(p.name) or real_read_text(p, *a, **k))
+    cfg = type("Data", (), {"dataset": str(out), "tokenizer": "byte", "text_field": "text"})
+    stream = data.open_dataset(cfg, 512, log=lambda m: None)
+    assert reads.count("index.json") == 1, reads
+    assert stream.identity["index"] == hashlib.sha256(real_read_bytes(out / "index.json")).hexdigest()

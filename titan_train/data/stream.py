@@ -152,9 +152,10 @@ def _with_last(items):
     yield item, True
 
 
-def checked_tokenizer(tokenizer: str, dataset: str, vocab_size: int) -> Tokenizer:
+def checked_tokenizer(tokenizer: str, dataset: str, vocab_size: int, index: dict | None = None) -> Tokenizer:
     """Load the tokenizer and check the data settings fit the model and each other, without
-    reading the corpus (the CLI runs this before any rank starts)."""
+    reading the corpus (the CLI runs this before any rank starts). `index`: a prepared
+    folder's index, when the caller has read it already."""
     tok = load_tokenizer(tokenizer)
     if tok.vocab_size > vocab_size:
         raise DataError(
@@ -165,7 +166,8 @@ def checked_tokenizer(tokenizer: str, dataset: str, vocab_size: int) -> Tokenize
         return tok
     path = Path(dataset)
     if path.is_dir():
-        token_folder.check_tokenizer(token_folder.read_index(path), path, tokenizer, tok.sha256, tok.vocab_size)
+        index = index if index is not None else token_folder.read_index(path)
+        token_folder.check_tokenizer(index, path, tokenizer, tok.sha256, tok.vocab_size)
     elif not path.is_file():
         raise DataError(
             f"data.dataset: {path} not found (give a folder made by `titan-train prepare-data`, "
@@ -309,9 +311,9 @@ def _is_prepared(dataset: str) -> bool:
     return dataset != "builtin" and Path(dataset).is_dir()
 
 
-def _mapped(folder: Path) -> TokenStream:
+def _mapped(folder: Path, index: dict | None = None) -> TokenStream:
     """A prepared folder's shards, memory-mapped (headers read and checked, no token data)."""
-    index = token_folder.read_index(folder)
+    index = index if index is not None else token_folder.read_index(folder)
     shards = token_folder.open_shards(folder, index)
     return TokenStream(
         shards,
@@ -350,15 +352,14 @@ def open_dataset(cfg, vocab_size: int, seq_len: int = 0, log: Callable[[str], No
 
 def _open(cfg, vocab_size: int, log: Callable[[str], None]) -> TokenStream:
     dataset, tokenizer = cfg.dataset, cfg.tokenizer
-    tok = checked_tokenizer(tokenizer, dataset, vocab_size)
     path = Path(dataset)
-    if _is_prepared(dataset):
-        stream = _mapped(path)
-        stream.identity = {
-            "tokenizer": tok.sha256,
-            "index": hashlib.sha256((path / token_folder.INDEX).read_bytes()).hexdigest(),
-        }
+    if _is_prepared(dataset):  # the index is read once: checked, mapped and recorded as the same bytes
+        index, digest = token_folder.read_index_and_digest(path)
+        tok = checked_tokenizer(tokenizer, dataset, vocab_size, index)
+        stream = _mapped(path, index)
+        stream.identity = {"tokenizer": tok.sha256, "index": digest}
         return stream
+    tok = checked_tokenizer(tokenizer, dataset, vocab_size)
     if dataset != "builtin":
         log(
             f"[titan-train] data: tokenizing {path} ({path.stat().st_size / 1e6:,.1f} MB) in memory, in every "

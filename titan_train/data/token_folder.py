@@ -14,6 +14,7 @@ DIR is always complete; a killed run leaves only the hidden one (removed by the 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -163,11 +164,18 @@ def _sync_dir(path: Path) -> None:
 
 
 def read_index(folder: Path) -> dict:
+    return read_index_and_digest(folder)[0]
+
+
+def read_index_and_digest(folder: Path) -> tuple[dict, str]:
+    """The index and the sha256 of its bytes, from one read: the identity a checkpoint records
+    is then that of the very index the run opened, even if the folder is rebuilt meanwhile."""
     path = folder / INDEX
     if not path.is_file():
         raise DataError(f"data.dataset: {folder} is a folder without {INDEX}, not a prepared dataset; {PREPARE_HINT}")
+    raw = path.read_bytes()
     try:
-        index = json.loads(path.read_text(encoding="utf-8"))
+        index = json.loads(raw.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DataError(f"data.dataset: {path} is not valid JSON ({e}); prepare the data again") from None
     if not isinstance(index, dict) or index.get("format") != FORMAT:
@@ -177,7 +185,7 @@ def read_index(folder: Path) -> dict:
             f"data.dataset: {folder} has format version {index['version']}, newer than this "
             f"titan-npu reads ({VERSION}); upgrade titan-npu or prepare the data again"
         )
-    return index
+    return index, hashlib.sha256(raw).hexdigest()
 
 
 def check_tokenizer(index: dict, folder: Path, spec: str, sha256: str, vocab_size: int) -> None:
