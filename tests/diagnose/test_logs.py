@@ -232,21 +232,32 @@ def test_a_log_folder_is_scanned_for_every_rank(tmp_path):
     assert fs[0].path.endswith("rank1.log") and fs[0].data["rank"] == 1
 
 
-def test_unknown_error_names_the_first_exception_without_guessing(tmp_path):
+def test_an_unknown_error_is_named_with_the_next_step_of_its_family(tmp_path):
+    """Nothing known matches: the root is the exception itself (what, where, which rank), never a
+    bare 'no known error' with an empty fix."""
     (f,) = explain(
         tmp_path,
-        'step 1\n[rank1]: Traceback (most recent call last):\n[rank1]:   File "t.py", line 3\n'
+        'step 1\n[rank1]: Traceback (most recent call last):\n[rank1]:   File "t.py", line 3, in main\n'
         "[rank1]: ValueError: too many values to unpack (expected 2)\n",
     )
-    assert f.status is Status.WARN and f.message.endswith(
-        "the first exception is at " + str(tmp_path / "train.log") + ":4"
+    assert f.code == "log.exception" and f.status is Status.FAIL and f.line == 4
+    assert "ValueError: too many values to unpack (expected 2)" in f.message and f.data["rank"] == 1
+    assert f.data["first_exception"] == "ValueError: too many values to unpack (expected 2)"
+    assert "t.py:3 in main" in f.detail and f.fix.startswith("Read the traceback")
+
+
+def test_an_unknown_error_gets_the_family_its_text_suggests(tmp_path):
+    (f,) = explain(
+        tmp_path, "Traceback (most recent call last):\nRuntimeError: failed to connect to the parameter server\n"
     )
-    assert f.data["first_exception"] == "ValueError: too many values to unpack (expected 2)" and f.line == 4
+    assert f.data["family"] == "connection" and "likely a processes cannot reach" in f.message
+    assert "nc -zv" in f.fix
 
 
 def test_unknown_log_says_so(tmp_path):
-    (f,) = explain(tmp_path, "step 1 loss 3.2\nstep 2 loss 3.1\nKilled\n")
+    (f,) = explain(tmp_path, "step 1 loss 3.2\nstep 2 loss 3.1\nstep 3 loss 3.0\n")
     assert f.status is Status.WARN and f.message == "no known error in 1 file(s) (3 lines)"
+    assert f.fix  # the generic next step, never an empty fix
 
 
 def test_cli_log_exit_codes_and_json(tmp_path):

@@ -7,6 +7,11 @@ structure, so a code nobody listed still says which component failed and how bad
   ERRxxyyy  torch_npu's submodule + error type, e.g. ERR02200 = DIST, call hccl api failed
   ncclResult NVIDIA NCCL's result, by number ("NCCL Error 2"), name (ncclSystemError) or text
 
+An E-code error_codes.toml does not list is decoded from CANN's own catalogue
+(rules/cann_error_codes.toml: its title, message, Possible Cause and Solution). Linux errno
+values (rules/errno.toml) are decoded by number, name or strerror text for the messages that
+quote one; torch_npu's SocVersion and aclrtMemcpyKind numbers by their tables.
+
 `find_codes(line)` returns every code a line reports, each decoded into a `Code`.
 """
 
@@ -36,8 +41,12 @@ _ACL = re.compile(
     r"\s*(\d{6})\b",
     re.I,
 )
-# "HCCL function error: HcclAllreduce, error code is 6"; MindIE/ATB: "HcclCommInitRootInfo fail, error:2"
-_HCCL = re.compile(r"(?i)hccl\w*.*?error code is (\d{1,3})\b|\b(?P<call>hccl\w+) fail(?:ed)?, error:\s?(\d{1,3})\b")
+# "HCCL function error: HcclAllreduce, error code is 6"; MindIE/ATB: "HcclCommInitRootInfo fail, error:2";
+# a report quoting it as "HCCL error code 5："
+_HCCL = re.compile(
+    r"(?i)hccl\w*.*?error code(?: is)?:?\s*(\d{1,3})\b|\b(?P<call>hccl\w+) fail(?:ed)?, error:\s?(\d{1,3})\b"
+)
+_HCCL_CALL = re.compile(r"\b([Hh]ccl\w+)\(")
 _NCCL = re.compile(
     r"\bNCCL Error (\d)\b|\b(nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage))\b"
     r"|\bNCCL (?:error|failure)\b.*?[:,]\s*(unhandled cuda error|unhandled system error|internal error"
@@ -60,6 +69,7 @@ class Code:
     consequence: bool = False  # what a rank sees when ANOTHER rank failed (a timeout waiting for it)
     source: str = ""
     message: str = ""  # the text the log printed after an E-code
+    catch_all: bool = False  # a generic code ("invalid argument", "inner error"): its message says why
 
 
 @functools.cache
@@ -75,7 +85,51 @@ def _tables() -> dict[str, Any]:
         "pta_module": {str(e["digits"]): e for e in d.get("pta_module", [])},
         "pta_error": {int(e["code"]): e for e in d.get("pta_error", [])},
         "nccl": {k: e for e in d.get("nccl_result", []) for k in (int(e["code"]), e["name"], e["text"])},
+        "soc": {int(e["code"]): e for e in d.get("soc_version", [])} | {e["name"]: e for e in d.get("soc_version", [])},
+        "memcpy": {int(e["code"]): e["name"] for e in d.get("memcpy_kind", [])},
+        "nccl_dtype": {int(e["code"]): e["name"] for e in d.get("nccl_datatype", [])},
     }
+
+
+@functools.cache
+def catalogue() -> dict[str, dict[str, Any]]:
+    """CANN's error-message catalogue by code (rules/cann_error_codes.toml), read only when a
+    log shows an E-code error_codes.toml does not list."""
+    return {e["code"]: e for e in knowledge.load("cann_error_codes").get("ecode_ref", [])}
+
+
+@functools.cache
+def _errnos() -> dict[Any, dict[str, Any]]:
+    out: dict[Any, dict[str, Any]] = {}
+    for e in knowledge.load("errno").get("errno", []):
+        for key in (int(e["number"]), e["name"], *e.get("aliases", []), e["text"].lower()):
+            out.setdefault(key, e)
+    return out
+
+
+def errno_info(key: int | str) -> dict[str, Any] | None:
+    """The errno row (number, name, text, family, meaning, advice) for a number, a symbolic
+    name (EADDRINUSE) or the strerror text a message quotes ("No route to host")."""
+    if isinstance(key, str):
+        key = key.strip().rstrip(".")
+        if key.lstrip("-").isdigit():
+            key = abs(int(key))
+    table = _errnos()
+    return table.get(key) if not isinstance(key, str) else table.get(key) or table.get(key.lower())
+
+
+def soc_version(key: int | str) -> dict[str, Any] | None:
+    """torch_npu's SocVersion row for its number (104) or name (Ascend910B1)."""
+    return _tables()["soc"].get(int(key) if str(key).isdigit() else key)
+
+
+def nccl_datatypes() -> dict[int, str]:
+    """ncclDataType_t numbers -> names (the 'datatype N' of NCCL's collective trace)."""
+    return _tables()["nccl_dtype"]
+
+
+def memcpy_kind(n: int) -> str:
+    return _tables()["memcpy"].get(n, f"kind {n}")
 
 
 def decode_ecode(code: str, message: str = "") -> Code:
@@ -95,7 +149,11 @@ def decode_ecode(code: str, message: str = "") -> Code:
             bool(known.get("consequence", False)),
             known["source"],
             message,
+            bool(known.get("catch_all", False)),
         )
+    ref = catalogue().get(code)
+    if ref:
+        return _from_catalogue(code, ref, comp, internal, message)
     kind = "internal error" if internal else "error"
     cause = (
         f"{code} is a {module} {kind} (E + component '{code[1]}' = {module}; "
@@ -111,6 +169,38 @@ def decode_ecode(code: str, message: str = "") -> Code:
         False,
         comp["source"] if comp else "",
         message,
+    )
+
+
+def _from_catalogue(code: str, ref: dict[str, Any], comp: dict[str, Any] | None, internal: bool, message: str) -> Code:
+    """A code CANN's catalogue describes: its title, its message template and its own
+    Possible Cause / Solution."""
+    title = (ref.get("title") or "").replace("_", " ").strip() or (comp["module"] if comp else "error")
+    where = ref.get("class") or (comp["module"] if comp else f"component '{code[1]}'")
+    generic = ref.get("message", "").strip() in ("%s", "") or "Inner_Error" in ref.get("title", "")
+    cause = f"{code} is CANN's '{ref.get('title', title)}' ({where}): {ref.get('message', '')}"
+    if ref.get("possible_cause"):
+        cause += f" Possible cause (CANN): {ref['possible_cause']}"
+    fix = "; ".join(
+        x
+        for x in (
+            ref.get("solution", "").rstrip("."),
+            comp["fix"] if comp else "Read the message after the code and the plog",
+        )
+        if x
+    )
+    module = comp["module"] if comp else f"component '{code[1]}'"
+    return Code(
+        f"ecode.{code}",
+        code,
+        f"{code}: {module} {'internal error' if internal else 'error'}, {title}",
+        cause,
+        fix,
+        RANK_ECODE_INTERNAL if internal else RANK_ECODE_USER,
+        False,
+        ref["source"],
+        message,
+        generic,
     )
 
 
@@ -140,15 +230,20 @@ def decode_acl(n: int) -> Code:
     )
 
 
-def decode_hccl(n: int) -> Code:
+def decode_hccl(n: int, call: str = "") -> Code:
+    """An HcclResult; `call` is the HCCL API that returned it, when the line names it. A
+    failure while creating a communicator (HcclCommInitRootInfo*) has its own advice."""
     e = _tables()["hccl"].get(n)
     name = e["name"] if e else f"HcclResult {n}"
+    init = "CommInit" in call or "comm_init" in call.lower()
+    fix = (e or {}).get("init_fix") if init else None
     return Code(
         "hccl.result",
         str(n),
-        f"HCCL call failed with error code {n}: {name}",
-        f"An HCCL API call returned {name}; an EI/EJ code printed with it says more.",
-        e["fix"] if e else "Read the EIxxxx/EJxxxx lines after it and the other ranks' logs",
+        f"HCCL call failed with error code {n}: {name}" + (f" in {call}" if call else ""),
+        f"An HCCL API call{' (' + call + ', which creates the communicator)' if init else ''} returned {name}; "
+        "an EI/EJ code printed with it says more.",
+        fix or (e["fix"] if e else "Read the EIxxxx/EJxxxx lines after it and the other ranks' logs"),
         int((e or {}).get("rank", RANK_HCCL_DEFAULT)),
         bool((e or {}).get("consequence", False)),
         (e or {}).get("source", ""),
@@ -226,7 +321,8 @@ def find_codes(line: str) -> list[Code]:
         h = _HCCL.search(line) if ("rror" in line or ", error:" in line) else None
         n = h and (h.group(1) or h.group(3))
         if n:
-            out.setdefault("hccl." + n, decode_hccl(int(n)))
+            call = h.group("call") or next(iter(_HCCL_CALL.findall(line)), "")
+            out.setdefault("hccl." + n, decode_hccl(int(n), call))
     if "NCCL" in line or "nccl" in line:
         for m in _NCCL.finditer(line):
             key = m.group(1) or m.group(2) or m.group(3)

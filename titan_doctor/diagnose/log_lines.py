@@ -54,6 +54,10 @@ _TIMES = (
     # transformers "05/10/2024 02:41:06"
     re.compile(r"\b(\d\d)/(\d\d)/\d{4} (\d\d):(\d\d):(\d\d)\b"),
 )
+# The rest of a line a paste or a terminal wrapped inside parentheses: it starts with the
+# separator or the closing parenthesis ("(172.17.0.2" / ", 44737)."), or with the tail of a cut
+# token ("WorkNCCL(SeqNum=385" / "6, OpType=ALLREDUCE, ...)").
+_WRAPPED_REST = re.compile(r"^\s*(?:[,)]|\w{1,12}, )")
 _CONTINUATION = re.compile(r"^(?:\s+\S|TraceBack|Solution|Possible Cause|Reason)")
 _TRACEBACK = re.compile(
     r"^(?:\s|Traceback \(most recent call last\)|[\w.]+(?:Error|Exception|Warning|Interrupt)\b"
@@ -129,13 +133,31 @@ def raw_lines(path: Path) -> Iterator[tuple[int, str, str | None]]:
             yield no, line, None
         return
     with open(path, encoding="utf-8", errors="replace") as fh:
+        held: tuple[int, str] | None = None  # a line cut inside parentheses, waiting for its rest
         for no, line in enumerate(fh, 1):
             line = line.rstrip("\n")
-            if "\\n" in line:
-                for part in line.split("\\n"):
-                    yield no, part, line
+            if held is not None:
+                if _WRAPPED_REST.match(line):
+                    line, no = held[1] + line.strip(), held[0]  # "(172.17.0.2" + ", 44737)."
+                else:
+                    yield from _parts(*held)
+                held = None
+            if "(" in line and line.count("(") > line.count(")") and len(line) < 2000:
+                held = (no, line)
+            elif "\\n" in line:
+                yield from _parts(no, line)
             else:
                 yield no, line, None
+        if held is not None:
+            yield from _parts(*held)
+
+
+def _parts(no: int, line: str) -> Iterator[tuple[int, str, str | None]]:
+    if "\\n" in line:
+        for part in line.split("\\n"):
+            yield no, part, line
+    else:
+        yield no, line, None
 
 
 def file_rank(path: str) -> int | None:

@@ -1,8 +1,13 @@
 """Crash-log explainer: read training logs (a file, several, or a folder of per-rank logs
 and torchrun error.json files), find every error they report (codes decoded by
-error_codes.py, messages by rules/log_signatures.toml), and report the root cause first:
-what failed, on which rank and device, why, and the exact fix; then everything else once,
-with where it first appeared (file:line) and on which ranks."""
+error_codes.py, messages by the signature vocabularies of signatures.py), and report the root
+cause first: what failed, on which rank and device, why, and the exact fix; then everything
+else once, with where it first appeared (file:line) and on which ranks.
+
+The root finding quotes the lines it rests on. A weak signal says "likely" and what would
+confirm it. When nothing known matches, the root is the error itself, extracted from the log
+(the last exception of the first failing traceback, where the user's code raised it, on which
+rank) with the next step for its family (families.py), never a bare "no known error"."""
 
 from __future__ import annotations
 
@@ -10,8 +15,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from titan_doctor.diagnose import incidents, signatures, state_dict_errors
+from titan_doctor.diagnose import error_codes, families, incidents, signatures, state_dict_errors, tracebacks
 from titan_doctor.diagnose.incidents import Event, Incident
+from titan_doctor.diagnose.log_facts import Facts, classify_address
 from titan_doctor.diagnose.log_lines import expand, raw_lines
 from titan_doctor.findings import Finding, Status
 
@@ -168,11 +174,6 @@ def _python_package(e: Event) -> dict[str, Any]:
     return {"package": _PIP_NAME.get(mod, mod)}
 
 
-def _soc(e: Event) -> dict[str, Any]:
-    soc = e.groups.get("soc")
-    return {"soc_name": f"this chip ({soc})" if soc else "this chip"}
-
-
 def _dtype(e: Event) -> dict[str, Any]:
     g = e.groups
     dtype = g.get("dtype") or (g.get("dt") or g.get("st") or "").lower()
@@ -185,8 +186,19 @@ def _dtype(e: Event) -> dict[str, Any]:
 
 
 def _kernel_unit(e: Event) -> dict[str, Any]:
-    """The unit the fault report names, whichever of its two spellings matched."""
-    return {"unit": e.groups.get("unit") or e.groups.get("unit2") or "compute"}
+    """The unit the fault report names, whichever of its spellings matched. An AI CPU
+    kernel of a standard op comes with CANN's ops package: one failing on a fresh install is
+    most often that package not matching torch_npu."""
+    unit = e.groups.get("unit") or e.groups.get("unit2") or e.groups.get("unit3") or "compute"
+    aicpu = unit == "aicpu" or "aicpu" in " ".join(ln.text.lower() for ln in e.lines)
+    return {
+        "unit": unit,
+        "unit_fix": "; an AI CPU fault in a standard torch op (normal_, randperm, index ops) usually means the CANN "
+        "ops package (its AI CPU kernels) does not match this torch_npu: install the CANN version the torch_npu "
+        "release lists"
+        if aicpu
+        else "",
+    }
 
 
 def _graph_capture(e: Event) -> dict[str, Any]:
@@ -204,7 +216,255 @@ def _dcmi(e: Event) -> dict[str, Any]:
     return {"reason_note": f": {reason}" if reason else ""}
 
 
+_ADDRESS_NOTE = {
+    "ipv6_link_local": (
+        " {addr} is an IPv6 link-local address (fe80::/10, valid on one link only): other hosts cannot route "
+        "to it; NCCL picked an interface (or an address family) the nodes do not share.",
+        "NCCL_SOCKET_FAMILY=AF_INET (or NCCL_SOCKET_IFNAME=<the interface with the nodes' shared IPv4 address>); ",
+    ),
+    "docker_bridge": (
+        " {addr} is in docker's default bridge network (172.17.0.0/16): a container's private address that "
+        "other hosts cannot reach.",
+        "Run the containers with host networking (docker run --net=host / --network host), or advertise the "
+        "host's own IP (MASTER_ADDR, Ray --node-ip-address, VLLM_HOST_IP); ",
+    ),
+    "loopback": (
+        " {addr} is a loopback address: only this host can reach it.",
+        "Use the host's network address (hostname -I) for MASTER_ADDR / --rdzv-endpoint, not localhost; ",
+    ),
+    "ipv4_link_local": (
+        " {addr} is an IPv4 link-local address (169.254.0.0/16): the interface got no real address.",
+        "Pin an interface with a routable address (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME); ",
+    ),
+}
+
+
+def _address(addr: str) -> dict[str, Any]:
+    host, port = addr, ""
+    m = re.fullmatch(r"\[?([^\]<>]+?)\]?(?:<(\d+)>|:(\d+))?", addr.strip(" .,"))
+    if m and (m.group(2) or m.group(3)) and (":" not in m.group(1) or "<" in addr or "[" in addr):
+        host, port = m.group(1), m.group(2) or m.group(3)
+    kind = classify_address(host)
+    note, fix = _ADDRESS_NOTE.get(kind, ("", ""))
+    return {"addr": host, "addr_port": port, "addr_kind": kind, "addr_note": note.format(addr=host), "addr_fix": fix}
+
+
+def _errno_fields(key: str) -> dict[str, Any]:
+    row = error_codes.errno_info(key) if key else None
+    if not row:
+        return {"errno_label": key or "an error", "errno_meaning": "see the message", "errno_advice": ""}
+    return {
+        "errno_label": f"{row['name']} ({row['text']}, errno {row['number']})",
+        "errno_name": row["name"],
+        "errno_meaning": row.get("meaning", row["text"].lower()),
+        "errno_advice": row.get("advice", ""),
+        "errno_family": row.get("family", ""),
+    }
+
+
+_CALL_NOTE = {
+    "shm": (
+        " It is one of the calls that create NCCL's shared memory segment in /dev/shm: /dev/shm is full or too "
+        "small (64 MB by default in containers).",
+        "Give the container a larger /dev/shm (docker run --shm-size=16g or --ipc=host; Kubernetes: an emptyDir "
+        "with medium: Memory at /dev/shm; check df -h /dev/shm), or NCCL_SHM_DISABLE=1 (slower); ",
+    ),
+    "socket": (" It is a socket call of NCCL's network transport.", "NCCL_SOCKET_IFNAME=<iface the nodes share>; "),
+}
+
+
+def _sockerr(e: Event) -> dict[str, Any]:
+    """The strerror text NCCL quotes, decoded (errno row), and the address it names."""
+    g = e.groups
+    out = _errno_fields((g.get("err") or g.get("errno") or "").strip())
+    out.update(_address(g.get("addr", "")) if g.get("addr") else {"addr_note": "", "addr_fix": ""})
+    call = g.get("call", "")
+    kind = (
+        "shm"
+        if re.search(r"fallocate|ftruncate|shm_open|mmap|open", call)
+        else "socket"
+        if re.search(r"socket|bind|listen|accept|connect|poll|send|recv", call)
+        else ""
+    )
+    note, fix = _CALL_NOTE.get(kind, ("", ""))
+    out["call_note"], out["call_fix"] = note, fix
+    err = g.get("err")
+    out["err_note"] = f" ({err.strip()})" if err else ""
+    if out["addr_fix"] and out["errno_advice"]:
+        out["errno_advice"] = out["addr_fix"] + out["errno_advice"]
+    elif out["addr_fix"]:
+        out["errno_advice"] = out["addr_fix"].rstrip("; ")
+    if not out["errno_advice"]:
+        out["errno_advice"] = "Rerun with NCCL_DEBUG=INFO to see the call and the interface"
+    return out
+
+
+def _errno(e: Event) -> dict[str, Any]:
+    out = _errno_fields(e.groups.get("errno", ""))
+    if not out["errno_advice"]:
+        out["errno_advice"] = families.next_step(out.get("errno_family") or "other")
+    return out
+
+
+def _endpoint(e: Event) -> dict[str, Any]:
+    """host and port of an endpoint printed as (host, port), host:port or [ipv6]:port."""
+    g = e.groups
+    host = g.get("host") or g.get("host2") or g.get("host3") or ""
+    port = g.get("port") or g.get("port2") or g.get("port3") or ""
+    out = _address(host)
+    out.update(host=host, port=port)
+    return out
+
+
+def _port(e: Event) -> dict[str, Any]:
+    port = e.groups.get("port") or e.groups.get("port2") or ""
+    note = ""
+    if port.isdigit() and int(port) < 1024:
+        note = f" Port {port} is below 1024: a system port (22 is sshd's) that needs root and is often held by a service; use one above 1024 (29500 is torchrun's default)."
+    return {"port": port or "<port>", "port_note": note}
+
+
+_IB_STATUS = {
+    5: ("IBV_WC_WR_FLUSH_ERR", "the queue pair was already in error (a consequence of an earlier error on it)"),
+    4: ("IBV_WC_LOC_PROT_ERR", "a local protection error: the buffer was not registered for this access"),
+    10: ("IBV_WC_REM_ACCESS_ERR", "the remote side refused the access (its memory registration does not allow it)"),
+    12: (
+        "IBV_WC_RETRY_EXC_ERR",
+        "the remote side did not acknowledge in time, retries exhausted: the peer died, the link is down or "
+        "flapping, or NCCL_IB_TIMEOUT is too short for this fabric",
+    ),
+    13: ("IBV_WC_RNR_RETRY_EXC_ERR", "the receiver was not ready, retries exhausted (the peer stalled or died)"),
+}
+
+
+def _ib_status(e: Event) -> dict[str, Any]:
+    status = int(e.groups.get("status", "-1"))
+    name, meaning = _IB_STATUS.get(status, (f"ibv_wc_status {status}", "see ibv_wc_status_str"))
+    peer = e.groups.get("peer")
+    return {"ib_status": name, "ib_meaning": meaning, "peer_note": f" from peer {peer}" if peer else ""}
+
+
+# aclrtMemcpyKind -> (source, destination) locations it declares (0 host, 1 device)
+_KIND_LOCS = {0: ("0", "0"), 1: ("0", "1"), 2: ("1", "0"), 3: ("1", "1")}
+
+
+def _memcpy(e: Event) -> dict[str, Any]:
+    """Which side of a rejected copy is not where its declared kind says."""
+    g = e.groups
+    kind = int(g.get("kind") or g.get("kind2") or 4)
+    src, dst = (g.get("src") or g.get("src2") or "1"), (g.get("dst") or g.get("dst2") or "1")
+    loc = {"0": "host", "1": "device"}
+    want = _KIND_LOCS.get(kind)
+    if want and want[0] == "1" and src == "0":
+        note = " The source tensor lives on the host (not pinned, or never moved to the NPU) where a device tensor was expected."
+        fix = (
+            "The source is a host tensor: make it a device tensor before the copy (t = t.to('npu') / .npu()); in weight-sync code (RL "
+            "frameworks handing weights to an inference engine) check that the tensors passed are on the NPU"
+        )
+    elif want and want[0] == "0" and src == "1":
+        note = (
+            " The source is already in device memory though the copy was declared as coming from the host: the "
+            "code that issued it chose the kind for a host buffer."
+        )
+        fix = (
+            "Find the code issuing this copy (ASCEND_LAUNCH_BLOCKING=1 gives the Python line): a tensor expected "
+            "on the host (a pinned CPU buffer) is on the NPU; if it is a plugin or custom operator (not your code), "
+            "install the version of it built for this torch_npu / CANN"
+        )
+    else:
+        note = ""
+        fix = (
+            "Find the code issuing this copy (ASCEND_LAUNCH_BLOCKING=1 gives the Python line) and make the tensors "
+            "live where the copy's direction says (source and destination on the NPU for a device-to-device copy)"
+        )
+    return {
+        "kind_name": f"{error_codes.memcpy_kind(kind)} (kind={kind})",
+        "src_name": loc.get(src, f"location {src}"),
+        "dst_name": loc.get(dst, f"location {dst}"),
+        "memcpy_note": note,
+        "memcpy_fix": fix,
+    }
+
+
+def _buffsize(e: Event) -> dict[str, Any]:
+    need, have = e.groups.get("need"), e.groups.get("have")
+    note = f": it needs {need} MB" + (f", HCCL_BUFFSIZE is {have} MB" if have else "") if need else ""
+    return {"need_note": note, "need_value": need or "<the NEEDED value the message prints, in MB>"}
+
+
+def _soc_row_note(row: dict[str, Any] | None, label: str) -> tuple[str, str]:
+    if not row:
+        return label, "this build does not know or support it."
+    series = row["series"]
+    name = f"{row['name']} (soc_version {row['code']}, {series})"
+    return name, f"it is a chip of the {series} line, which this build does not support."
+
+
+def _soc(e: Event) -> dict[str, Any]:
+    """The chip a message names, by torch_npu's SocVersion number or name; a bare
+    'Ascend910' is the first-generation chip."""
+    g = e.groups
+    key = g.get("socnum") or g.get("soc") or g.get("soc2") or ""
+    row = error_codes.soc_version(key) if key else None
+    if row is None and key == "Ascend910":
+        row = {"name": key, "code": "-", "series": "first-generation Ascend 910 (Atlas 800 training series)"}
+    name, note = _soc_row_note(row, key or "this chip")
+    return {"soc_name": name, "soc_note": note}
+
+
+def _series_hint(soc: str) -> str:
+    s = soc.lower()
+    if s.startswith("ascend310p"):
+        return "for Ascend 310P: e.g. vLLM-Ascend's -310p image"
+    if s.startswith("ascend910_93"):
+        return "for Atlas A3: e.g. the -a3 image"
+    if s.startswith("ascend910b"):
+        return "for Atlas A2 (910B): the default image"
+    return "the image or packages for that chip"
+
+
+def _soc_pair(e: Event) -> dict[str, Any]:
+    return {"dev_series_hint": _series_hint(e.groups.get("dev_soc", ""))}
+
+
+def _compile_backend(e: Event) -> dict[str, Any]:
+    backend = e.groups.get("backend", "")
+    if backend == "compile_fn":
+        return {
+            "backend_note": " (compile_fn is DDPOptimizer's: under DistributedDataParallel, dynamo splits the graph at "
+            "bucket boundaries and compiles each piece)",
+            "backend_fix": "Under DDP set torch._dynamo.config.optimize_ddp = False (one graph, no DDPOptimizer split) or "
+            "upgrade torch; ",
+        }
+    return {"backend_note": "", "backend_fix": "Under DDP try torch._dynamo.config.optimize_ddp = False; "}
+
+
+_PIP = {
+    "transformer_engine": "transformer-engine",
+    "flash_attn": "flash-attn",
+    "apex/contrib": "apex",
+    "mamba_ssm": "mamba-ssm",
+    "causal_conv1d": "causal-conv1d",
+    "deep_gemm": "deep-gemm",
+}
+
+
+def _cuda_package(e: Event) -> dict[str, Any]:
+    pkg = e.groups.get("pkg", "")
+    return {"pkg": pkg.split("/")[0], "pkg_pip": _PIP.get(pkg, pkg)}
+
+
 _PARSERS = {
+    "sockerr": _sockerr,
+    "errno": _errno,
+    "endpoint": _endpoint,
+    "port": _port,
+    "ib_status": _ib_status,
+    "memcpy": _memcpy,
+    "buffsize": _buffsize,
+    "soc_pair": _soc_pair,
+    "compile_backend": _compile_backend,
+    "cuda_package": _cuda_package,
     "kernel_unit": _kernel_unit,
     "graph_capture": _graph_capture,
     "dcmi": _dcmi,
@@ -266,8 +526,47 @@ def _same_line_more(e: Event, inc: Incident) -> list[str]:
     )
 
 
+_SERVING = ("vllm", "vLLM", "sglang", "SGLang", "EngineCore", "Worker_TP", "VllmWorker", "LLMEngine", "model_runner")
+
+
+def _serving(e: Event, inc: Incident) -> bool:
+    """Did a serving engine's process fail (vLLM / SGLang workers), not a trainer's? Its
+    process prefix, the error's lines and the traceback above it say."""
+    texts = [inc.stream] + [ln.text for ln in e.lines[:3]] + [ln.text for ln in inc.context[-40:]]
+    return any(m in t for t in texts for m in _SERVING)
+
+
+def _interfaces(facts: Facts) -> tuple[str, str]:
+    """(cause note, fix) when NCCL listed interfaces other hosts cannot reach."""
+    virtual, real = facts.virtual_interfaces()
+    if not virtual:
+        return "", ""
+    shown = ", ".join(f"{n} ({facts.interfaces[n]})" for n in virtual[:5]) + (
+        f" and {len(virtual) - 5} more" if len(virtual) > 5 else ""
+    )
+    one = real[0] if len(real) == 1 else None
+    note = (
+        f" NCCL listed {len(facts.interfaces)} network interfaces and would use them all: {shown} are virtual "
+        "links (docker bridges, veth pairs, loopback, link-local addresses) that other hosts cannot reach"
+        + (f"; {one} ({facts.interfaces[one]}) is the one real interface." if one else ".")
+    )
+    fix = (
+        f"NCCL_SOCKET_IFNAME={one} (the interface the nodes share; GLOO_SOCKET_IFNAME={one} too); "
+        if one
+        else "NCCL_SOCKET_IFNAME=<the interface the nodes share> or exclude the virtual ones: "
+        "NCCL_SOCKET_IFNAME=^docker,br-,veth,lo; "
+    )
+    return note, fix
+
+
 def _finding(
-    e: Event, inc: Incident, label: str, seen: dict[str, list[Event]], rank_of: dict[int, Any], note: str = ""
+    e: Event,
+    inc: Incident,
+    label: str,
+    seen: dict[str, list[Event]],
+    rank_of: dict[int, Any],
+    note: str = "",
+    facts: Facts | None = None,
 ) -> Finding:
     groups = enrich(e)
     occurrences = seen.get(e.id, [e])
@@ -277,23 +576,37 @@ def _finding(
     message = e.message
     if _BARE.fullmatch(message or "") and e.more:
         message = e.more[0]  # "EE9999: Inner Error!" says nothing; its next line does
-    title = e.title + (f": {message}" if message and label == "root cause" else "")
+    root = label == "root cause"
+    title = ("likely: " if e.weak and root else "") + e.title + (f": {message}" if message and root else "")
+    family = e.family or families.guess(f"{e.title} {message} {e.cause}")
     detail = signatures.fill(e.cause, groups)
-    if e.message and label != "root cause":
+    fix = signatures.fill(e.fix_serving if e.fix_serving and _serving(e, inc) else e.fix, groups)
+    if root and facts is not None and (family in ("connection", "rendezvous") or e.id.startswith("nccl.")):
+        iface_note, iface_fix = _interfaces(facts)
+        detail += iface_note
+        fix = iface_fix + fix
+    if e.message and not root:
         detail += f"\nmessage: {e.message}"
     more = e.more or _same_line_more(e, inc)
     if more:
         detail += "\n" + "\n".join("  " + m[:200] for m in more[:6])
+    raised = _raised_in(inc) if root else None
+    if raised:
+        detail += f"\nraised from {raised}"
+    if e.weak and e.confirm:
+        detail += f"\nTo confirm: {signatures.fill(e.confirm, groups)}"
     return Finding(
         f"log.{e.id}",
         Status.FAIL,
         f"{label}: {title} — first at {_where(e, inc)}{extra}{note}",
         detail=detail + "\n" + _quote(e),
-        fix=signatures.fill(e.fix, groups),
+        fix=fix,
         path=e.line.path,
         line=e.line.no,
         data={
             "signature": e.id,
+            "family": family,
+            "weak": e.weak,
             "rank": inc.rank,
             "device": inc.device,
             "count": count,
@@ -305,17 +618,17 @@ def _finding(
     )
 
 
-_EXCEPTION = re.compile(r"(?:^|[\]:]\s*|\s)((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.{1,200})")
+def _raised_in(inc: Incident) -> str:
+    """The innermost frame of the user's code in the traceback above the incident."""
+    frames = []
+    for ln in inc.context:
+        m = _FRAME.search(ln.text) if 'File "' in ln.text else None
+        if m:
+            frames.append((m.group(1), m.group(2), m.group(3)))
+    return tracebacks.user_frame(frames)
 
 
-def first_exception(paths: list[Path]) -> tuple[str, str, int] | None:
-    """(exception line, path, line number) of the first Python exception in the logs."""
-    for path in paths:
-        for no, text, _ in raw_lines(path):
-            m = _EXCEPTION.search(text) if ("Error" in text or "Exception" in text) else None
-            if m:
-                return f"{m.group(1)}: {m.group(2).strip()}", str(path), no
-    return None
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in ([\w<>.]+)')
 
 
 def exception_behind(inc: Incident) -> tuple[str, str, int] | None:
@@ -323,39 +636,49 @@ def exception_behind(inc: Incident) -> tuple[str, str, int] | None:
     exception", torchrun's "rank 1 failed first"): the last exception of the traceback just
     above it, else the first one earlier in the same file (not the launcher's own)."""
     for ln in reversed(inc.context):
-        m = _EXCEPTION.search(ln.text) if ("Error" in ln.text or "Exception" in ln.text) else None
-        if m and not _LAUNCHER_EXCEPTION.search(m.group(1)):
-            return f"{m.group(1)}: {m.group(2).strip()}", ln.path, ln.no
+        exc = tracebacks.exception_of(ln.text)
+        if exc and not tracebacks.LAUNCHER.search(exc[0]):
+            return f"{exc[0]}: {exc[1]}", ln.path, ln.no
     first_no = min(e.line.no for e in inc.events)
     for no, text, _ in raw_lines(Path(inc.path)):
         if no >= first_no:
             break
-        m = _EXCEPTION.search(text) if ("Error" in text or "Exception" in text) else None
-        if m and not _LAUNCHER_EXCEPTION.search(m.group(1)):
-            return f"{m.group(1)}: {m.group(2).strip()}", inc.path, no
+        exc = tracebacks.exception_of(text)
+        if exc and not tracebacks.LAUNCHER.search(exc[0]):
+            return f"{exc[0]}: {exc[1]}", inc.path, no
     return None
 
 
-_LAUNCHER_EXCEPTION = re.compile(r"ChildFailedError|ProcessRaisedException|ProcessExitedException")
+def _next_step(text: str) -> tuple[str, dict[str, Any]]:
+    family = families.guess(text)
+    return family, families.get(family)
 
 
 def _unexplained(exc: tuple[str, str, int], root: Incident) -> Finding:
-    """An exception nobody listed, behind a code that only says a call failed: name it."""
+    """An exception nobody listed, behind a code that only says a call failed: name it, with
+    the next step for its likely family."""
     text, path, no = exc
     wrapper = root.cause
+    family, fam = _next_step(text)
+    raised = _raised_in(root)
     return Finding(
         "log.exception",
         Status.FAIL,
         f"root cause: {text[:200]} — first at {path}:{no}" + _who(root),
         detail=f"Not in titan-doctor's list of known errors. {wrapper.title} ({wrapper.line.path}:"
         f"{wrapper.line.no}) only reports that something failed; this exception is the error "
-        f"it reports.\n> {text[:300]}",
+        f"it reports"
+        + (f" (likely a {fam['title']} error)" if family != "other" else "")
+        + "."
+        + (f"\nraised from {raised}" if raised else "")
+        + f"\n> {text[:300]}",
         fix=f"Read the traceback that ends at {path}:{no}: its last frame in your code is where it "
-        f"failed, and the message says what was wrong",
+        f"failed, and the message says what was wrong. " + fam["next_step"],
         path=path,
         line=no,
         data={
             "signature": "exception",
+            "family": family,
             "rank": root.rank,
             "device": root.device,
             "exception": text,
@@ -364,23 +687,89 @@ def _unexplained(exc: tuple[str, str, int], root: Incident) -> Finding:
     )
 
 
+def _extracted(raised: tracebacks.Raised, paths: list[Path], lines: int) -> Finding:
+    """The honest unknown: no known error, but the log raised this. The root finding is the
+    error itself (what, where, which rank) with the next step for its likely family."""
+    family, fam = _next_step(raised.text)
+    likely = f"; likely a {fam['title']} error" if family != "other" else ""
+    who = f" (rank {raised.rank})" if raised.rank is not None else ""
+    return Finding(
+        "log.exception",
+        Status.FAIL,
+        f"root cause (not in titan-doctor's list{likely}): {raised.text[:200]} — at {raised.path}:{raised.line}{who}",
+        detail=f"No signature or error code of titan-doctor matches this log ({len(paths)} file(s), {lines} lines); "
+        f"this is the error it raised: the last exception of the first traceback that is not the launcher's."
+        + (f"\nraised from {raised.frame}" if raised.frame else "")
+        + f"\nTo confirm the family: {fam['confirm']}\n> {raised.text[:300]}",
+        fix=f"Read the traceback that ends at {raised.path}:{raised.line}"
+        + (f" (your code: {raised.frame})" if raised.frame else "")
+        + f". {fam['next_step']}",
+        path=raised.path,
+        line=raised.line,
+        data={
+            "signature": "exception",
+            "family": family,
+            "rank": raised.rank,
+            "device": None,
+            "exception": raised.text,
+            "first_exception": raised.text,
+            "files": [str(p) for p in paths],
+            "lines": lines,
+        },
+    )
+
+
+def _collective_mismatch(facts: Facts) -> Finding | None:
+    """Processes that entered the same NCCL collective (by opCount) with different calls."""
+    mm = facts.collective_mismatch()
+    if mm is None:
+        return None
+    dtypes = error_codes.nccl_datatypes()
+    parts = []
+    for (op, count, dt, root), procs in mm["groups"]:
+        who = procs[0] if len(procs) == 1 else f"{len(procs)} processes ({procs[0]}, ...)"
+        parts.append(f"{op} count {count} datatype {dt} ({dtypes.get(dt, '?')}) root {root} on {who}")
+    row = signatures.analysis("nccl.collective_mismatch")
+    detail = signatures.fill(row["cause"], {"opcount": mm["opcount"], "calls": "; ".join(parts)})
+    return Finding(
+        "log.nccl.collective_mismatch",
+        Status.FAIL,
+        f"root cause: {row['title']} (opCount {mm['opcount']}, {mm['nranks']} ranks)",
+        detail=detail,
+        fix=row["fix"],
+        data={
+            "signature": "nccl.collective_mismatch",
+            "family": "collective_mismatch",
+            "rank": None,
+            "device": None,
+            "opcount": mm["opcount"],
+            "calls": parts,
+            "source": row["source"],
+        },
+    )
+
+
 def explain(paths: list[Path]) -> list[Finding]:
     paths = expand(paths)
-    found, lines = incidents.incidents(paths)
+    facts = Facts()
+    found, lines = incidents.incidents(paths, facts)
+    mismatch = _collective_mismatch(facts)
     if not found:
-        exc = first_exception(paths)
+        if mismatch:
+            return [mismatch]
+        raised = tracebacks.pick(tracebacks.scan(paths))
+        if raised:
+            return [_extracted(raised, paths, lines)]
         return [
             Finding(
                 "log.none",
                 Status.WARN,
-                f"no known error in {len(paths)} file(s) ({lines} lines)"
-                + (f"; the first exception is at {exc[1]}:{exc[2]}" if exc else ""),
-                detail=(f"> {exc[0]}\n" if exc else "") + "Nothing matched rules/log_signatures.toml or a "
-                "known error-code format; not guessing the cause. Read the first exception on the "
-                "lowest rank and the lines before it.",
-                path=exc[1] if exc else None,
-                line=exc[2] if exc else None,
-                data={"files": [str(p) for p in paths], "lines": lines, "first_exception": exc[0] if exc else None},
+                f"no known error in {len(paths)} file(s) ({lines} lines)",
+                detail="Nothing matched titan-doctor's signatures or a known error-code format, and the logs raise no "
+                "Python exception; not guessing the cause.",
+                fix=families.next_step("other") + "; if the job stopped without an error, look for a SIGKILL "
+                "(dmesg -T | grep -i 'killed process') or the scheduler's job log",
+                data={"files": [str(p) for p in paths], "lines": lines, "first_exception": None},
             )
         ]
     root = incidents.root(found)
@@ -394,10 +783,12 @@ def explain(paths: list[Path]) -> list[Finding]:
             rank_of[id(e)] = r
     cause = root.cause
     exc = exception_behind(root) if cause.rank >= incidents.WRAPPER_RANK else None
-    if exc:
-        out = [_unexplained(exc, root), _finding(cause, root, "also", seen, rank_of)]
+    if mismatch and cause.rank > signatures.analysis("nccl.collective_mismatch")["rank"]:
+        out = [mismatch, _finding(cause, root, "also", seen, rank_of, facts=facts)]
+    elif exc:
+        out = [_unexplained(exc, root), _finding(cause, root, "also", seen, rank_of, facts=facts)]
     else:
-        out = [_finding(cause, root, "root cause", seen, rank_of)]
+        out = [_finding(cause, root, "root cause", seen, rank_of, facts=facts)] + ([mismatch] if mismatch else [])
     reported = {cause.id}
     ordered = sorted(root.events, key=lambda e: e.rank) + [
         e
@@ -414,5 +805,5 @@ def explain(paths: list[Path]) -> list[Finding]:
         note = ""
         if e.consequence and inc is not root and inc.rank is not None and inc.rank != root.rank:
             note = f" (a consequence of the root cause: {e.note or 'it waited for the failed rank'})"
-        out.append(_finding(e, inc, "also", seen, rank_of, note))
+        out.append(_finding(e, inc, "also", seen, rank_of, note, facts=facts))
     return out

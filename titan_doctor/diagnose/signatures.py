@@ -1,4 +1,8 @@
-"""Crash-log signatures (rules/log_signatures.toml) compiled once, matched per line.
+"""Crash-log signatures compiled once, matched per line: the message rows of
+rules/log_signatures.toml and of the per-source vocabularies beside it (log_nccl.toml: NCCL's
+WARN/INFO lines; log_torch.toml: c10d, torchrun, the DataLoader, torch.save/load, FSDP, dynamo,
+CUDA runtime and errno spellings; log_ascend.toml: the reasons CANN prints inside its generic
+codes). Every row names its failure family (rules/log_families.toml).
 
 Shared by the log explainer and by the torch_npu import check, so an import error is
 classified the same way whether the doctor saw it live or in a log.
@@ -35,6 +39,17 @@ class Signature:
     merge: bool = False  # a message spanning lines: one error's lines are judged together
     needles: tuple[str, ...] | None = None  # a line holds one of these, or the pattern cannot match
     only_in: str = ""  # report it only inside this part of a log (e.g. "launcher_root")
+    family: str = "other"  # the failure class (rules/log_families.toml)
+    weak: bool = False  # the line only suggests the cause: say "likely" and what confirms it
+    confirm: str = ""  # what shows a weak reading is right
+    fix_serving: str = ""  # the fix when the log is a serving engine's (vLLM, SGLang), not training
+    only_on: str = ""  # "npu": report it only in a log that shows an Ascend host
+    next_line: bool = False  # the line after it belongs to the message (the exception a wrapper raised)
+
+
+# The files holding [[signature]] rows, in the order they are read (ids are unique across them).
+FILES = ("log_signatures", "log_nccl", "log_torch", "log_ascend")
+_REQUIRED = ("id", "title", "pattern", "cause", "fix")
 
 
 def _runs(items: list) -> list[str]:
@@ -81,28 +96,55 @@ class Match:
 @functools.cache
 def load() -> tuple[Signature, ...]:
     sigs = []
-    for e in knowledge.load("log_signatures").get("signature", []):
-        try:
-            rx = re.compile(e["pattern"])
-        except (re.error, KeyError) as err:
-            raise knowledge.KnowledgeError(f"log_signatures.toml: {e.get('id')}: bad pattern: {err}") from err
-        sigs.append(
-            Signature(
-                e["id"],
-                e["title"],
-                rx,
-                int(e.get("rank", 50)),
-                e["cause"],
-                e["fix"],
-                e["source"],
-                e.get("parse", ""),
-                bool(e.get("consequence", False)),
-                bool(e.get("merge", False)),
-                needles(e["pattern"], rx.flags),
-                e.get("only_in", ""),
+    seen: set[str] = set()
+    for name in FILES:
+        for i, e in enumerate(knowledge.load(name).get("signature", [])):
+            lacks = [k for k in _REQUIRED if k not in e]
+            if lacks:
+                raise knowledge.KnowledgeError(
+                    f"{name}.toml [[signature]]: entry {i} ({e.get('id')}) lacks {', '.join(lacks)}"
+                )
+            if e["id"] in seen:
+                raise knowledge.KnowledgeError(f"{name}.toml: signature id {e['id']} is defined twice")
+            seen.add(e["id"])
+            try:
+                rx = re.compile(e["pattern"])
+            except re.error as err:
+                raise knowledge.KnowledgeError(f"{name}.toml: {e.get('id')}: bad pattern: {err}") from err
+            sigs.append(
+                Signature(
+                    e["id"],
+                    e["title"],
+                    rx,
+                    int(e.get("rank", 50)),
+                    e["cause"],
+                    e["fix"],
+                    e["source"],
+                    e.get("parse", ""),
+                    bool(e.get("consequence", False)),
+                    bool(e.get("merge", False)),
+                    needles(e["pattern"], rx.flags),
+                    e.get("only_in", ""),
+                    e.get("family", "other"),
+                    bool(e.get("weak", False)),
+                    e.get("confirm", ""),
+                    e.get("fix_serving", ""),
+                    e.get("only_on", ""),
+                    bool(e.get("next_line", False)),
+                )
             )
-        )
     return tuple(sigs)
+
+
+@functools.cache
+def _analyses() -> dict[str, dict[str, Any]]:
+    return {a["id"]: a for name in FILES for a in knowledge.load(name).get("analysis", [])}
+
+
+def analysis(id_: str) -> dict[str, Any]:
+    """An [[analysis]] row: the title, cause, fix and rank of a finding drawn from several
+    lines together (e.g. NCCL's per-rank collective trace), not from one line."""
+    return _analyses()[id_]
 
 
 def match_line(line: str, section: str = "") -> list[Match]:

@@ -66,6 +66,19 @@ def judge_keys(missing: list[str], unexpected: list[str]) -> dict[str, Any]:
         )
         or "mismatched keys",
     }
+    container = _training_checkpoint(unexpected)
+    if container:
+        out["prefixes"] = []
+        out["prefix_note"] = (
+            f"The unexpected keys ({', '.join(repr(k) for k in unexpected[:6])}) are the entries of a whole "
+            "training checkpoint (model weights beside optimizer state, epoch, metrics), not parameter names: the "
+            "checkpoint dict itself was passed to load_state_dict instead of its model entry."
+        )
+        out["prefix_fix"] = (
+            f"Load the model's entry: model.load_state_dict(checkpoint['{container}']) (a DDP-wrapped model: "
+            f"model.module.load_state_dict(checkpoint['{container}']), or strip 'module.' from its keys)"
+        )
+        return out
     for prefix, origin in WRAPPER_PREFIXES.items():
         in_ckpt = [k for k in unexpected if _has(k, prefix)]
         in_model = [k for k in missing if _has(k, prefix)]
@@ -131,6 +144,24 @@ def judge_keys(missing: list[str], unexpected: list[str]) -> dict[str, Any]:
         "Load with the same model config the checkpoint was saved with (check n_layers / dim / vocab_size)"
     )
     return out
+
+
+# The entries a training script's checkpoint dict holds beside the weights (torch's saving
+# tutorial, the trainers' save functions): their names as keys mean the whole dict was loaded.
+_MODEL_ENTRIES = ("model", "state_dict", "model_state_dict", "module", "net", "network", "model_state", "weights")
+_TRAINING_ENTRIES = re.compile(
+    r"^(?:optimizer\w*|optim\w*|epoch|epochs|step|global_step|iteration|iter|lr_scheduler|scheduler\w*|scaler|amp"
+    r"|args|config|cfg|best\w*|previous_best|ema\w*|model_ema|train_state|rng_state|loss|metrics?|history)$"
+)
+
+
+def _training_checkpoint(unexpected: list[str]) -> str:
+    """The model entry's name when the 'unexpected keys' are a training checkpoint's entries."""
+    names = [k for k in unexpected if "." not in k]
+    if not names or len(names) != len(unexpected):
+        return ""
+    model = next((m for m in _MODEL_ENTRIES if m in names), "")
+    return model if model and any(_TRAINING_ENTRIES.match(k) for k in names if k != model) else ""
 
 
 def _one_sided(out: dict[str, Any], missing: list[str], unexpected: list[str]) -> dict[str, Any]:

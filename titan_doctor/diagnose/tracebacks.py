@@ -1,0 +1,105 @@
+"""Python tracebacks in a crash log: the exception each one ends with and the innermost frame of
+the user's own code (not the standard library, site-packages or torch), so a finding can say
+what was raised and where in the user's program it came from.
+
+A traceback is "Traceback (most recent call last):", its "File ..., line N, in f" frames and the
+exception line after them; chained exceptions ("During handling of the above exception ...")
+are separate tracebacks. Logs pasted into issues often keep only the exception line, so a bare
+"SomeError: message" line counts as a traceback without frames.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from titan_doctor.diagnose.log_lines import parse, raw_lines
+
+EXCEPTION = re.compile(r"(?:^|[\]:>]\s*|\s)((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Failed|Exit)): (.{1,300})")
+_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>[\w<>.]+)')
+# what is not the user's code: the interpreter, installed packages, the frameworks
+_LIBRARY = re.compile(
+    r"site-packages|dist-packages|/lib/python\d|<frozen|/torch/|/torch_npu/|/runpy\.py|/multiprocessing/|/concurrent/"
+    r"|/threading\.py|/importlib/|\\Lib\\"
+)
+# raised by the launcher when a child failed: the child's own exception is the one to report
+LAUNCHER = re.compile(
+    r"ChildFailedError|ProcessRaisedException|ProcessExitedException|CalledProcessError|SystemExit|WorkerExit"
+)
+MAX_FRAMES = 200  # frames kept per traceback (the innermost ones)
+
+
+@dataclass
+class Raised:
+    text: str  # "RuntimeError: message"
+    path: str
+    line: int
+    frame: str = ""  # innermost user frame: 'train.py:107 in main'
+    launcher: bool = False
+    rank: int | None = None  # the rank the line's prefix names
+
+    @property
+    def where(self) -> str:
+        return f" (raised from {self.frame})" if self.frame else ""
+
+
+def exception_of(text: str) -> tuple[str, str] | None:
+    """(name, message) of an exception line, if the line is one."""
+    if "Error" not in text and "Exception" not in text and "Failed" not in text and "Exit" not in text:
+        return None
+    m = EXCEPTION.search(text)
+    return (m.group(1), m.group(2).strip()) if m else None
+
+
+def user_frame(frames: Iterable[tuple[str, str, str]]) -> str:
+    """The innermost frame whose file is the user's code: 'path:line in func'."""
+    last = ""
+    for path, line, func in frames:
+        if not _LIBRARY.search(path):
+            last = f"{path}:{line} in {func}"
+    return last
+
+
+def scan(paths: Iterable[Path]) -> list[Raised]:
+    """Every exception the logs raise, in file order, each with the innermost user frame of
+    the traceback it ends (streamed: only the frames of the traceback being read are kept)."""
+    out: list[Raised] = []
+    for path in paths:
+        frames: list[tuple[str, str, str]] = []
+        for no, text, _ in raw_lines(path):
+            if 'File "' in text:
+                f = _FRAME.search(text)
+                if f:
+                    frames.append((f.group("path"), f.group("line"), f.group("func")))
+                    del frames[:-MAX_FRAMES]
+                    continue
+            exc = exception_of(text)
+            if exc:
+                name, message = exc
+                rank = parse(str(path), no, text).rank
+                out.append(
+                    Raised(f"{name}: {message}", str(path), no, user_frame(frames), bool(LAUNCHER.search(name)), rank)
+                )
+                frames = []
+            elif "Traceback (most recent call last)" in text:
+                frames = []
+    return out
+
+
+def pick(raised: list[Raised]) -> Raised | None:
+    """The exception that explains a failure with nothing better to go on: the last exception
+    of the first traceback that is not the launcher's own (a traceback ends at its last chained
+    exception; torchrun's ChildFailedError only reports a child's)."""
+    own = [r for r in raised if not r.launcher]
+    if not own:
+        return raised[0] if raised else None
+    first = own[0]
+    # exceptions chained to the first one follow it closely in the same file
+    chain = [first]
+    for r in own[1:]:
+        if r.path != first.path or r.line - chain[-1].line > 40:
+            break
+        chain.append(r)
+    return chain[-1]
