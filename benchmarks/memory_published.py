@@ -167,11 +167,16 @@ def config(case: Case):
     return cfg
 
 
-def ours(case: Case):
-    """The analytic estimate of `case` (nccl: no HCCL buffers; accelerator: allocator margin)."""
+def ours(case: Case, loss_chunks: int = 1):
+    """The analytic estimate of `case` (nccl: no HCCL buffers; accelerator: allocator margin),
+    optionally with the loss in `loss_chunks` sequence pieces (what torchtitan does not do)."""
+    import dataclasses
+
     from titan_train.memory import estimate as me
 
-    return me.estimate(me.layout(config(case), case.world, "nccl"), accelerator=True)
+    cfg = config(case)
+    cfg.training = dataclasses.replace(cfg.training, loss_chunks=loss_chunks)
+    return me.estimate(me.layout(cfg, case.world, "nccl"), accelerator=True)
 
 
 def exact_tensors(case: Case) -> int:
@@ -181,34 +186,11 @@ def exact_tensors(case: Case) -> int:
     return max(p.peak_bytes for p in exact_peaks(config(case), case.world))
 
 
-def loss_difference(est) -> int:
-    """Bytes of our worst phase that torchtitan's own trainer does not allocate, from two
-    documented differences in the loss (the estimate models OUR trainer, which has both):
-    torchtitan's train step drops the logits before backward (`del pred` in train.py), and
-    with tp > 1 its loss parallel keeps logits, log_softmax and their gradients sharded over
-    the vocabulary (output Shard(-1)), where titan_train.distributed.parallelize replicates them. Counted only
-    when our peak is the loss gradient, the phase these terms make the peak; taken off that
-    phase alone, so the result is a lower bound where another phase would then be the peak."""
-    worst, lay = est.worst, est.layout
-    if not worst.phase.startswith("backward start"):
-        return 0
-    e = {"bf16": 2, "fp16": 2}.get(lay.precision, 4)
-    t, tokens_vocab = lay.dims.tp, lay.micro_batch * lay.seq_len * lay.model.vocab_size
-    loss_term = next(x.bytes for x in worst.terms if x.name == "logits and loss")
-    held = (loss_term - 2 * tokens_vocab * 4) // (tokens_vocab * e)  # micro-batches whose logits are held
-    kept_logits = held * tokens_vocab * e if lay.dims.pp == 1 else 0  # a pipeline's forward cache keeps them too
-    loss_total = loss_term + held * tokens_vocab * 4  # + log_softmax's saved fp32 output
-    return kept_logits + (loss_total - kept_logits) * (t - 1) // t
-
-
 def rows(exact: bool = False) -> list[dict]:
-    from titan_train.memory.estimate import ALLOCATOR_MARGIN
-
     out = []
     for case in CASES:
         est = ours(case)
         worst = est.worst
-        without_loss = (worst.tensor_bytes - loss_difference(est)) * (1 + ALLOCATOR_MARGIN)
         out.append(
             {
                 "case": case.label,
@@ -218,9 +200,9 @@ def rows(exact: bool = False) -> list[dict]:
                 "ours_gib": round(worst.peak_bytes / GiB, 2),
                 "tensors_gib": round(worst.tensor_bytes / GiB, 2),
                 "ratio": round(worst.peak_bytes / GiB / case.published_gib, 3),
-                "ours_torchtitan_loss_gib": round(without_loss / GiB, 2),
-                "ratio_torchtitan_loss": round(without_loss / GiB / case.published_gib, 3),
                 "phase": worst.phase,
+                # training.loss_chunks = 8 where it applies (not with pp)
+                "chunked_gib": round(ours(case, 8).peak_bytes / GiB, 2) if case.pp == 1 else None,
                 "not_modelled": list(case.extras),
             }
         )
@@ -264,8 +246,7 @@ def main() -> None:
                     f"{r['ours_gib']:.1f}",
                     f"{r['tensors_gib']:.1f}" + (f" / {r['exact_tensors_gib'] or '-'}" if args.exact else ""),
                     f"{r['ratio']:.2f}",
-                    f"{r['ours_torchtitan_loss_gib']:.1f}",
-                    f"{r['ratio_torchtitan_loss']:.2f}",
+                    f"{r['chunked_gib']:.1f}" if r["chunked_gib"] else "-",
                     ", ".join(r["not_modelled"]) or "-",
                     r["phase"],
                 ]
@@ -278,17 +259,16 @@ def main() -> None:
                 "ours GiB",
                 "ours tensors" + (" / --exact" if args.exact else ""),
                 "ours/pub",
-                "ours, tt loss",
-                "tt loss/pub",
+                "ours, loss_chunks 8",
                 "published run also used",
                 "our peak phase",
             ],
         )
     )
     print(
-        "\npublished = torchtitan `memory:` (max reserved); ours = analytic peak incl. the allocator margin; "
-        "'ours, tt loss' = ours less the loss memory torchtitan's trainer does not hold (logits freed before "
-        "backward, loss parallel over tp), plus the margin: the same layout with torchtitan's loss.\n"
+        "\npublished = torchtitan `memory:` (max reserved); ours = analytic peak incl. the allocator margin, "
+        "with torchtitan's loss (loss parallel over tp, logits freed before backward; training.loss_chunks = 1 "
+        "as a torchtitan TOML gives); 'ours, loss_chunks 8': the same with the loss in 8 sequence pieces (no pp).\n"
         "Not modelled on either column: torchtitan's op-level SAC recomputes every second matmul (ours keeps "
         "all), torch.compile, Float8 (fp8 all-gather halves the gathered params), async TP.\n"
         f"Sources: {H100_2412} ; {H200_2506} ; {ISSUE_929}"

@@ -90,6 +90,7 @@ def build(cfg: JobConfig, dims: ParallelDims, device: torch.device, mesh: Device
             autocast=autocast,
             scaler=scaler,
             device=device,
+            tensor_parallel=dims.tp > 1,
         )
         # the residual stream is fp32 under autocast (the embedding is not autocast)
         micro = t.batch_size // (dims.dp * t.grad_accum_steps * pipeline_microbatches(d))
@@ -122,7 +123,15 @@ def build(cfg: JobConfig, dims: ParallelDims, device: torch.device, mesh: Device
         with torch.device("meta"):
             model = Transformer(cfg.model, ops)
         parts = [prepare(model, False)]
-        forward_backward = functools.partial(eager_forward_backward, model, autocast, t.grad_accum_steps, scaler)
+        forward_backward = functools.partial(
+            eager_forward_backward,
+            model,
+            autocast,
+            t.grad_accum_steps,
+            scaler,
+            tp=dims.tp,
+            loss_chunks=t.loss_chunks,
+        )
 
     o = cfg.optimizer
     optimizers = OptimizerParts(

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.distributed.checkpoint.stateful import Stateful
 
-from titan_train.components.loss import cross_entropy
+from titan_train.components.loss import chunked_cross_entropy, cross_entropy, loss_context
 from titan_train.components.optim import clip_, global_grad_norm, reduce_partial_grads_
 from titan_train.runtime.profiling import span
 
@@ -52,15 +52,32 @@ class Progress(Stateful):
 
 
 def eager_forward_backward(
-    model: nn.Module, autocast, accum: int, scaler, inputs: torch.Tensor, targets: torch.Tensor
+    model: nn.Module,
+    autocast,
+    accum: int,
+    scaler,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    tp: int = 1,
+    loss_chunks: int = 1,
 ) -> torch.Tensor:
-    """One micro-batch through the whole model; returns its (detached) loss / accum."""
-    with span("forward"):
-        with autocast():
-            logits = model(inputs)
-        loss = cross_entropy(logits, targets) / accum
-    with span("backward"):
-        (loss * scaler.scale if scaler.enabled else loss).backward()
+    """One micro-batch through the whole model; returns its (detached) loss / accum.
+    tp > 1: the logits are vocabulary-sharded (loss.loss_context). loss_chunks > 1: the
+    output projection and the loss run a piece of the sequence at a time (loss.py)."""
+    with loss_context(tp > 1):
+        with span("forward"):
+            with autocast():
+                if loss_chunks > 1:
+                    hidden = model(inputs, head=False)
+                    loss = chunked_cross_entropy(hidden, model.output, targets, loss_chunks) / accum
+                else:
+                    logits = model(inputs)
+                    loss = cross_entropy(logits, targets) / accum
+                    # autograd keeps what the loss's backward needs (the log-softmax, not the
+                    # logits): dropping our reference frees them before backward, as torchtitan does
+                    del logits
+        with span("backward"):
+            (loss * scaler.scale if scaler.enabled else loss).backward()
     return loss.detach()
 
 

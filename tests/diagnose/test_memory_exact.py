@@ -113,6 +113,8 @@ def test_exact_and_analytic_agree_on_small_layouts():
         (2, []),
         (4, ["distributed.tp_size=2", 'training.mixed_precision="bf16"']),
         (2, ['training.activation_checkpoint="full"']),
+        (2, ["training.loss_chunks=4", 'training.mixed_precision="bf16"']),
+        (2, ["distributed.tp_size=2", "training.loss_chunks=4"]),
     ):
         cfg = tiny("model.n_layers=3", *overrides)
         exact = mx.exact_peaks(cfg, world)[0].peak_bytes

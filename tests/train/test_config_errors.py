@@ -29,6 +29,13 @@ BAD = [
     (['distributed.backend="mpi"'], 1, "distributed.backend = 'mpi' is not valid; use one of: auto, hccl, nccl, gloo"),
     (["training.batch_size=6"], 4, "training.batch_size = 6 (global) must be a multiple of data-parallel ranks (4)"),
     (["training.seq_len=4096"], 1, "training.seq_len = 4096 exceeds model.max_seq_len = 2048"),
+    (
+        ["training.loss_chunks=3", "distributed.tp_size=2"],
+        2,
+        "training.loss_chunks = 3 must divide the 128 tokens of a rank's sequence (training.seq_len 256 / "
+        "distributed.tp_size 2)",
+    ),
+    (["training.loss_chunks=2", "distributed.pp_size=2"], 2, "training.loss_chunks = 2 is for the eager step"),
     (["distributed.pp_size=2"], 1, "distributed.pp_size = 2 must divide the world size 1"),
     (
         ["distributed.pp_size=2", "distributed.tp_size=2"],

@@ -55,7 +55,7 @@ def saved_bytes(cfg: JobConfig, world: int) -> int:
     import torch
 
     from titan_doctor.diagnose import memory_exact as mx
-    from titan_train.components.loss import cross_entropy
+    from titan_train.components.loss import cross_entropy, loss_context
 
     with built(cfg, world) as (parts, dims):
         model = parts.model_parts[0]
@@ -73,7 +73,11 @@ def saved_bytes(cfg: JobConfig, world: int) -> int:
 
         hook = torch.nn.modules.module.register_module_forward_hook(params_in_use)
         try:
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x), parts.precision.autocast("cpu"):
+            with (
+                torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x),
+                parts.precision.autocast("cpu"),
+                loss_context(dims.tp > 1),
+            ):
                 loss = cross_entropy(model(inputs), targets)
         finally:
             hook.remove()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import FAST, PARITY_STEPS, assert_same_run, losses, ok, run_trainer
+from .conftest import FAST, PARITY_STEPS, assert_same_run, losses, ok, parity_run, run_trainer
 
 pytestmark = pytest.mark.multirank  # every test here starts trainer ranks or worker processes
 
@@ -23,6 +23,27 @@ def test_two_ranks_fsdp_under_plain_torchrun_match_one_rank(one_rank, fsdp_two):
 def test_four_ranks_fsdp_x_tp_match_one_rank(one_rank, fsdp_tp_four):
     assert "dp 2 x pp 1 x tp 2" in fsdp_tp_four.stdout
     assert_same_run(fsdp_tp_four, one_rank, 1e-4)
+
+
+@pytest.mark.parametrize(
+    "name,nproc,layout,shown",
+    [
+        ("tp2", 2, ["distributed.tp_size=2"], "dp 1 x pp 1 x tp 2"),
+        ("pp2tp2", 4, ["distributed.tp_size=2", "distributed.pp_size=2"], "dp 1 x pp 2 x tp 2"),
+        ("tp2chunks4", 2, ["distributed.tp_size=2", "training.loss_chunks=4"], "dp 1 x pp 1 x tp 2"),
+        ("fsdp2chunks4", 2, ["training.loss_chunks=4"], "dp 2 x pp 1 x tp 1"),
+    ],
+)
+def test_loss_parallel_and_chunked_loss_match_one_rank(one_rank, shared_runs, name, nproc, layout, shown):
+    """Vocabulary-sharded logits and loss_parallel, alone, on the last pipeline stage and in
+    sequence pieces (training.loss_chunks, also under FSDP): the fp32 losses of one rank
+    within 1e-5 (grad norms within 1e-3, as for dp x tp)."""
+    run = parity_run(shared_runs, name, nproc, layout)
+    assert shown in run.stdout
+    assert sorted(run.losses) == list(range(1, PARITY_STEPS + 1))
+    for step in run.losses:
+        assert run.losses[step] == pytest.approx(one_rank.losses[step], abs=1e-5), (step, run.losses)
+        assert run.grad_norms[step] == pytest.approx(one_rank.grad_norms[step], abs=1e-3), step
 
 
 def test_grad_accumulation_matches_one_big_batch(one_rank, workdir):

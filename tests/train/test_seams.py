@@ -68,3 +68,21 @@ def test_compile_per_block_trains_like_eager(world_of_one):
         blocks = list(parts.model_parts[0].layers.values())
         assert all((b._compiled_call_impl is not None) == compile_ for b in blocks)
     assert results[True] == pytest.approx(results[False], abs=1e-4)
+
+
+def test_tp_logits_are_vocabulary_sharded(fake_world):
+    """Loss parallel: under tp the output projection leaves each rank V/tp of the logits (a
+    DTensor sharded on its last dim), never the full vocabulary; the loss is a plain tensor."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    from titan_train.components.loss import cross_entropy, loss_context
+
+    fake_world(2)
+    parts = build(_cfg("distributed.tp_size=2"), ParallelDims.for_world(2, tp=2), torch.device("cpu"))
+    tokens = torch.randint(0, 2048, (2, 65))
+    with loss_context(True):
+        logits = parts.model_parts[0](tokens[:, :-1])
+        loss = cross_entropy(logits, tokens[:, 1:])
+    assert isinstance(logits, DTensor) and logits.placements == (Shard(2),)
+    assert logits.to_local().shape == (2, 64, 1024)
+    assert not isinstance(loss, DTensor) and loss.shape == ()

@@ -174,6 +174,10 @@ def _step_tracker(parts):
             if not self._mod_tracker.is_bw and any(module is r for r in roots):
                 for sub in module.modules():
                     self.memory_tracking.pop(sub, None)
+            # training.loss_chunks: the loss calls the output projection once per piece, outside
+            # the root's forward, which MemTracker refuses for a module it has seen (totals stay)
+            if not self._mod_tracker.is_bw and any(module is getattr(r, "output", None) for r in roots):
+                self.memory_tracking.pop(module, None)
             super()._pre_fw_hook(module, inputs)
 
         def _pre_bw_hook(self, module, args):

@@ -102,6 +102,12 @@ class TrainingConfig:
     )
     ac_every: int = setting(1, "apply activation checkpointing to every k-th block (1 = all)", ge=1)
     compile: bool = setting(False, "torch.compile each transformer block")
+    loss_chunks: int = setting(
+        1,
+        "compute the output projection and the loss this many sequence pieces at a time, each "
+        "recomputed in backward: logits of one piece at a time (1 = all at once; no pipeline)",
+        ge=1,
+    )
 
 
 @dataclass
@@ -328,6 +334,16 @@ def validate(cfg: JobConfig, world_size: int) -> None:
         raise ConfigError(
             f"training.seq_len = {t.seq_len} must be a multiple of distributed.tp_size = {tp} "
             "(sequence parallel splits it)"
+        )
+    if t.loss_chunks > 1 and (t.seq_len // tp) % t.loss_chunks:
+        raise ConfigError(
+            f"training.loss_chunks = {t.loss_chunks} must divide the {t.seq_len // tp} tokens of a rank's "
+            f"sequence (training.seq_len {t.seq_len} / distributed.tp_size {tp})"
+        )
+    if t.loss_chunks > 1 and pp > 1:
+        raise ConfigError(
+            f"training.loss_chunks = {t.loss_chunks} is for the eager step; with distributed.pp_size = {pp} "
+            "set it to 1 (the pipeline's last stage keeps its logits for its schedule)"
         )
     if dims.dp > 1 and not d.fsdp:
         raise ConfigError(

@@ -22,7 +22,8 @@ from titan_train.distributed.activation_checkpoint import apply_ac
 def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> None:
     """Megatron-style plan with sequence parallel on the norms: the residual stream is
     sharded on the sequence dim between blocks; q/k/v and w1/w3 are column-wise, wo and w2
-    row-wise; the embedding is row-wise, the output column-wise with replicated logits."""
+    row-wise; the embedding is row-wise, the output column-wise with its logits left sharded
+    over the vocabulary (a DTensor) for the loss to run under loss_parallel (loss.py)."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -35,7 +36,7 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> None:
     ends = {
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
         "norm": SequenceParallel(),
-        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),
     }
     # a pipeline stage holds the embedding only if first, norm and output only if last
     parallelize_module(model, tp_mesh, {k: v for k, v in ends.items() if getattr(model, k) is not None})

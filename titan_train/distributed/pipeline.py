@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from titan_train.components.loss import cross_entropy
+from titan_train.components.loss import cross_entropy, loss_context
 from titan_train.config.model_args import ModelArgs
 from titan_train.models.kernels import Kernels
 from titan_train.models.llama import Transformer
@@ -102,10 +102,20 @@ class PipelineStep:
     (zero on ranks without the last stage)."""
 
     def __init__(
-        self, *, has_first: bool, has_last: bool, microbatches: int, accum: int, autocast, scaler, device: torch.device
+        self,
+        *,
+        has_first: bool,
+        has_last: bool,
+        microbatches: int,
+        accum: int,
+        autocast,
+        scaler,
+        device: torch.device,
+        tensor_parallel: bool = False,
     ):
         self.schedule = None  # made with this object's loss_fn (make_schedule)
         self.has_first, self.has_last = has_first, has_last
+        self.tensor_parallel = tensor_parallel  # the last stage's logits are vocabulary-sharded
         self.autocast, self.scaler, self.device = autocast, scaler, device
         self.divisor = microbatches * accum
 
@@ -117,7 +127,8 @@ class PipelineStep:
         losses: list[torch.Tensor] = []
         args = (inputs,) if self.has_first else ()
         kwargs = {"target": targets, "losses": losses} if self.has_last else {}
-        with span("forward_backward"), self.autocast():  # torch names each micro-batch's Forward i / Backward i
+        # torch names each micro-batch's Forward i / Backward i
+        with span("forward_backward"), self.autocast(), loss_context(self.tensor_parallel and self.has_last):
             # return_outputs=False: otherwise the last stage keeps every micro-batch's logits
             # until the step ends, to return them merged (the memory planner found this)
             self.schedule.step(*args, return_outputs=False, **kwargs)

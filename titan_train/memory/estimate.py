@@ -55,6 +55,7 @@ class Layout:
     pp_microbatches: int
     backend: str  # hccl | nccl | gloo: which communication buffers exist
     stages: int = 1  # pipeline stages (titan_train.config.job.pipeline_stages)
+    loss_chunks: int = 1  # the output projection + loss in this many sequence pieces (loss.chunked_cross_entropy)
     hccl_buffsize_mb: int = 200
 
 
@@ -75,6 +76,7 @@ def layout(cfg: JobConfig, world_size: int, backend: str, hccl_buffsize_mb: int 
         cpu_offload=d.cpu_offload,
         ac=t.activation_checkpoint,
         ac_every=t.ac_every,
+        loss_chunks=t.loss_chunks,
         pp_schedule=d.pp_schedule,
         pp_microbatches=microbatches,
         backend=backend,
@@ -239,24 +241,30 @@ def block_saved_ac(lay: Layout, b: int, mode: str) -> int:
 def head_saved(lay: Layout, b: int, first: bool, last: bool) -> int:
     """Saved outside the blocks: the embedding keeps its token ids (T*8); the final norm;
     the output projection its input (T*d*e, gathered over tp; a half cast under autocast,
-    plus the cast weight); cross-entropy keeps log_softmax's fp32 output (T*V*4) and the
-    targets (T*8) (titan_train.components.loss.cross_entropy)."""
+    plus the cast weight); cross-entropy keeps log_softmax's fp32 output (T*V*4, sharded
+    over the vocabulary under tp: loss parallel) and the targets (T*8)
+    (titan_train.components.loss.cross_entropy). With loss_chunks > 1 each piece is
+    checkpointed: only the final norm's output (T/t*d*e, sequence-sharded) and the targets
+    stay (loss.chunked_cross_entropy)."""
     m, t = lay.model, lay.dims.tp
     e, _ = _dtypes(lay)
     T = b * lay.seq_len
     out = T * 8 if first else 0
-    if last:
-        out += rmsnorm_saved(T // t, lay) + T * m.d_model * e + T * m.vocab_size * 4 + T * 8 + 4
+    if last and lay.loss_chunks > 1:
+        out += rmsnorm_saved(T // t, lay) + T // t * m.d_model * e + T * 8 + 4 * lay.loss_chunks
+    elif last:
+        out += rmsnorm_saved(T // t, lay) + T * m.d_model * e + T * (m.vocab_size // t) * 4 + T * 8 + 4
         if _autocast(lay):
             out += numel(tp_local(root_params(m, False, True)[1], t)) * 2
     return out
 
 
 def logits_bytes(lay: Layout, b: int) -> int:
-    """The logits the step holds through backward: (b, s, V) replicated over tp, in the
-    compute dtype (fp32 under fp32)."""
+    """The logits held through backward: none in the eager step (it drops them once the
+    loss is computed, step.eager_forward_backward); under pp the schedule's forward cache
+    keeps each in-flight micro-batch's (b, s, V/tp) in the compute dtype (fp32 under fp32)."""
     e, _ = _dtypes(lay)
-    return b * lay.seq_len * lay.model.vocab_size * e
+    return b * lay.seq_len * (lay.model.vocab_size // lay.dims.tp) * e if lay.dims.pp > 1 else 0
 
 
 # ---- the estimate -----------------------------------------------------------------------
@@ -442,16 +450,21 @@ def _loss_backward(s: _Stage, held: tuple[int, ...], accum_grads: int, when: str
     """The start of backward on the last stage: every activation alive, the logits of every
     in-flight micro-batch (the step's variable; the pipeline's forward cache), and
     log_softmax's backward with its fp32 grad input and output (T*V*4 each)."""
-    in_flight = held[-1]
+    in_flight, lay = held[-1], s.lay
+    vocab = lay.model.vocab_size // lay.dims.tp
+    if lay.loss_chunks > 1:  # a piece recomputed: its logits, fp32 cast, log-softmax, 2 fp32 gradients
+        e, _ = _dtypes(lay)
+        per_token = e + (4 if e < 4 else 0) + 12
+        loss = (s.tokens // lay.loss_chunks) * vocab * per_token
+        detail = f"one of {lay.loss_chunks} pieces recomputed: {per_token} B per (b*s*V/tp) element"
+    else:
+        loss = in_flight * s.logits + 2 * s.tokens * vocab * 4
+        detail = f"logits {_mb(s.logits)} x {in_flight} + 2 fp32 (b*s*V/tp) gradients of the loss"
     return (
         "backward start (loss gradient)" + when,
         [
-            Term("activations", s.alive(held), _acts_detail(s.lay, held, len(s.layer_ids))),
-            Term(
-                "logits and loss",
-                in_flight * s.logits + 2 * s.tokens * s.lay.model.vocab_size * 4,
-                f"logits {_mb(s.logits)} x {in_flight} + 2 fp32 (b*s*V) gradients of the loss",
-            ),
+            Term("activations", s.alive(held), _acts_detail(lay, held, len(s.layer_ids))),
+            Term("logits and loss", loss, detail),
             Term("params gathered", s.gathered([], len(s.block_numel)), "FSDP root + blocks kept after forward"),
             Term("gradients", accum_grads, "accumulated over micro-batches"),
         ],
@@ -513,12 +526,41 @@ def _worst_block_backward(s: _Stage, held_by_chunk: dict, accum_grads: int, when
     return worst
 
 
+def _loss_forward(s: _Stage, held: tuple[int, ...], accum_grads: int, when: str):
+    """The end of forward on the last stage, while the loss is computed: every activation
+    alive (log_softmax's output among them), this micro-batch's logits (compute dtype) and
+    their fp32 cast, and log_softmax's shifted logits (fp32); under tp loss_parallel's
+    log_softmax (torch/distributed/tensor/parallel/loss.py) holds two more fp32 (b*s*V/tp)
+    temporaries at its peak (measured by --exact). All over V/tp of the vocabulary."""
+    lay, t = s.lay, s.lay.dims.tp
+    e, _ = _dtypes(lay)
+    per_token = e + (4 if e < 4 else 0) + 4 + (8 if t > 1 else 0)
+    if lay.loss_chunks > 1 and t > 1:  # a checkpointed piece under loss_parallel (measured by --exact)
+        per_token += 8
+    piece = s.tokens // lay.loss_chunks  # loss_chunks > 1: one piece's logits at a time
+    return (
+        "forward end (loss)" + when,
+        [
+            Term("activations", s.alive(held), _acts_detail(lay, held, len(s.layer_ids))),
+            Term(
+                "logits and loss",
+                (held[-1] - 1) * s.logits + piece * (lay.model.vocab_size // t) * per_token,
+                f"logits and their fp32 temporaries: {per_token} B per (b*s*V/tp) element"
+                + (f", one of {lay.loss_chunks} pieces" if lay.loss_chunks > 1 else ""),
+            ),
+            Term("params gathered", s.gathered([], len(s.block_numel)), "FSDP root + blocks kept after forward"),
+            Term("gradients", accum_grads, "accumulated over micro-batches"),
+        ],
+    )
+
+
 def _forward_backward(s: _Stage, held_by_chunk: dict, accum_grads: int, when: str) -> list:
     """The peak candidates of the backward passes with `held_by_chunk[c]` micro-batches'
     activations alive per chunk when chunk c's backward starts, and `accum_grads` bytes of
     gradients from earlier micro-batches."""
     out = []
     if s.last and s.n_chunks - 1 in held_by_chunk:
+        out.append(_loss_forward(s, held_by_chunk[s.n_chunks - 1], accum_grads, when))
         out.append(_loss_backward(s, held_by_chunk[s.n_chunks - 1], accum_grads, when))
     worst = _worst_block_backward(s, held_by_chunk, accum_grads, when)
     return out + ([worst] if worst else [])

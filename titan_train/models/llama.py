@@ -102,13 +102,14 @@ class Transformer(nn.Module):
             persistent=False,
         )
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens (batch, seq) -> logits; on a later pipeline stage, hidden states in and out."""
+    def forward(self, tokens: torch.Tensor, head: bool = True) -> torch.Tensor:
+        """tokens (batch, seq) -> logits; on a later pipeline stage, hidden states in and out.
+        head=False: the final norm's output, for a loss that applies `output` itself."""
         h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         for layer in self.layers.values():
             h = layer(h, self.rope)
         h = self.norm(h) if self.norm is not None else h
-        return self.output(h) if self.output is not None else h
+        return self.output(h) if self.output is not None and head else h
 
     def init_weights(self, seed: int) -> int:
         """Fill every parameter deterministically from (seed, parameter name), drawing only
