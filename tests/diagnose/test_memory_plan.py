@@ -13,8 +13,20 @@ from .conftest import run_cli, run_json
 GiB = 2**30
 
 
-def test_70b_on_64_910b2_does_not_fit_as_shipped_and_gets_ranked_remedies():
-    code, rows = run_json("--config", "llama_70b", "--world-size", "64", "--device", "910B2")
+@pytest.mark.parametrize("name,world", [("llama_7b", 8), ("llama_13b", 16), ("llama_70b", 64), ("llama_70b_long", 64)])
+def test_shipped_configs_fit_the_cards_they_are_written_for_with_10_percent_spare(name, world):
+    code, rows = run_json("--config", name, "--world-size", str(world), "--device", "910B2")
+    data = rows["memory.plan"]["data"]
+    assert code == 0 and data["verdict"] == "fits", rows["memory.plan"]["title"]
+    assert data["headroom_bytes"] >= 0.1 * data["memory_bytes"], rows["memory.plan"]["title"]
+
+
+# llama_70b as it was shipped before issue 21: no AC, 8 sequences per micro-batch
+UNFIT_70B = ["--set", 'training.activation_checkpoint="none"', "--set", "training.grad_accum_steps=1"]
+
+
+def test_70b_on_64_910b2_without_ac_does_not_fit_and_gets_ranked_remedies():
+    code, rows = run_json("--config", "llama_70b", "--world-size", "64", "--device", "910B2", *UNFIT_70B)
     assert code == 1
     plan, rem = rows["memory.plan"], rows["memory.remedies"]
     data = plan["data"]
@@ -42,6 +54,7 @@ def test_full_ac_makes_70b_fit_and_exit_0():
         "64",
         "--device",
         "910B2",
+        *UNFIT_70B,
         "--set",
         'training.activation_checkpoint="full"',
     )

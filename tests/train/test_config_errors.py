@@ -180,7 +180,7 @@ def test_shipped_configs_are_valid_for_their_card_counts():
     assert (c70.model.n_kv_heads, c70.distributed.tp_size, c70.model.n_layers) == (8, 8, 80)
     long = config.load(REPO / "configs" / "llama_70b_long.toml")
     assert (long.distributed.tp_size, long.distributed.pp_size, long.training.seq_len) == (8, 4, 8192)
-    assert long.training.activation_checkpoint == "selective" and long.model == c70.model.__class__(
+    assert long.training.activation_checkpoint == "full" and long.model == c70.model.__class__(
         **{**vars(c70.model), "max_seq_len": 8192}
     )  # the same 70B, only a longer RoPE table
 
