@@ -177,7 +177,11 @@ def _from_catalogue(code: str, ref: dict[str, Any], comp: dict[str, Any] | None,
     Possible Cause / Solution."""
     title = (ref.get("title") or "").replace("_", " ").strip() or (comp["module"] if comp else "error")
     where = ref.get("class") or (comp["module"] if comp else f"component '{code[1]}'")
-    generic = ref.get("message", "").strip() in ("%s", "") or "Inner_Error" in ref.get("title", "")
+    # a fixed generic sentence ("The argument is invalid.", "Inner Error") or a bare "%s": the code
+    # itself says nothing specific, the lines around it do
+    generic = ref.get("message", "").strip() in ("%s", "") or (
+        "%s" not in ref.get("message", "") and ref.get("title", "").startswith(("Invalid_Argument", "Inner_Error"))
+    )
     cause = f"{code} is CANN's '{ref.get('title', title)}' ({where}): {ref.get('message', '')}"
     if ref.get("possible_cause"):
         cause += f" Possible cause (CANN): {ref['possible_cause']}"
@@ -196,7 +200,11 @@ def _from_catalogue(code: str, ref: dict[str, Any], comp: dict[str, Any] | None,
         f"{code}: {module} {'internal error' if internal else 'error'}, {title}",
         cause,
         fix,
-        RANK_ECODE_INTERNAL if internal else RANK_ECODE_USER,
+        RANK_ECODE_INTERNAL + 5
+        if generic and "Reason:" not in message
+        else RANK_ECODE_INTERNAL
+        if internal
+        else RANK_ECODE_USER,
         False,
         ref["source"],
         message,

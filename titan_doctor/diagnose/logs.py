@@ -454,7 +454,102 @@ def _cuda_package(e: Event) -> dict[str, Any]:
     return {"pkg": pkg.split("/")[0], "pkg_pip": _PIP.get(pkg, pkg)}
 
 
+def _two_devices(e: Event) -> dict[str, Any]:
+    """Two accelerators, or an accelerator and the CPU: different mistakes."""
+    a, b = e.groups.get("a", ""), e.groups.get("b", "")
+    if not a:
+        return {"a": "one device", "b": "another", "devices_note": "", "devices_fix": _MOVE_FIX}
+    if "cpu" in (a, b):
+        dev = b if a == "cpu" else a
+        return {
+            "devices_note": f" One of them was left on the CPU: an input (the batch, an index or mask tensor, a tensor "
+            f"created without device=) was not moved to {dev} where the model runs.",
+            "devices_fix": _MOVE_FIX.replace("<device>", dev),
+        }
+    return {
+        "devices_note": " Both are accelerators: the model is spread over several devices (device_map='auto', "
+        "pipeline stages, a tensor kept from another rank) and one operator got operands from two of them; on NPUs "
+        "older torch_npu releases did this in their own dtype cast (npu_dtype_cast) while copying a state dict across "
+        "devices.",
+        "devices_fix": "Keep the operands of one operator on one device (load the model onto a single device, or "
+        "move the tensor to its peer's device with .to(other.device)); if the failing op is torch_npu's own "
+        "(npu_dtype_cast / copy while loading a state dict), upgrade torch_npu (with its matching CANN) to a newer "
+        "release",
+    }
+
+
+_MOVE_FIX = (
+    "Move every input to the model's device before the call: batch = {k: v.to(<device>) for k, v in batch.items()} "
+    "(or tensor.to(model.device)), and create new tensors with device= the model's device"
+)
+
+_ASSERT = {
+    "srcIndex < srcSelectDimSize": (
+        "index_select / an embedding lookup got an index at or beyond the size of the indexed dimension: a token id "
+        ">= the embedding's rows (the tokenizer's vocabulary is larger than the model's vocab_size, tokens were added "
+        "without resizing the embeddings) or a position id beyond the position table.",
+        "Make the model's vocab_size match the tokenizer (model.resize_token_embeddings(len(tokenizer)) after adding "
+        "tokens) and check max(input_ids) < vocab_size on the CPU",
+    ),
+    "index >= -sizes[i]": (
+        "An indexing operation got an index outside the tensor's size.",
+        "Check the indices against the tensor's size on the CPU (the same op on CPU raises an IndexError naming them)",
+    ),
+    "n_classes": (
+        "A classification loss (NLLLoss / cross_entropy) got a target label outside [0, n_classes): the dataset's "
+        "class ids do not match the model's number of classes (labels starting at 1, an ignore label other than "
+        "ignore_index, a head built for fewer classes).",
+        "Make the labels 0..num_classes-1 (or set ignore_index for the ignored label) and the head's num_classes "
+        "match the dataset; check labels.min() and labels.max() on the CPU",
+    ),
+    "input_val >= zero": (
+        "binary_cross_entropy got inputs outside [0, 1]: the model's outputs are logits, not probabilities.",
+        "Use binary_cross_entropy_with_logits (BCEWithLogitsLoss) on the logits, or apply sigmoid first",
+    ),
+}
+
+
+_ASSERT_DEFAULT = (
+    "The kernel's own check says what was out of range: most often an index beyond the indexed dimension (a token "
+    "id >= the embedding's rows, a label >= the number of classes) or a value outside the range an op accepts.",
+    "Check the op's inputs on the CPU first (max(input_ids) < model.get_input_embeddings().num_embeddings; labels < "
+    "num_classes); after adding tokens: model.resize_token_embeddings(len(tokenizer))",
+)
+
+
+def _assert_cond(e: Event) -> dict[str, Any]:
+    cond = e.groups.get("cond", "")
+    note, fix = next((v for k, v in _ASSERT.items() if k in cond), _ASSERT_DEFAULT)
+    return {"cond_note": note, "cond_fix": fix}
+
+
+def _import_path(e: Event) -> dict[str, Any]:
+    path, pkg = e.groups.get("path", ""), e.groups.get("pkg", "")
+    root = pkg.split(".")[0]
+    user_site = "/.local/lib/" in path or "\\AppData\\Roaming\\Python" in path
+    return {
+        "pkg_root": root,
+        "path_note": " The copy imported is a user-site install (~/.local), which shadows the environment's own "
+        "packages."
+        if user_site
+        else "",
+        "path_fix": f"Remove or upgrade the user-site copy (pip uninstall {root} outside the environment, or rm the "
+        f"~/.local copy) or run with PYTHONNOUSERSITE=1; "
+        if user_site
+        else "",
+    }
+
+
+def _ray_exit(e: Event) -> dict[str, Any]:
+    m = re.search(r"Worker exit type: (\w+)", e.line.text)
+    return {"exit_note": f"exit type {m.group(1)}" if m else "no reason given"}
+
+
 _PARSERS = {
+    "two_devices": _two_devices,
+    "assert_cond": _assert_cond,
+    "import_path": _import_path,
+    "ray_exit": _ray_exit,
     "sockerr": _sockerr,
     "errno": _errno,
     "endpoint": _endpoint,
@@ -578,7 +673,11 @@ def _finding(
         message = e.more[0]  # "EE9999: Inner Error!" says nothing; its next line does
     root = label == "root cause"
     title = ("likely: " if e.weak and root else "") + e.title + (f": {message}" if message and root else "")
-    family = e.family or families.guess(f"{e.title} {message} {e.cause}")
+    family = (
+        e.family
+        if e.family not in ("", "other")
+        else groups.get("errno_family") or families.guess(f"{e.title} {message} {detail_text(e, groups)}")
+    )
     detail = signatures.fill(e.cause, groups)
     fix = signatures.fill(e.fix_serving if e.fix_serving and _serving(e, inc) else e.fix, groups)
     if root and facts is not None and (family in ("connection", "rendezvous") or e.id.startswith("nccl.")):
@@ -616,6 +715,10 @@ def _finding(
             **{k: v for k, v in groups.items() if k not in ("prefix_fix", "fields_fix")},
         },
     )
+
+
+def detail_text(e: Event, groups: dict[str, Any]) -> str:
+    return signatures.fill(e.cause, groups)
 
 
 def _raised_in(inc: Incident) -> str:
@@ -687,10 +790,13 @@ def _unexplained(exc: tuple[str, str, int], root: Incident) -> Finding:
     )
 
 
-def _extracted(raised: tracebacks.Raised, paths: list[Path], lines: int) -> Finding:
-    """The honest unknown: no known error, but the log raised this. The root finding is the
-    error itself (what, where, which rank) with the next step for its likely family."""
-    family, fam = _next_step(raised.text)
+def _extracted(
+    raised: tracebacks.Raised, paths: list[Path], lines: int, advice: list[str] | None = None, kind: str = "exception"
+) -> Finding:
+    """The honest unknown: no known error, but the log raised this (or reports it in words).
+    The root finding is the error itself (what, where, which rank) with the next step for its
+    likely family, after the advice the runtime printed with it, if any."""
+    family, fam = _next_step(raised.text + " " + " ".join(advice or []))
     likely = f"; likely a {fam['title']} error" if family != "other" else ""
     who = f" (rank {raised.rank})" if raised.rank is not None else ""
     return Finding(
@@ -698,10 +804,15 @@ def _extracted(raised: tracebacks.Raised, paths: list[Path], lines: int) -> Find
         Status.FAIL,
         f"root cause (not in titan-doctor's list{likely}): {raised.text[:200]} — at {raised.path}:{raised.line}{who}",
         detail=f"No signature or error code of titan-doctor matches this log ({len(paths)} file(s), {lines} lines); "
-        f"this is the error it raised: the last exception of the first traceback that is not the launcher's."
+        + (
+            "this is the error it raised: the last exception of the first traceback that is not the launcher's."
+            if kind == "exception"
+            else "it raises no Python exception; this is the first line that reports an error."
+        )
         + (f"\nraised from {raised.frame}" if raised.frame else "")
         + f"\nTo confirm the family: {fam['confirm']}\n> {raised.text[:300]}",
-        fix=f"Read the traceback that ends at {raised.path}:{raised.line}"
+        fix=(f"What the log itself suggests: {'; '.join(advice)}. " if advice else "")
+        + f"Read the {'traceback that ends' if kind == 'exception' else 'lines around'} {raised.path}:{raised.line}"
         + (f" (your code: {raised.frame})" if raised.frame else "")
         + f". {fam['next_step']}",
         path=raised.path,
@@ -760,6 +871,9 @@ def explain(paths: list[Path]) -> list[Finding]:
         raised = tracebacks.pick(tracebacks.scan(paths))
         if raised:
             return [_extracted(raised, paths, lines)]
+        reported = tracebacks.first_error_line(paths)
+        if reported:
+            return [_extracted(reported[0], paths, lines, advice=reported[1], kind="error line")]
         return [
             Finding(
                 "log.none",

@@ -6,6 +6,10 @@ A traceback is "Traceback (most recent call last):", its "File ..., line N, in f
 exception line after them; chained exceptions ("During handling of the above exception ...")
 are separate tracebacks. Logs pasted into issues often keep only the exception line, so a bare
 "SomeError: message" line counts as a traceback without frames.
+
+A log with no Python exception at all (a runtime's own error report, a launcher's message) still
+has an error line: `first_error_line` finds it, with the advice a runtime prints under it
+("Suggestion:", "Solution:", numbered steps), so the honest unknown can quote both.
 """
 
 from __future__ import annotations
@@ -103,3 +107,49 @@ def pick(raised: list[Raised]) -> Raised | None:
             break
         chain.append(r)
     return chain[-1]
+
+
+# An error reported in words: an error level or an error / failure word, not a line that only
+# logs progress (INFO, DEBUG) or mentions an error counter
+_ERROR_WORD = re.compile(
+    r"\[(?:ERROR|FATAL|CRITICAL)\]|\bERROR\b|(?i:\b(?:error|failed|failure|fatal|abort(?:ed)?|killed|timed out|"
+    r"exception|disappeared|not supported|cannot|could not|unable to)\b)"
+)
+_QUIET = re.compile(r"^\s*(?:\[?(?:INFO|DEBUG|I\d{4})\b|#)|\b(?:errors?|failures?)[=:]\s*0\b")
+_ADVICE_HEAD = re.compile(r"\b(?:Suggestion|Solution|Possible Cause|HINT|Hint)\s*:")
+_ADVICE_STEP = re.compile(r"(?:^|\]\s+|\s)(\d\)|\d\.|[-*])\s*(?P<step>\S.{4,})$")
+MAX_ADVICE = 6
+
+
+def _after_prefix(text: str) -> str:
+    """The message of a glog / runtime log line: the text after its bracketed prefix."""
+    head, sep, rest = text.rpartition("] ")
+    return rest.strip() if sep and len(rest.strip()) > 3 and "[" in head else text.strip()
+
+
+def first_error_line(paths: Iterable[Path]) -> tuple[Raised, list[str]] | None:
+    """The first line that reports an error in words, and the advice printed under it."""
+    for path in paths:
+        found: Raised | None = None
+        advice: list[str] = []
+        in_advice = False
+        for no, text, _ in raw_lines(path):
+            if found is None:
+                if _ERROR_WORD.search(text) and not _QUIET.search(text) and len(text.strip()) > 8:
+                    found = Raised(_after_prefix(text)[:300], str(path), no, rank=parse(str(path), no, text).rank)
+                    in_advice = bool(_ADVICE_HEAD.search(text))
+                continue
+            if no - found.line > 12 or len(advice) >= MAX_ADVICE:
+                break
+            if _ADVICE_HEAD.search(text):
+                in_advice = True
+                tail = _ADVICE_HEAD.split(text, 1)[-1].strip()
+                if len(tail) > 4:
+                    advice.append(tail)
+                continue
+            step = _ADVICE_STEP.search(text) if in_advice else None
+            if step:
+                advice.append(step.group("step").strip())
+        if found is not None:
+            return found, advice
+    return None

@@ -1,0 +1,231 @@
+"""The classes issue 19 added to the explainer, each on lines in the formats their sources print
+(NCCL's WARN/INFO lines across releases, c10d's endpoints, CANN's catch-all codes, Python's
+tracebacks): extract before classifying, the most specific evidence wins, weak signals say
+"likely", and an unknown error is named with its family's next step."""
+
+from titan_doctor.diagnose import error_codes, logs
+
+
+def explain(tmp_path, text, name="run.log"):
+    p = tmp_path / name
+    p.write_text(text)
+    return logs.explain([p])
+
+
+# ---- NCCL's own messages, by the errno they quote -------------------------------------------------
+
+
+def test_nccl_connect_failures_in_three_releases_decode_the_errno(tmp_path):
+    lines = {
+        "host:1:2 [0] include/socket.h:409 NCCL WARN Connect to 10.0.0.2<43211> failed : Connection refused": "ECONNREFUSED",
+        "host:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.2<5555> failed : No route to host": "EHOSTUNREACH",
+        "host:1:2 [0] os/linux.cc:302 NCCL WARN ncclOsSocketConnect: connect to 10.0.0.2<5555> failed : Connection timed out": "ETIMEDOUT",
+    }
+    for line, name in lines.items():
+        (f,) = explain(tmp_path, line + "\n")
+        assert f.code == "log.nccl.connect_failed" and f.data["errno_name"] == name, line
+        assert f.data["addr"] == "10.0.0.2" and f.data["addr_port"] in ("43211", "5555")
+
+
+def test_an_ipv6_link_local_peer_is_named_as_such(tmp_path):
+    (f,) = explain(
+        tmp_path,
+        "h:1:2 [0] include/socket.h:403 NCCL WARN Connect to fe80::1:2%6<57335> failed : Network is unreachable\n",
+    )
+    assert "link-local" in f.detail and "NCCL_SOCKET_FAMILY=AF_INET" in f.fix
+
+
+def test_nccl_shm_failures_point_at_dev_shm(tmp_path):
+    for line in (
+        "[3] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device",
+        "h:1:2 [6] misc/shmutils.cc:71 NCCL WARN Error: failed to extend /dev/shm/nccl-x to 5967876 bytes",
+    ):
+        (f,) = explain(tmp_path, line + "\n")
+        assert "/dev/shm" in f.fix and "--shm-size" in f.fix, line
+
+
+def test_virtual_interfaces_nccl_listed_are_named_with_the_one_to_pin(tmp_path):
+    fs = explain(
+        tmp_path,
+        "h:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.1.1.5<0> [1]docker0:172.17.0.1<0> [2]veth1a2b:fe80::1%veth1a2b<0>\n"
+        "h:1:2 [0] include/socket.h:409 NCCL WARN Connect to 10.1.1.6<1234> failed : No route to host\n",
+    )
+    assert "docker0" in fs[0].detail and fs[0].fix.startswith("NCCL_SOCKET_IFNAME=eth0")
+
+
+def test_ranks_in_different_collectives_are_found_from_nccls_trace(tmp_path):
+    (f,) = explain(
+        tmp_path,
+        "a:10:10 [0] NCCL INFO AllReduce: opCount 2 sendbuff 0x1 recvbuff 0x1 count 1024 datatype 7 op 0 root 0 comm 0xa [nranks=2] stream 0x1\n"
+        "a:11:11 [1] NCCL INFO AllReduce: opCount 2 sendbuff 0x2 recvbuff 0x2 count 512 datatype 9 op 0 root 0 comm 0xb [nranks=2] stream 0x2\n",
+    )
+    assert f.code == "log.nccl.collective_mismatch" and "float32" in f.detail and "bfloat16" in f.detail
+
+
+def test_nccls_last_error_line_is_quoted_by_the_code_it_explains(tmp_path):
+    fs = explain(
+        tmp_path,
+        "[rank1]: torch.distributed.DistBackendError: NCCL error in: x.hpp:317, unhandled system error, NCCL version 2.21.5\n"
+        "[rank1]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.\n"
+        "[rank1]: Last error:\n[rank1]: something nobody listed went wrong\n",
+    )
+    assert fs[0].code == "log.nccl.ncclSystemError" and "something nobody listed" in fs[0].detail
+
+
+# ---- c10d endpoints and ports ----------------------------------------------------------------------
+
+
+def test_store_endpoints_in_every_spelling(tmp_path):
+    for text, host, port in (
+        (
+            "[c10d] The client socket has timed out after 60s while trying to connect to (10.0.0.1, 29500).",
+            "10.0.0.1",
+            "29500",
+        ),
+        (
+            "[c10d] The client socket has timed out after 60s while trying to connect to 10.0.0.1:1234",
+            "10.0.0.1",
+            "1234",
+        ),
+        ("[c10d] The client socket has timed out after 60s while trying to connect to [::1]:29400", "::1", "29400"),
+        (
+            "[E socket.cpp:922] [c10d] The client socket has timed out after 1800s while trying to connect to (172.17.0.2\n, 44737).",
+            "172.17.0.2",
+            "44737",
+        ),
+    ):
+        (f,) = explain(tmp_path, text + "\n")
+        assert (f.data["host"], f.data["port"]) == (host, port), text
+        assert f"nc -zv {host} {port}" in f.fix
+    assert "--net=host" in f.fix  # the docker bridge address of the last one
+
+
+def test_a_privileged_port_is_named_and_a_taken_one_too(tmp_path):
+    (f,) = explain(tmp_path, "The server socket has failed to bind to [::]:98 (errno: 13 - Permission denied).\n")
+    assert f.code == "log.dist.port_permission" and "below 1024" in f.detail and "above 1024" in f.fix
+    (f,) = explain(
+        tmp_path, "The server socket has failed to bind to 0.0.0.0:22 (errno: 98 - Address already in use).\n"
+    )
+    assert f.code == "log.dist.address_in_use" and "sshd" in f.detail
+
+
+# ---- CANN: the reason beats the generic code --------------------------------------------------------
+
+
+def test_a_catch_all_codes_reason_beats_the_acl_number_beside_it(tmp_path):
+    fs = explain(
+        tmp_path,
+        "RuntimeError: x NPU function error: aclrtFoo(&y), error code is 207004\n"
+        "EE1001: [PID: 1] 2025-07-17-08:06:53.296.370 The argument is invalid.Reason: the frobnicator was given a "
+        "negative width\n",
+    )
+    assert fs[0].code == "log.ecode.EE1001" and "frobnicator" in fs[0].message
+    # a Reason that only echoes a failed call does not
+    fs = explain(
+        tmp_path,
+        "RuntimeError: x NPU function error: aclrtFoo(&y), error code is 207004\n"
+        "EE1001: The argument is invalid.Reason: rtGetDevMsg execute failed, reason=[driver error]\n",
+    )
+    assert fs[0].code == "log.acl.207004"
+
+
+def test_an_unlisted_e_code_is_explained_by_canns_catalogue(tmp_path):
+    (f,) = explain(
+        tmp_path, "EI0016: [PID: 1] Value 9 for config hccl_buffer_size is invalid. Expected value: 1-2048.\n"
+    )
+    assert f.code == "log.ecode.EI0016" and "Config Error" in f.message and "error_code.json" in f.data["source"]
+
+
+def test_an_hccl_result_while_creating_a_communicator_gets_the_init_advice(tmp_path):
+    (f,) = explain(
+        tmp_path,
+        "RuntimeError: create_config:x.ts:148 HCCL function error: hcclCommInitRootInfoConfig(numRanks, "
+        "&rootInfo, rank, config, &(comm->hcclComm_)), error code is 4\n",
+    )
+    assert "hccn_tool" in f.fix and "hcclCommInitRootInfoConfig" in f.message
+    (f,) = explain(
+        tmp_path, "HCCL error code 5：RuntimeError: HCCL function error: hcclCommInitRootInfoConfig(numRanks\n"
+    )
+    assert "HCCL_E_NOT_SUPPORT" in f.message
+
+
+def test_memcpy_direction_is_read_both_ways():
+    assert error_codes.memcpy_kind(3) == "device-to-device"
+    assert logs._memcpy(_event("src loc type=0, dst loc type=1, kind=3", src="0", dst="1", kind="3"))[
+        "memcpy_fix"
+    ].startswith("The source is a host tensor")
+    assert "already in device memory" in logs._memcpy(_event("", src="1", dst="1", kind="1"))["memcpy_note"]
+
+
+def _event(text, **groups):
+    from titan_doctor.diagnose.incidents import Event
+    from titan_doctor.diagnose.log_lines import parse
+
+    return Event("x", "", "", "", 50, False, "", parse("p", 1, text), groups)
+
+
+# ---- the job the log comes from; weak signals --------------------------------------------------------
+
+
+def test_a_serving_engines_oom_gets_serving_advice_and_a_trainers_training_advice(tmp_path):
+    oom = (
+        "RuntimeError: NPU out of memory. Tried to allocate 11.50 GiB (NPU 0; 60.97 GiB total capacity; 54.10 GiB "
+        "already allocated; 54.10 GiB current active; 4.64 GiB free; 54.27 GiB reserved in total by PyTorch)"
+    )
+    (f,) = explain(tmp_path, f"(Worker_TP0 pid=1162) ERROR 10-10 11:32:51 [multiproc_executor.py:671] {oom}\n")
+    assert "--gpu-memory-utilization" in f.fix
+    (f,) = explain(tmp_path, f"[rank0]: {oom}\n")
+    assert "--gpu-memory-utilization" not in f.fix and "batch size" in f.fix
+
+
+def test_a_weak_signal_says_likely_and_what_confirms_it(tmp_path):
+    (f,) = explain(tmp_path, "RuntimeError: DataLoader worker (pid(s) 123, 124) exited unexpectedly\n")
+    assert "likely:" in f.message and "To confirm:" in f.detail
+
+
+def test_a_cuda_only_package_is_blamed_only_on_an_npu_host(tmp_path):
+    frame = '  File "/x/site-packages/transformer_engine/common/__init__.py", line 304, in <module>\n'
+    fs = explain(tmp_path, "import torch_npu\n" + frame)
+    assert fs[0].code == "log.host.cuda_package_on_npu" and "pip uninstall transformer-engine" in fs[0].fix
+    assert all(f.code != "log.host.cuda_package_on_npu" for f in explain(tmp_path, frame))
+
+
+# ---- the honest unknown -------------------------------------------------------------------------------
+
+
+def test_an_unknown_exception_names_the_users_frame_and_its_family(tmp_path):
+    (f,) = explain(
+        tmp_path,
+        "Traceback (most recent call last):\n"
+        '  File "/home/me/train.py", line 41, in main\n    run()\n'
+        '  File "/usr/lib/python3.10/site-packages/lib/x.py", line 9, in run\n    go()\n'
+        "PermissionError: [Errno 13] Permission denied: '/data/ckpt/step-100'\n",
+    )
+    assert "/home/me/train.py:41 in main" in f.detail and f.data["family"] == "permission"
+
+
+def test_a_log_without_exceptions_is_explained_by_its_error_line_and_advice(tmp_path):
+    (f,) = explain(
+        tmp_path,
+        "[WARNING] DEVICE(1,f,python):2023 [x.cc:776] Dump] Frob error may be caused by a slow widget.\n"
+        "[WARNING] DEVICE(1,f,python):2023 [x.cc:778] Dump] Suggestion:\n"
+        "[WARNING] DEVICE(1,f,python):2023 [x.cc:779] Dump]     1) Set widget_speed=fast and try again.\n",
+    )
+    assert f.code == "log.exception" and "slow widget" in f.message
+    assert f.fix.startswith("What the log itself suggests: Set widget_speed=fast and try again.")
+
+
+# ---- torchtitan / torchtitan-npu runs --------------------------------------------------------------------
+
+
+def test_torchtitan_logger_lines_name_rank_and_time(tmp_path):
+    (f, *_) = explain(
+        tmp_path,
+        "[rank0]:[titan] 2025-06-01 10:00:00,001 - root - INFO - step:  10  loss:  7.1\n"
+        "[rank1]:[titan] 2025-06-01 10:00:05,002 - root - ERROR - training failed\n"
+        "[rank1]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity "
+        "of 79.10 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 78.00 GiB memory in "
+        "use. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 7.00 GiB is reserved by PyTorch but "
+        "unallocated.\n",
+    )
+    assert f.code == "log.oom.cuda" and f.data["rank"] == 1 and f.data["device"] == 1
