@@ -92,6 +92,19 @@ def run_trainer(
     )
 
 
+def start_node(workdir: Path, *, nproc: int, overrides=(), extra=()) -> subprocess.Popen:
+    """One node's `titan-train run` started in the background (a multi-node test starts one per
+    node on this host), its output piped; `extra`: the node's --nnodes / --node-rank / rendezvous."""
+    return subprocess.Popen(
+        trainer_cmd(nproc, overrides, extra),
+        cwd=workdir,
+        env=trainer_env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
 def run_in_process(
     workdir: Path, monkeypatch, *, nproc: int = 1, overrides=(), extra=()
 ) -> subprocess.CompletedProcess:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import threading
 import time
 
@@ -18,7 +17,7 @@ import pytest
 from titan_train.runtime import launch, nodes
 from titan_train.runtime.launch import LaunchError, LaunchOptions, free_port
 
-from .conftest import FAST, REPO, trainer_env
+from .conftest import FAST, start_node
 
 NPROC = "node 1 started with --nproc 2, node 0 with --nproc 1: every node must start the same number of ranks"
 NNODES = "node 1 started with --nnodes 3, node 0 with --nnodes 2: every node must be started with the same --nnodes"
@@ -121,25 +120,8 @@ def test_a_node_rank_beyond_nnodes_is_refused():
 def _node(
     cwd, *, node_rank: int, nproc: int, nnodes: int, rendezvous: list[str], timeout: int = 20
 ) -> subprocess.Popen:
-    args = [
-        sys.executable,
-        "-m",
-        "titan_train.cli",
-        "run",
-        "--config",
-        str(REPO / "configs" / "llama_debug.toml"),
-        *[a for o in FAST + ["training.steps=2"] for a in ("--set", o)],
-        "--nproc",
-        str(nproc),
-        "--nnodes",
-        str(nnodes),
-        "--node-rank",
-        str(node_rank),
-        "--rdzv-timeout",
-        str(timeout),
-        *rendezvous,
-    ]
-    return subprocess.Popen(args, cwd=cwd, env=trainer_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    extra = ["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--rdzv-timeout", str(timeout), *rendezvous]
+    return start_node(cwd, nproc=nproc, overrides=FAST + ["training.steps=2"], extra=extra)
 
 
 def _ends(procs: list[subprocess.Popen]) -> list[tuple[int, str]]:
@@ -243,3 +225,19 @@ def test_c10d_nodes_started_with_another_nnodes_both_exit_with_one_line(tmp_path
         assert all(line.startswith(f"titan-train: error: rendezvous at {where[1]} ") for line in said), said
     else:
         assert said == [mismatch, mismatch]
+
+
+def test_a_store_whose_host_left_after_the_verdict_still_gives_the_one_line():
+    """Node 0 judged, the node hosting the c10d store read the line and exited: node 0's wait
+    for readers then meets a dead store. Before: a DistNetworkError traceback on node 0."""
+    from titan_train.runtime import nodes
+
+    class HostLeft:
+        def set(self, key, value):
+            pass
+
+        def add(self, key, n):
+            raise RuntimeError("DistNetworkError: failed to recv, got 0 bytes")
+
+    with pytest.raises(nodes.Disagreement, match="^node 1 started with --nproc 2"):
+        nodes._fail_everywhere(HostLeft(), "node 1 started with --nproc 2, node 0 with --nproc 1", 1)

@@ -3,14 +3,11 @@ machine, meeting through torch's c10d rendezvous, train exactly like 4 ranks on 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from titan_train.runtime.launch import free_port
 
-from .conftest import FAST, REPO, losses, ok, run_trainer, trainer_env
+from .conftest import FAST, losses, ok, run_trainer, start_node
 
 pytestmark = pytest.mark.multirank  # every test here starts trainer ranks or worker processes
 
@@ -23,31 +20,9 @@ def test_two_nodes_of_two_ranks_match_four_ranks_on_one_node(tmp_path):
     ok(run_trainer(single, nproc=4, overrides=FAST + STEPS))
 
     port = free_port()
-    args = [
-        sys.executable,
-        "-m",
-        "titan_train.cli",
-        "run",
-        "--config",
-        str(REPO / "configs" / "llama_debug.toml"),
-        *[a for o in FAST + STEPS for a in ("--set", o)],
-        "--nproc",
-        "2",
-        "--nnodes",
-        "2",
-        "--rdzv-endpoint",
-        f"127.0.0.1:{port}",
-    ]
+    rendezvous = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}"]
     nodes = [
-        subprocess.Popen(
-            args + ["--node-rank", str(k)],
-            cwd=multi,
-            env=trainer_env(),
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for k in (0, 1)
+        start_node(multi, nproc=2, overrides=FAST + STEPS, extra=[*rendezvous, "--node-rank", str(k)]) for k in (0, 1)
     ]
     outs = [n.communicate(timeout=300) for n in nodes]
     for n, (out, err) in zip(nodes, outs):

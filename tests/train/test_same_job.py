@@ -4,9 +4,6 @@ data differs in content at the same path."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from titan_train.config import job
@@ -14,7 +11,7 @@ from titan_train.config.parallel_dims import ParallelDims
 from titan_train.distributed import same_job
 from titan_train.runtime.launch import free_port
 
-from .conftest import FAST, REPO, trainer_env
+from .conftest import FAST, REPO, start_node
 
 DIMS = ParallelDims(dp=2)
 
@@ -49,30 +46,14 @@ def test_data_that_differs_in_content_at_the_same_path_is_named():
 @pytest.mark.multirank
 def test_two_static_nodes_with_different_configs_are_both_refused(tmp_path):
     port = free_port()
-    base = [
-        sys.executable,
-        "-m",
-        "titan_train.cli",
-        "run",
-        "--config",
-        str(REPO / "configs" / "llama_debug.toml"),
-        *[a for o in FAST + ["training.steps=2"] for a in ("--set", o)],
-        "--nproc",
-        "1",
-        "--nnodes",
-        "2",
-        "--rdzv-endpoint",
-        f"127.0.0.1:{port}",
-    ]
+    rendezvous = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}"]
     lrs = {0: "0.001", 1: "0.002"}
     nodes = [
-        subprocess.Popen(
-            base + ["--set", f"optimizer.lr={lrs[k]}", "--node-rank", str(k)],
-            cwd=tmp_path,
-            env=trainer_env(),
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+        start_node(
+            tmp_path,
+            nproc=1,
+            overrides=FAST + ["training.steps=2", f"optimizer.lr={lrs[k]}"],
+            extra=[*rendezvous, "--node-rank", str(k)],
         )
         for k in (0, 1)
     ]

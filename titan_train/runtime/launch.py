@@ -289,22 +289,29 @@ def _c10d_rendezvous(opts: LaunchOptions) -> Rendezvous:
         ) from None
     except (RendezvousError, RuntimeError) as e:  # torch's DistNetworkError: the store's host went away
         _shut(handler)
-        raise LaunchError(
-            f"rendezvous at {opts.rdzv_endpoint} broke off: the node hosting its store (the first one started) "
-            f"went away, which says why in its own line ({str(e).splitlines()[0][:120]}); {same}"
-        ) from None
+        raise _store_went_away(opts, e, same) from None
     try:
         nodes.agree(
             info.store, nodes.NodeFacts(info.rank, opts.nnodes, opts.nproc), opts.rdzv_timeout_s, opts.rdzv_endpoint
         )
+        key = "titan_train/master"
+        if info.rank == 0:
+            info.store.set(key, f"{_address_towards(host, port)}:{free_port()}")
+        addr, _, master_port = info.store.get(key).decode().rpartition(":")
     except nodes.Disagreement:
         _shut(handler)
         raise
-    key = "titan_train/master"
-    if info.rank == 0:
-        info.store.set(key, f"{_address_towards(host, port)}:{free_port()}")
-    addr, _, master_port = info.store.get(key).decode().rpartition(":")
+    except RuntimeError as e:  # the store's host ended (its own verdict, or a crash) while this node used it
+        _shut(handler)
+        raise _store_went_away(opts, e, same) from None
     return Rendezvous(info.rank, addr, int(master_port), handler)
+
+
+def _store_went_away(opts: LaunchOptions, e: Exception, same: str) -> LaunchError:
+    return LaunchError(
+        f"rendezvous at {opts.rdzv_endpoint} broke off: the node hosting its store (the first one started) "
+        f"went away, which says why in its own line ({str(e).splitlines()[0][:120]}); {same}"
+    )
 
 
 def _shut(handler) -> None:

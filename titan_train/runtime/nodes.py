@@ -105,10 +105,13 @@ def _decide(store, mine: NodeFacts, timeout_s: float, where: str) -> None:
 
 def _fail_everywhere(store, problem: str, arrived: int) -> None:
     """Publish the line, keep the store up until the nodes that arrived read it, raise it here."""
-    store.set(VERDICT, problem)
-    until = time.monotonic() + READ_GRACE_S
-    while store.add(READ, 0) < arrived and time.monotonic() < until:
-        time.sleep(POLL_S)
+    try:
+        store.set(VERDICT, problem)
+        until = time.monotonic() + READ_GRACE_S
+        while store.add(READ, 0) < arrived and time.monotonic() < until:
+            time.sleep(POLL_S)
+    except RuntimeError:  # torch's DistNetworkError: the store's host (another node) read the line and left
+        pass
     raise Disagreement(problem)
 
 
