@@ -34,6 +34,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from benchmarks.procstat import hwm_kib  # noqa: E402
+
 SHARED = next(
     (b / "shared" / "data" for b in (REPO.parent, REPO.parent.parent) if (b / "shared" / "data").is_dir()),
     REPO.parent / "shared" / "data",
@@ -128,16 +130,6 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _hwm_kib(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def train_start(dataset: Path, tokenizer: str, nproc: int, workdir: Path) -> dict:
     """Seconds from launch to rank 0's first step line; peak RSS (MiB) of each rank."""
     sets = [
@@ -160,7 +152,7 @@ def train_start(dataset: Path, tokenizer: str, nproc: int, workdir: Path) -> dic
     def watch():
         while not done.is_set():
             for pid in _children(proc.pid) if nproc > 1 else [proc.pid]:
-                peaks[pid] = max(peaks.get(pid, 0), _hwm_kib(pid))
+                peaks[pid] = max(peaks.get(pid, 0), hwm_kib(pid))
             time.sleep(0.1)
 
     watcher = threading.Thread(target=watch, daemon=True)

@@ -34,6 +34,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from benchmarks.procstat import hwm_kib  # noqa: E402
+
 SHARED = next(
     (b / "shared" / "data" for b in (REPO.parent, REPO.parent.parent) if (b / "shared" / "data").is_dir()),
     REPO.parent / "shared" / "data",
@@ -97,16 +99,6 @@ def _tree(root: int) -> list[int]:
     return found
 
 
-def _hwm_kib(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def prepare(src: Path, out: Path, tokenizer: str, workers: int) -> dict:
     cmd = [sys.executable, "-m", "titan_train.cli", "prepare-data", str(src), "--tokenizer", tokenizer]
     cmd += ["--out", str(out), "--workers", str(workers)]
@@ -118,7 +110,7 @@ def prepare(src: Path, out: Path, tokenizer: str, workers: int) -> dict:
     def watch():
         while not done.is_set():
             for pid in _tree(proc.pid)[1:]:  # not the wrapper
-                peaks[pid] = max(peaks.get(pid, 0), _hwm_kib(pid))
+                peaks[pid] = max(peaks.get(pid, 0), hwm_kib(pid))
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)
