@@ -4,7 +4,8 @@ Pure functions, no torch: the trainer's preflight calls this before any rank sta
 doctor (`titan-doctor diagnose --config`) renders it. Every formula below names the code it
 models. Counts are exact where the code is deterministic (parameter shards, optimizer
 state, the tensors autograd saves per block); the moment of the peak is modelled as the
-larger of three phases, which is where the estimate's error comes from
+larger of its phases (the end of forward while the loss is computed, the start of the loss's
+backward, each block's backward, the optimizer step), which is where the estimate's error comes from
 (benchmarks/memory_accuracy.py measures it against torch's memory tracker).
 
 Tensor sizes use these names (per rank, per micro-batch):
@@ -530,13 +531,14 @@ def _loss_forward(s: _Stage, held: tuple[int, ...], accum_grads: int, when: str)
     """The end of forward on the last stage, while the loss is computed: every activation
     alive (log_softmax's output among them), this micro-batch's logits (compute dtype) and
     their fp32 cast, and log_softmax's shifted logits (fp32); under tp loss_parallel's
-    log_softmax (torch/distributed/tensor/parallel/loss.py) holds two more fp32 (b*s*V/tp)
-    temporaries at its peak (measured by --exact). All over V/tp of the vocabulary."""
+    log_softmax (torch/distributed/tensor/parallel/loss.py) holds one more fp32 (b*s*V/tp)
+    temporary at its peak (measured on real gloo ranks, benchmarks/memory_accuracy.py; --exact
+    counts a second one the real run does not allocate). All over V/tp of the vocabulary."""
     lay, t = s.lay, s.lay.dims.tp
     e, _ = _dtypes(lay)
-    per_token = e + (4 if e < 4 else 0) + 4 + (8 if t > 1 else 0)
-    if lay.loss_chunks > 1 and t > 1:  # a checkpointed piece under loss_parallel (measured by --exact)
-        per_token += 8
+    per_token = e + (4 if e < 4 else 0) + 4 + (4 if t > 1 else 0)
+    if lay.loss_chunks > 1 and t > 1:  # a checkpointed piece under loss_parallel (measured)
+        per_token += 12
     piece = s.tokens // lay.loss_chunks  # loss_chunks > 1: one piece's logits at a time
     return (
         "forward end (loss)" + when,
