@@ -1,6 +1,9 @@
 """Wall and CPU time of `titan-doctor diagnose` (default checks; target <= 2 s) and of
-`diagnose --log` on the real-log corpus and on a large synthetic training log. Figures,
-not pass/fail; --repo runs another checkout (e.g. main) for a side-by-side.
+`diagnose --log` on one real log (target < 1 s with start-up), the real-log corpus and two
+large synthetic logs: training chatter (lines that repeat but for their numbers) and a log of
+all-distinct lines (the pre-filter's worst case); for those the MB/s streamed (target >= 25)
+and the peak RSS of the process (flat: it must not grow with the log). Figures, not
+pass/fail; --repo runs another checkout (e.g. main) for a side-by-side.
 
     python benchmarks/diagnose_speed.py [--repo PATH] [--runs 3] [--lines 200000]
 """
@@ -21,12 +24,23 @@ HERE = Path(__file__).resolve().parents[1]
 CORPUS = HERE / "tests" / "diagnose" / "real_logs"
 
 
-def run(repo: Path, args: list[str]) -> tuple[float, float]:
-    """(wall s, child CPU s) of one diagnose run."""
+# runs the CLI and prints the process's own peak RSS (KiB on Linux) on the last stderr line
+_WRAP = (
+    "import resource, sys\n"
+    "from titan_doctor.cli import main\n"
+    "sys.argv = ['titan-doctor', 'diagnose', *sys.argv[1:]]\n"
+    "try:\n    main()\n"
+    "except SystemExit:\n    pass\n"
+    "print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+)
+
+
+def run(repo: Path, args: list[str]) -> tuple[float, float, float]:
+    """(wall s, child CPU s, peak RSS MiB) of one diagnose run."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "titan_doctor", "diagnose", *args],
+    p = subprocess.run(
+        [sys.executable, "-c", _WRAP, *args],
         cwd=repo,
         env={**os.environ, "PYTHONPATH": str(repo)},
         capture_output=True,
@@ -34,7 +48,8 @@ def run(repo: Path, args: list[str]) -> tuple[float, float]:
     )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    rss = next((int(ln.split()[1]) / 1024 for ln in reversed(p.stderr.splitlines()) if ln.startswith("maxrss")), 0.0)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), rss
 
 
 def big_log(path: Path, lines: int) -> None:
@@ -55,6 +70,15 @@ def big_log(path: Path, lines: int) -> None:
         fh.write((CORPUS / "vllm_ascend_486_ei0006_rank1.log").read_text())
 
 
+def distinct_log(path: Path, lines: int) -> None:
+    """Lines that never repeat in shape (hex addresses and words differ): every line is new to
+    the pre-filter's cache of line shapes."""
+    with open(path, "w") as fh:
+        for i in range(lines):
+            fh.write(f"worker {i:x} handled request {hex(i * 2654435761 % (1 << 32))} for client ab{i % 7919:x}cd\n")
+        fh.write((CORPUS / "vllm_ascend_486_ei0006_rank1.log").read_text())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repo", type=Path, default=HERE)
@@ -63,19 +87,25 @@ def main() -> None:
     a = ap.parse_args()
     repo = a.repo.resolve()
     with tempfile.TemporaryDirectory() as tmp:
-        big = Path(tmp) / "big.log"
+        big, distinct = Path(tmp) / "big.log", Path(tmp) / "distinct.log"
         big_log(big, a.lines)
+        distinct_log(distinct, a.lines)
+        one = CORPUS / "vllm_ascend_486_ei0006_rank1.log"
         cases = [
-            ("diagnose (default checks)", []),
-            ("diagnose --no-import-torch", ["--no-import-torch"]),
-            (f"--log corpus folder ({len(list(CORPUS.rglob('*.log')))} files)", ["--log", str(CORPUS)]),
-            (f"--log {a.lines:,}-line log", ["--log", str(big)]),
+            ("diagnose (default checks)", [], None),
+            ("diagnose --no-import-torch", ["--no-import-torch"], None),
+            ("--log one real log", ["--log", str(one)], None),
+            (f"--log corpus folder ({len(list(CORPUS.rglob('*.log')))} files)", ["--log", str(CORPUS)], None),
+            (f"--log {a.lines:,}-line training log", ["--log", str(big)], big),
+            (f"--log {a.lines:,} distinct lines", ["--log", str(distinct)], distinct),
         ]
         print(f"{repo}  ({a.runs} runs each, median)")
-        print(f"{'what':<44} {'wall s':>8} {'cpu s':>8}")
-        for name, args in cases:
+        print(f"{'what':<44} {'wall s':>8} {'cpu s':>8} {'MB/s':>7} {'RSS MiB':>8}")
+        for name, args, log in cases:
             res = [run(repo, args) for _ in range(a.runs)]
-            print(f"{name:<44} {statistics.median(r[0] for r in res):8.2f} {statistics.median(r[1] for r in res):8.2f}")
+            wall, cpu = statistics.median(r[0] for r in res), statistics.median(r[1] for r in res)
+            rate = f"{log.stat().st_size / 1e6 / cpu:7.1f}" if log else f"{'':7}"
+            print(f"{name:<44} {wall:8.2f} {cpu:8.2f} {rate} {max(r[2] for r in res):8.1f}")
 
 
 if __name__ == "__main__":
