@@ -120,6 +120,7 @@ def test_a_catch_all_codes_reason_beats_the_acl_number_beside_it(tmp_path):
         "negative width\n",
     )
     assert fs[0].code == "log.ecode.EE1001" and "frobnicator" in fs[0].message
+    assert "aclError 207004) only says that the call failed; this message says why" in fs[0].detail
     # a Reason that only echoes a failed call does not
     fs = explain(
         tmp_path,

@@ -689,6 +689,13 @@ def _finding(
     more = e.more or _same_line_more(e, inc)
     if more:
         detail += "\n" + "\n".join("  " + m[:200] for m in more[:6])
+    outranked = _codes_it_explains(e, inc) if root else []
+    if outranked:
+        detail += (
+            f"\nThe code{'s' if len(outranked) > 1 else ''} printed with it ({', '.join(outranked)}) only "
+            f"{'say' if len(outranked) > 1 else 'says'} that the call failed; this message says why, so it is the root "
+            "cause (the codes are listed below)."
+        )
     raised = _raised_in(inc) if root else None
     if raised:
         detail += f"\nraised from {raised}"
@@ -715,6 +722,21 @@ def _finding(
             **{k: v for k, v in groups.items() if k not in ("prefix_fix", "fields_fix")},
         },
     )
+
+
+_CODE_KINDS = ("acl", "ecode", "hccl", "nccl", "torch_npu")
+
+
+def _codes_it_explains(e: Event, inc: Incident) -> list[str]:
+    """The generic codes of the incident that a more specific root event explains: the
+    aclError / ERR wrapper beside a message row or a catch-all E-code's Reason."""
+    if e.id.split(".")[0] in _CODE_KINDS and not e.catch_all:
+        return []
+    return [
+        f"{x.id.split('.')[0].replace('acl', 'aclError').replace('ecode', 'E-code')} {x.groups.get('code', x.id)}"
+        for x in inc.events
+        if x is not e and x.id.split(".")[0] in _CODE_KINDS and x.rank >= e.rank and not x.consequence
+    ][:4]
 
 
 def detail_text(e: Event, groups: dict[str, Any]) -> str:
