@@ -1,11 +1,16 @@
 """Shared by the migrate tests: run the codemod on one fixture and render its findings
-the way the fixture files store them (path-free `line:col CODE [status] message`)."""
+the way the fixture files store them (path-free `line:col CODE [status] message`).
+
+Fixtures show every rewrite with the `import torch_npu` it needs (`--import-torch-npu
+always`), except those under fixtures/imports/, which show the default policy (only
+programs get the import)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from titan_doctor.findings import Finding
+from titan_doctor.migrate.python.facts import Place
 from titan_doctor.migrate.python.pyfile import migrate_python
 from titan_doctor.migrate.rules import RuleSet, load_rules
 from titan_doctor.migrate.text.lines import migrate_text
@@ -44,10 +49,17 @@ def run(*args):
     return CliRunner().invoke(main, ["migrate", *map(str, args)])
 
 
+def fixture_place(src: Path) -> Place:
+    """The import policy a fixture shows (see the module docstring)."""
+    return Place(torch_npu_import="scripts" if "imports" in src.parent.parts else "always")
+
+
 def migrate_fixture(src: Path) -> tuple[bytes, list[Finding]]:
     data = src.read_bytes()
-    run = migrate_python if src.suffix == ".py" else migrate_text
-    new, findings = run(data, rules(), src.name)
+    if src.suffix == ".py":
+        new, findings = migrate_python(data, rules(), src.name, place=fixture_place(src))
+    else:
+        new, findings = migrate_text(data, rules(), src.name)
     return new, sorted(findings, key=lambda f: (f.line, f.col, f.code))
 
 

@@ -27,7 +27,8 @@ def tree(tmp_path):
 def test_in_place_rewrite_exit_0_and_report(tree):
     res = run(tree)
     assert res.exit_code == 0, res.output
-    assert (tree / "train.py").read_text() == "import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n"
+    # a module, not a program: torch loads torch_npu by itself, so no import is added
+    assert (tree / "train.py").read_text() == "import torch\n\ntorch.npu.synchronize()\n"
     assert "src/train.py:3:1 NPU101 [fixed] torch.cuda.synchronize -> torch.npu.synchronize" in res.output.replace(
         str(tree.parent) + "/", ""
     )
@@ -46,8 +47,27 @@ def test_diff_prints_unified_diff_and_writes_nothing(tree):
     res = run("--diff", tree)
     assert res.exit_code == 1
     assert "-torch.cuda.synchronize()\n+torch.npu.synchronize()" in res.output
-    assert "+import torch_npu" in res.output
+    assert "+import torch_npu" not in res.output
     assert (tree / "train.py").read_text() == CUDA_SRC
+
+
+PROGRAM_SRC = 'import torch\n\nif __name__ == "__main__":\n    torch.cuda.synchronize()\n'
+
+
+def test_import_torch_npu_goes_into_programs_by_default_and_where_asked(tmp_path):
+    """scripts (the default): a program outside a package gets the import, a module or a
+    program inside a package (an __init__.py beside it) does not; always / never."""
+    (tmp_path / "prog.py").write_text(PROGRAM_SRC)
+    (tmp_path / "mod.py").write_text(CUDA_SRC)
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "cli.py").write_text(PROGRAM_SRC)
+    res = run("--diff", tmp_path)
+    changed = {p: "+import torch_npu" in part for part in res.output.split("--- a/")[1:] for p in [part.split("\n")[0]]}
+    assert [name.rsplit("/", 1)[-1] for name, added in changed.items() if added] == ["prog.py"]
+    assert run("--diff", "--import-torch-npu", "always", tmp_path).output.count("+import torch_npu") == 3
+    assert "+import torch_npu" not in run("--diff", "--import-torch-npu", "never", tmp_path).output
 
 
 def test_manual_findings_exit_1(tree):
@@ -103,7 +123,7 @@ def test_json_format(tree):
     assert res.exit_code == 1
     assert data["files"] == {"changed": 1, "unchanged": 1, "skipped": 0, "failed": 0}
     assert data["skipped"] == {}
-    assert {f["code"] for f in data["findings"]} == {"NPU100", "NPU101"}
+    assert {f["code"] for f in data["findings"]} == {"NPU101"}  # a module: no import added
     assert data["findings"][0]["status"] == "fixed"
 
 

@@ -18,10 +18,10 @@ from titan_doctor.migrate.engine import runner as engine
 from .helpers import rules
 
 
-def _process(tmp_path, name: str, data: bytes):
+def _process(tmp_path, name: str, data: bytes, torch_npu_import: str = "scripts"):
     path = tmp_path / name
     path.write_bytes(data)
-    return engine.process_file(path, rules(), name)
+    return engine.process_file(path, rules(), name, torch_npu_import=torch_npu_import)
 
 
 def test_file_without_markers_is_not_parsed_and_stays_identical(tmp_path):
@@ -39,7 +39,7 @@ def test_marker_without_change_is_byte_identical(tmp_path):
 
 def test_crlf_and_encoding_kept_when_changed(tmp_path):
     data = b"# -*- coding: latin-1 -*-\r\nimport torch\r\ns = 'caf\xe9'\r\ntorch.cuda.synchronize()\r\n"
-    res = _process(tmp_path, "crlf.py", data)
+    res = _process(tmp_path, "crlf.py", data, torch_npu_import="always")
     assert res.state == engine.CHANGED
     assert res.new == (
         b"# -*- coding: latin-1 -*-\r\nimport torch\r\nimport torch_npu\r\ns = 'caf\xe9'\r\ntorch.npu.synchronize()\r\n"
@@ -57,7 +57,7 @@ def test_unparseable_file_is_reported_and_untouched(tmp_path):
 
 
 def test_output_that_would_not_parse_is_not_written(tmp_path, monkeypatch):
-    def bad(data, rules, path, suppressed=None):
+    def bad(data, rules, path, suppressed=None, place=None, kept=None):
         return data + b"\n)(\n", []
 
     monkeypatch.setattr(engine, "migrate_python", bad)
@@ -141,7 +141,7 @@ def test_toml_device_and_backend_keys_rewritten_and_parsed_again(tmp_path):
 
 def test_inserted_import_is_reported_at_an_input_line(tmp_path):
     src = b'"""doc."""\nfrom torch.cuda import synchronize, jiterator\nimport torch\n\ntorch.cuda.manual_seed(0)\n'
-    res = _process(tmp_path, "m.py", src)
+    res = _process(tmp_path, "m.py", src, torch_npu_import="always")
     lines = res.new.splitlines()
     [f] = [f for f in res.findings if f.code == "NPU100"]
     # output: doc, two split imports, import torch_npu before them (torch.npu needs it)
@@ -165,7 +165,7 @@ def test_parallel_run_matches_serial(tmp_path):
 
 def test_every_changed_output_parses(tmp_path):
     src = b"from torch.cuda import synchronize, jiterator\nimport torch as th\nth.cuda.synchronize()\n"
-    res = _process(tmp_path, "s.py", src)
+    res = _process(tmp_path, "s.py", src, torch_npu_import="always")
     cst.parse_module(res.new)
     assert res.new.startswith(
         b"import torch_npu\nfrom torch.npu import synchronize\nfrom torch.cuda import jiterator\n"
@@ -173,12 +173,12 @@ def test_every_changed_output_parses(tmp_path):
 
 
 def test_bom_and_missing_final_newline_kept(tmp_path):
-    res = _process(tmp_path, "bom.py", b"\xef\xbb\xbfimport torch\ntorch.cuda.synchronize()")
+    res = _process(tmp_path, "bom.py", b"\xef\xbb\xbfimport torch\ntorch.cuda.synchronize()", torch_npu_import="always")
     assert res.new == b"\xef\xbb\xbfimport torch\nimport torch_npu\ntorch.npu.synchronize()"
 
 
 def test_a_crash_on_one_file_is_a_failed_file_not_a_crash(tmp_path, monkeypatch):
-    def boom(data, rules, path, suppressed=None):
+    def boom(data, rules, path, suppressed=None, place=None, kept=None):
         raise RecursionError("maximum recursion depth exceeded")
 
     monkeypatch.setattr(engine, "migrate_python", boom)
@@ -248,7 +248,7 @@ def test_kernel_gate_explanation_is_the_same_in_every_process(tmp_path):
     code = (
         "import sys; from titan_doctor.migrate.engine import runner as engine; from tests.migrate.helpers import rules; "
         "from pathlib import Path; r = engine.process_file(Path(sys.argv[1]), rules(), 'two_routes.py'); "
-        "print([f.message for f in r.findings if 'CUDA-only kernel' in f.message])"
+        "print([f.message for f in r.findings if 'CUDA-only code' in f.message])"
     )
     repo = Path(__file__).resolve().parents[2]
     seen = {
@@ -263,3 +263,50 @@ def test_kernel_gate_explanation_is_the_same_in_every_process(tmp_path):
         for seed in range(6)
     }
     assert len(seen) == 1 and "fused -> _route_z -> _a" in seen.pop()
+
+
+def test_a_python_file_that_does_not_parse_is_reported_without_a_cuda_word(tmp_path):
+    """The pre-filter skips files no rule can match, but not their syntax errors."""
+    res = _process(tmp_path, "broken_plain.py", b"def f(:\n    return 1\n")
+    assert res.state == engine.FAILED
+    [f] = res.findings
+    assert (f.code, f.status, f.line) == ("NPU001", Status.FAIL, 1)
+    assert _process(tmp_path, "fine.py", b"def f():\n    return 1\n").findings == []
+
+
+SETUP_PY = b"""from setuptools import setup
+
+extras = {"quant": ["bitsandbytes>=0.45", "triton"]}
+extras["attn"] = ["flash-attn>=2.6"]
+
+setup(
+    name="tuner",
+    install_requires=["torch", "transformers"],
+    extras_require=extras,
+)
+"""
+
+
+def test_setup_py_requirements_are_read_like_a_requirements_file(tmp_path):
+    res = _process(tmp_path, "setup.py", SETUP_PY)
+    assert res.state == engine.UNCHANGED
+    found = [(f.code, f.line, f.col, f.message.split(" in a dependency")[0]) for f in res.findings]
+    assert found == [
+        ("NPU804", 3, 22, "bitsandbytes"),
+        ("NPU804", 3, 44, "triton"),
+        ("NPU804", 4, 20, "flash-attn"),
+    ]
+    for (_, _, _, name), f in zip(found, res.findings):  # each column points at its package
+        assert SETUP_PY.splitlines()[f.line - 1][f.col - 1 :].startswith(name.encode())
+
+
+def test_a_ci_workflow_is_reported_not_rewritten(tmp_path):
+    wf = tmp_path / ".github" / "workflows"
+    wf.mkdir(parents=True)
+    path = wf / "gpu.yml"
+    data = b"jobs:\n  test:\n    env:\n      CUDA_VISIBLE_DEVICES: 0,1\n"
+    path.write_bytes(data)
+    res = engine.process_file(path, rules(), ".github/workflows/gpu.yml")
+    assert res.state == engine.UNCHANGED and res.new == data
+    [f] = res.findings
+    assert f.status is Status.MANUAL and "ASCEND_RT_VISIBLE_DEVICES" in f.message and "CI workflow" in f.message

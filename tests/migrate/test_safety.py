@@ -18,7 +18,7 @@ from .gitrepo import git, make
 from .helpers import run
 
 CUDA = "import torch\n\ntorch.cuda.synchronize()\n"
-NPU = "import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n"
+NPU = "import torch\n\ntorch.npu.synchronize()\n"  # a module: torch loads torch_npu by itself
 
 
 @pytest.fixture
@@ -116,8 +116,8 @@ def test_a_file_edited_during_the_run_is_not_overwritten(tmp_path, monkeypatch):
     make(tmp_path, {"a.py": CUDA, "b.py": CUDA})
     real = command._with_progress
 
-    def edit_midway(engine, files, rules, jobs, fmt):
-        results = real(engine, files, rules, jobs, fmt)
+    def edit_midway(engine, files, rules, jobs, fmt, torch_npu_import):
+        results = real(engine, files, rules, jobs, fmt, torch_npu_import)
         (tmp_path / "b.py").write_text(CUDA + "# saved by an editor\n")
         return results
 

@@ -7,12 +7,13 @@ import pytest
 
 from titan_doctor.migrate.engine import runner as engine
 from titan_doctor.migrate.python import pyfile
+from titan_doctor.migrate.python.facts import Place
 
 from .helpers import fixture_inputs, rules
 
 
 def migrate(src: str) -> str:
-    return engine.migrate_python(src.encode(), rules(), "t.py")[0].decode()
+    return engine.migrate_python(src.encode(), rules(), "t.py", place=Place(torch_npu_import="always"))[0].decode()
 
 
 @pytest.mark.parametrize(

@@ -124,6 +124,17 @@ Exit codes:
     metavar="FILE",
     help="Extra rules TOML (same schema as rules/migrate/*.toml); repeatable.",
 )
+@click.option(
+    "--import-torch-npu",
+    "torch_npu_import",
+    type=click.Choice(["scripts", "always", "never"]),
+    default="scripts",
+    show_default=True,
+    help="Where `import torch_npu` is added when rewrites need it: scripts = programs only "
+    '(a top-level `if __name__ == "__main__":` outside a package) and notebooks, since '
+    "torch 2.5+ loads torch_npu by itself and a library that imports it no longer imports "
+    "without it; always = every module that needs it; never.",
+)
 @click.option("--list-rules", is_flag=True, help="Print the rule codes and exit.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for tool errors.")
 def migrate(
@@ -139,6 +150,7 @@ def migrate(
     select,
     ignore,
     rule_files,
+    torch_npu_import,
     list_rules,
     debug,
 ):
@@ -157,6 +169,7 @@ def migrate(
             ignore,
             rule_files,
             list_rules,
+            torch_npu_import,
         )
     except MigrateError as e:
         click.echo(f"titan-doctor migrate: error: {e}", err=True)
@@ -194,6 +207,7 @@ def _run(
     ignore,
     rule_files,
     list_rules,
+    torch_npu_import="scripts",
 ) -> int:
     from titan_doctor.migrate.engine import discovery, writes
     from titan_doctor.migrate.engine import runner as engine
@@ -218,7 +232,7 @@ def _run(
 
     found = discovery.discover(paths, rules, exclude)
     files = [(e.path, discovery.shown_name(e.path)) for e in found.files]
-    results = _with_progress(engine, files, rules, jobs, fmt)
+    results = _with_progress(engine, files, rules, jobs, fmt, torch_npu_import)
     changed = [r for r in results if r.state == engine.CHANGED]
 
     writes_files = not (show_diff or check)
@@ -277,11 +291,11 @@ def _guard_in_place(changed, allow_dirty: bool, allow_ignored: bool) -> None:
             raise MigrateError(f"{_names([r.path])} changed while migrate ran; nothing was written, run it again")
 
 
-def _with_progress(engine, files, rules, jobs, fmt):
+def _with_progress(engine, files, rules, jobs, fmt, torch_npu_import="scripts"):
     if fmt == "text" and len(files) >= PROGRESS_MIN_FILES and sys.stderr.isatty():
         with click.progressbar(length=len(files), label="migrating", file=sys.stderr) as bar:
-            return engine.run(files, rules, jobs, bar.update)
-    return engine.run(files, rules, jobs)
+            return engine.run(files, rules, jobs, bar.update, torch_npu_import)
+    return engine.run(files, rules, jobs, torch_npu_import=torch_npu_import)
 
 
 def _diff(result) -> str:
@@ -314,6 +328,7 @@ def _skipped(found) -> dict[str, dict]:
 def _report(fmt, findings: list[Finding], results, found, engine, diffs, writes, output, helps) -> None:
     counts = _file_counts(engine, results, found)
     suppressed = sum(r.suppressed for r in results)
+    kept = sum(r.kept for r in results)
     if fmt == "json":
         from titan_doctor.migrate.engine.discovery import shown_name
 
@@ -323,6 +338,7 @@ def _report(fmt, findings: list[Finding], results, found, engine, diffs, writes,
                 files=counts,
                 skipped=_skipped(found),
                 suppressed=suppressed,
+                kept=kept,
                 changed=[shown_name(r.path) for r in results if r.state == engine.CHANGED],
                 diff="".join(diffs) if diffs else None,
             )
@@ -352,6 +368,11 @@ def _report(fmt, findings: list[Finding], results, found, engine, diffs, writes,
     )
     if suppressed:
         click.echo(f"{suppressed} finding(s) suppressed by `# titan-doctor: ignore` comments")
+    if kept:
+        click.echo(
+            f"{kept} CUDA reference(s) left as they are in code that already runs on more than CUDA "
+            "or answers for CUDA by name (NPU114 says where an npu case is missing)"
+        )
     if found.skipped:
         rows = []
         for reason, info in _skipped(found).items():

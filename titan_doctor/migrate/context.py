@@ -11,7 +11,6 @@ Imports nothing of the migrate package but the two leaves cstutil and suppress.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,6 +21,26 @@ from titan_doctor.migrate.cstutil import dotted
 from titan_doctor.migrate.suppress import is_suppressed, silences
 
 Binding = tuple[str, bool]  # (qualified name an import binds, bound under an alias?)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Why the CUDA code at a place stays as it is: the code there already runs on more
+    than CUDA, or answers for CUDA by name (python/backends.py finds these places). When
+    something is missing for NPU there, `message` says it, once, at `anchor` (line, column)
+    under `code`; an empty message keeps the place silent (counted, not reported)."""
+
+    anchor: tuple[int, int]
+    code: str = ""
+    message: str = ""
+    fix: str = ""
+    codes: frozenset[str] | None = None  # only rewrites under these codes stay (None: all)
+    # the place already handles npu: what other findings would say about its CUDA code
+    # (a CUDA-only library, a name torch.npu lacks) is CUDA's case, not something missing
+    quiet: bool = False
+    # the place runs on more than CUDA (not only the body of a kept CUDA check): notes about
+    # a rewrite it would need (a name torch.npu lacks, a "cuda" string of unknown use) go
+    guarded: bool = False
 
 
 @dataclass
@@ -48,9 +67,13 @@ class Context:
         lookup: Callable[[str], Binding | None],
         suppressed_lines: dict[int, frozenset[str]] | None = None,
         trace: bool = False,
+        hold: Callable[[int, int, str], Hold | None] | None = None,
     ) -> None:
         self.path = path
         self._where, self._lookup = where, lookup
+        self._hold = hold  # (line, column, code) -> why a rewrite there stays, or None
+        self.kept = 0  # rewrites not made because the code there already runs beyond CUDA
+        self._holds_said: set[tuple[int, int, str]] = set()
         self.inner: set[int] = set()  # names that are not references (def names, keywords)
         self.touched: set[int] = set()  # original nodes a piece has rewritten
         self.in_import = 0  # inside an import statement
@@ -61,7 +84,6 @@ class Context:
         self._rewrites: list[tuple[int, bool]] = []  # (finding index, needs torch_npu)
         self._dead: set[int] = set()  # finding indices of undone rewrites
         self._manual_seen: set[tuple] = set()
-        self._report_uses: dict[str, list[int]] = {}
         # for tests/migrate/test_differential.py: (finding index, node) and (node, qname)
         self.trace_findings: list[tuple[int, cst.CSTNode]] | None = [] if trace else None
         self.trace_names: list[tuple[cst.CSTNode, str]] | None = [] if trace else None
@@ -80,6 +102,14 @@ class Context:
             self.trace_names.append((node, q))
         return q
 
+    def where(self, node: cst.CSTNode) -> tuple[int, int]:
+        """(line, column) of a visited node."""
+        return self._where(node)
+
+    def held(self, node: cst.CSTNode, code: str) -> Hold | None:
+        """The Hold on `node`'s place, if any (python/backends.py)."""
+        return self._hold(*self._where(node), code) if self._hold is not None else None
+
     # -- findings ---------------------------------------------------------------------------
     def emit(
         self,
@@ -91,17 +121,28 @@ class Context:
         *,
         rewrite: bool = False,
         npu: bool = True,
+        note: bool = False,
     ) -> bool:
         """Record a finding at `node`. False when a `# titan-doctor: ignore` comment on its
-        line suppresses it: the caller then leaves the code as it is. `rewrite`: the
-        caller changes code with this finding (`npu`: the change needs torch_npu)."""
+        line suppresses it, or (for a rewrite) when the code there already runs on more
+        than CUDA (a Hold): the caller then leaves the code as it is. `rewrite`: the
+        caller changes code with this finding (`npu`: the change needs torch_npu); `note`:
+        the finding is about a rewrite not made (a missing NPU name, an unknown "cuda")."""
         line, col = self._where(node)
         finding = Finding(code=code, status=status, message=message, fix=fix, path=self.path, line=line, col=col)
         if is_suppressed(self._suppress, line, code):
             self.suppressed.append(finding)
             return False
+        if self._hold is not None:
+            hold = self._hold(line, col, code)
+            if hold is not None and rewrite:
+                self.keep(hold)
+                return False
+            if hold is not None and status is Status.MANUAL and (hold.quiet or (note and not hold.guarded)):
+                self.kept += 1
+                return True
         if status is Status.MANUAL and not rewrite:
-            key = (code, line, message)
+            key = (code, line, col, message)
             if key in self._manual_seen:
                 return True
             self._manual_seen.add(key)
@@ -112,14 +153,23 @@ class Context:
             self._rewrites.append((len(self.findings) - 1, npu))
         return True
 
-    def report_once(self, key: str, code: str, node: cst.CSTNode, message: str, fix: str) -> None:
-        """A report rule speaks once per file (at its first use), counting the rest:
-        a Triton kernel file is one job for a person, not four hundred."""
-        if key in self._report_uses:
-            self._report_uses[key][1] += 1
+    def keep(self, hold: Hold) -> None:
+        """A rewrite not made because of `hold`: counted; its place's finding said once."""
+        self.kept += 1
+        if not hold.message:
             return
-        if self.emit(code, Status.MANUAL, node, message, fix):
-            self._report_uses[key] = [len(self.findings) - 1, 0]
+        line, col = hold.anchor
+        key = (line, col, hold.code)
+        if key in self._holds_said:
+            return
+        self._holds_said.add(key)
+        finding = Finding(
+            code=hold.code, status=Status.MANUAL, message=hold.message, fix=hold.fix, path=self.path, line=line, col=col
+        )
+        if is_suppressed(self._suppress, line, hold.code):
+            self.suppressed.append(finding)
+        else:
+            self.findings.append(finding)
 
     # -- groups: rewrites that stand or fall together ---------------------------------------
     def block(self, node: cst.CSTNode, what: str, fix: str) -> None:
@@ -159,13 +209,8 @@ class Context:
         return any(npu for _, npu in self._rewrites)
 
     def finish(self) -> list[Finding]:
-        """The findings, with "(+N more in this file)" on report rules that fired again."""
-        out = list(self.findings)
-        for index, more in self._report_uses.values():
-            if more:
-                f = out[index]
-                out[index] = dataclasses.replace(f, message=f"{f.message} (+{more} more in this file)")
-        return [f for i, f in enumerate(out) if i not in self._dead]
+        """The findings, each site its own (undone rewrites left out)."""
+        return [f for i, f in enumerate(self.findings) if i not in self._dead]
 
 
 @dataclass
@@ -179,14 +224,17 @@ class LineContext:
     findings: list[Finding]
     ignore: frozenset[str] | None
     suppressed: list[Finding] | None
+    report_only: str = ""  # why nothing in this file is rewritten (a CI workflow), if so
 
     def report(self, code: str, status: Status, message: str, col: int, fix: str) -> bool:
-        """Record a finding at `col` of the line; False when it is suppressed and the text
-        must stay as it is."""
+        """Record a finding at `col` of the line; False when it is suppressed, or the file
+        is only reported (`report_only`), and the text must stay as it is."""
+        if self.report_only and status is Status.FIXED:
+            status, message = Status.MANUAL, f"{message}: not rewritten, {self.report_only}"
         finding = Finding(code=code, status=status, message=message, fix=fix, path=self.path, line=self.line, col=col)
         if silences(self.ignore, code):
             if self.suppressed is not None:
                 self.suppressed.append(finding)
             return False
         self.findings.append(finding)
-        return True
+        return not self.report_only

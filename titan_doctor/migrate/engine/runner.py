@@ -1,6 +1,11 @@
 """Runs the migration over files: dispatch by kind of file, the cheap pre-filter, parsing,
 the rewriter (python/, text/, notebook/), re-parse of every output, parallel workers.
 
+Two passes over the Python files: first each is scanned for what the others need to know
+(python/facts.py: its CUDA-only functions, the device values it dispatches on), then each
+is migrated with the merged facts of the tree. A Python file no rule can match is still
+parsed by the stdlib parser, so one that does not parse is reported like any other.
+
 Each file ends in exactly one state: changed, unchanged or failed (does not parse or
 decode, or our output would not parse: left as is). Which files are read, and what was
 left out and why, is discovery.py; writing them is writes.py.
@@ -11,9 +16,11 @@ Line numbers: every finding points into the INPUT file as it was read, in every 
 
 from __future__ import annotations
 
+import ast
 import codecs
 import io
 import tokenize
+import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -24,7 +31,11 @@ import libcst as cst
 from titan_doctor.findings import Finding, Status
 from titan_doctor.migrate.engine import filekinds as kinds
 from titan_doctor.migrate.notebook.rewrite import NotebookError, OutputInvalid, migrate_notebook
+from titan_doctor.migrate.python.facts import FileFacts, Place, TreeFacts, file_facts
 from titan_doctor.migrate.python.pyfile import migrate_python, parse_error
+from titan_doctor.migrate.python.requirements import is_setup_py
+from titan_doctor.migrate.rules.kind import SCRIPT_LINES
+from titan_doctor.migrate.rules.kinds.add_import import SCRIPTS
 from titan_doctor.migrate.rules.ruleset import RuleSet
 from titan_doctor.migrate.text.formats import reparse_error
 from titan_doctor.migrate.text.lines import migrate_text
@@ -48,6 +59,7 @@ class FileResult:
     new: bytes = b""
     findings: list[Finding] = field(default_factory=list)
     suppressed: int = 0  # findings silenced by `# titan-doctor: ignore` comments
+    kept: int = 0  # rewrites left undone: the code there already runs beyond CUDA (NPU114)
 
 
 def _decode_problem(data: bytes, kind: str, wide: bool) -> tuple[str, int, int] | None:
@@ -77,8 +89,27 @@ def _decode_problem(data: bytes, kind: str, wide: bool) -> tuple[str, int, int] 
     return None
 
 
-def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileResult:
-    """Migrate one file in memory; never raises for the file's own problems."""
+def package_of(path: Path) -> tuple[bool, str | None]:
+    """(is it a module of a package, the top-level package it belongs to): a folder with
+    __init__.py is a package; the topmost such folder names it."""
+    parent, top = path.parent, None
+    while (parent / "__init__.py").is_file():
+        top = parent.name
+        if parent.parent == parent:
+            break
+        parent = parent.parent
+    return top is not None, top
+
+
+def process_file(
+    path: Path,
+    rules: RuleSet,
+    shown: str | None = None,
+    facts: TreeFacts | None = None,
+    torch_npu_import: str = SCRIPTS,
+) -> FileResult:
+    """Migrate one file in memory; never raises for the file's own problems. `facts`: what
+    the tree's other modules say (python/facts.py); `torch_npu_import`: the add_import policy."""
     shown = shown or str(path)
     try:
         data = path.read_bytes()
@@ -103,15 +134,32 @@ def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileRe
     # Rule markers are ASCII, so an ASCII-compatible file without them needs no decoding;
     # a wide (UTF-16/32) or binary file would hide them, so it is reported unread.
     wide = data.startswith(_WIDE_BOMS) or b"\0" in data
-    if not wide and not rules.may_match(data, kinds.REWRITTEN_BY[kind]):
+    wanted = rules.may_match(data, kinds.REWRITTEN_BY[kind]) or (
+        kind == kinds.PYTHON and is_setup_py(shown) and rules.may_match(data, (SCRIPT_LINES,))
+    )
+    if not wide and not wanted:
+        if kind == kinds.PYTHON:
+            broken = _syntax_error(data)
+            if broken is not None:
+                message, line, col = broken
+                return FileResult(
+                    path,
+                    FAILED,
+                    data,
+                    data,
+                    [_fail(PARSE_FAILED, f"does not parse, left untouched: {message}", shown, line, col)],
+                )
         return FileResult(path, UNCHANGED, data, data)
     problem = _decode_problem(data, kind, wide)
     if problem is not None:
         message, line, col = problem
         return FileResult(path, FAILED, data, data, [_fail(UNDECODABLE, message, shown, line, col)])
     suppressed: list[Finding] = []
+    kept: list[int] = []
+    in_package, _ = package_of(path) if kind == kinds.PYTHON else (False, None)
+    place = Place(facts, in_package, torch_npu_import)
     try:
-        new, findings = _migrate(kind, data, rules, shown, suppressed)
+        new, findings = _migrate(kind, data, rules, shown, suppressed, place, kept)
     except cst.ParserSyntaxError as e:
         message, line, col = parse_error(data, e)
         return FileResult(
@@ -152,20 +200,33 @@ def process_file(path: Path, rules: RuleSet, shown: str | None = None) -> FileRe
             ],
         )
     if new == data:
-        return FileResult(path, UNCHANGED, data, data, findings, len(suppressed))
+        return FileResult(path, UNCHANGED, data, data, findings, len(suppressed), sum(kept))
     invalid = _output_problem(kind, path, data, new)
     if invalid is not None:
         return FileResult(path, FAILED, data, data, [_fail(OUTPUT_INVALID, invalid, shown)])
-    return FileResult(path, CHANGED, data, new, findings, len(suppressed))
+    return FileResult(path, CHANGED, data, new, findings, len(suppressed), sum(kept))
+
+
+def _syntax_error(data: bytes) -> tuple[str, int, int] | None:
+    """(message, line, column) when a Python file no rule matches does not parse."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(data, "<file>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as e:
+        return e.msg, e.lineno or 1, max(e.offset or 1, 1)
+    except (ValueError, UnicodeDecodeError):  # null bytes, undecodable: reported as such elsewhere
+        return None
+    return None
 
 
 def _migrate(
-    kind: str, data: bytes, rules: RuleSet, shown: str, suppressed: list[Finding]
+    kind: str, data: bytes, rules: RuleSet, shown: str, suppressed: list[Finding], place: Place, kept: list[int]
 ) -> tuple[bytes, list[Finding]]:
     if kind == kinds.PYTHON:
-        return migrate_python(data, rules, shown, suppressed)
+        return migrate_python(data, rules, shown, suppressed, place, kept)
     if kind == kinds.NOTEBOOK:
-        return migrate_notebook(data, rules, shown, suppressed=suppressed)
+        return migrate_notebook(data, rules, shown, suppressed=suppressed, place=place)
     return migrate_text(data, rules, shown, suppressed)
 
 
@@ -196,24 +257,49 @@ def _init_worker(rules: RuleSet) -> None:
     _RULES = rules
 
 
-def _work(item: tuple[Path, str]) -> FileResult:
-    return process_file(item[0], _RULES, item[1])
+def _work(item: tuple[Path, str, TreeFacts | None, str]) -> FileResult:
+    return process_file(item[0], _RULES, item[1], item[2], item[3])
+
+
+def scan_facts(path: Path, rules: RuleSet) -> FileFacts | None:
+    """The first pass: what one Python file tells the others (None: nothing, or unreadable)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    in_package, package = package_of(path)
+    return file_facts(rules, data, in_package, package)
+
+
+def _facts_work(path: Path) -> FileFacts | None:
+    return scan_facts(path, _RULES)
 
 
 def run(
-    files: list[tuple[Path, str]], rules: RuleSet, jobs: int = 1, progress: Callable[[int], None] | None = None
+    files: list[tuple[Path, str]],
+    rules: RuleSet,
+    jobs: int = 1,
+    progress: Callable[[int], None] | None = None,
+    torch_npu_import: str = SCRIPTS,
 ) -> list[FileResult]:
-    """process_file over (path, shown name) pairs, in `jobs` processes, in input order."""
+    """process_file over (path, shown name) pairs, in `jobs` processes, in input order,
+    after the first pass has gathered the tree's facts from its Python files."""
     results: list[FileResult] = []
+    python = [p for p, _ in files if kinds.kind_of(p, rules) == kinds.PYTHON]
     if jobs <= 1 or len(files) < 2:
+        facts = TreeFacts.merge(scan_facts(p, rules) for p in python) if len(python) > 1 else None
         for item in files:
-            results.append(process_file(item[0], rules, item[1]))
+            results.append(process_file(item[0], rules, item[1], facts, torch_npu_import))
             if progress:
                 progress(1)
         return results
     chunk = max(1, min(8, len(files) // (jobs * 8)))  # small: matching files cluster
     with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker, initargs=(rules,)) as pool:
-        for res in pool.map(_work, files, chunksize=chunk):
+        facts = None
+        if len(python) > 1:
+            facts = TreeFacts.merge(pool.map(_facts_work, python, chunksize=max(1, min(32, len(python) // (jobs * 4)))))
+        items = [(p, shown, facts, torch_npu_import) for p, shown in files]
+        for res in pool.map(_work, items, chunksize=chunk):
             results.append(res)
             if progress:
                 progress(1)

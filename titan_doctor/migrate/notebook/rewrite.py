@@ -39,7 +39,9 @@ from titan_doctor.migrate.notebook.nbjson import (
     split_lines,
     verify,
 )
+from titan_doctor.migrate.python.facts import Place
 from titan_doctor.migrate.python.pyfile import migrate_python
+from titan_doctor.migrate.rules.kinds.add_import import ALWAYS, SCRIPTS
 from titan_doctor.migrate.rules.ruleset import RuleSet
 from titan_doctor.migrate.suppress import codes_on, silences
 from titan_doctor.migrate.text.formats import is_text_file
@@ -70,7 +72,7 @@ def _kernel_language(doc: dict) -> str:
 
 
 def migrate_notebook(
-    data: bytes, rules: RuleSet, path: str, suppressed: list[Finding] | None = None
+    data: bytes, rules: RuleSet, path: str, suppressed: list[Finding] | None = None, place: Place | None = None
 ) -> tuple[bytes, list[Finding]]:
     """(new bytes, findings) for one .ipynb. A cell that does not parse is a finding;
     NotebookError (not a notebook) and OutputInvalid (our result would not be the same
@@ -84,7 +86,7 @@ def migrate_notebook(
         raise NotebookError(f"not valid JSON: {e.msg}", e.lineno, e.colno) from e
     if not isinstance(doc, dict) or not isinstance(doc.get("cells", []), list):
         raise NotebookError('not a Jupyter notebook (no top-level "cells" list)')
-    nb = _Notebook(raw, rules, path, suppressed)
+    nb = _Notebook(raw, rules, path, suppressed, place)
     version = doc.get("nbformat", 4)
     if (isinstance(version, int) and version < 4) or "cells" not in doc:
         nb.report(
@@ -125,7 +127,13 @@ def migrate_notebook(
 class _Notebook:
     """Per-notebook state: findings in file coordinates and the cells' new lines."""
 
-    def __init__(self, raw: str, rules: RuleSet, path: str, suppressed: list[Finding] | None = None) -> None:
+    def __init__(
+        self, raw: str, rules: RuleSet, path: str, suppressed: list[Finding] | None = None, place: Place | None = None
+    ) -> None:
+        place = place or Place()
+        # a notebook is a program: its namespace gets `import torch_npu` unless told never
+        self.module_place = place
+        self.program = replace(place, torch_npu_import=ALWAYS) if place.torch_npu_import == SCRIPTS else place
         self.raw, self.rules, self.path = raw, rules, path
         self.suppressed = suppressed if suppressed is not None else []
         self.token = "titan-doctor-" + hashlib.sha1(raw.encode("utf-8")).hexdigest()[:12]
@@ -280,7 +288,9 @@ class _Notebook:
     def _separate_python(self, cell: Cell, lines: list[str], name: str) -> None:
         """%%writefile x.py: its own module (own imports), not the notebook's namespace."""
         try:
-            new, found = migrate_python("".join(lines).encode("utf-8"), self.rules, self.path, self.suppressed)
+            new, found = migrate_python(
+                "".join(lines).encode("utf-8"), self.rules, self.path, self.suppressed, self.module_place
+            )
         except cst.ParserSyntaxError as e:
             self.report(
                 cell,
@@ -311,7 +321,7 @@ class _Notebook:
                 line += 1 + len(u.lines)
             text = "".join(parts)
             try:
-                new, found = migrate_python(text.encode("utf-8"), self.rules, self.path, self.suppressed)
+                new, found = migrate_python(text.encode("utf-8"), self.rules, self.path, self.suppressed, self.program)
             except cst.ParserSyntaxError as e:
                 bad = self._broken(units)
                 if not bad:  # only the join fails to parse: blame the cell the parser names

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 
 from titan_doctor.migrate.rules.kind import glob_re
 from titan_doctor.migrate.rules.ruleset import RuleSet
@@ -38,44 +39,89 @@ _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _FLAG_VALUES = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Call, ast.Attribute)
 
 
-def may_gate_kernels(rules: RuleSet, data: bytes) -> bool:
-    """Cheap text check: does the file spell a device check and a CUDA-only kernel?"""
-    return (
-        rules.kernel_gate is not None
-        and rules.kernel_re is not None
-        and rules.gate_re is not None
-        and bool(rules.gate_re.search(data))
-        and bool(rules.kernel_re.search(data))
-    )
+_CUDA_ATTR = re.compile(rb"\bcuda\s*\.\s*([A-Za-z_]\w*)")
+
+
+def may_gate_kernels(rules: RuleSet, data: bytes, tree_cuda_re: re.Pattern | None = None) -> bool:
+    """Cheap text check: does the file spell a device check and something CUDA-only (a
+    kernel library, NVML, nvidia-smi, a capability, a torch.cuda name torch.npu lacks, a
+    CUDA-only function of another module of the tree: `tree_cuda_re`)?"""
+    if rules.kernel_gate is None or rules.kernel_re is None or rules.gate_re is None:
+        return False
+    if not rules.gate_re.search(data):
+        return False
+    if rules.kernel_re.search(data) or (tree_cuda_re is not None and tree_cuda_re.search(data)):
+        return True
+    return any(m.group(1).decode() not in rules.npu_names for m in _CUDA_ATTR.finditer(data))
+
+
+def cuda_only_functions(rules: RuleSet, tree: ast.Module, tree_cuda: TreeCuda | None = None) -> dict[str, Hit]:
+    """The top-level functions of a module that use something CUDA-only, directly or by
+    calling one that does (for the tree's other modules: python/facts.py)."""
+    scan = _Scan(rules, tree, tree_cuda, functions_only=True)
+    top = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return {name: hit for name, hit in scan.kernel_defs.items() if name in top}
 
 
 Hit = tuple[str, str]  # (what is CUDA-only, e.g. "_fused -> triton.jit"; the NPU alternative)
 
 
-def kernel_gate_lines(rules: RuleSet, tree: ast.Module) -> dict[int, Hit]:
-    """line -> the CUDA-only kernel the device check on that line selects, and its NPU
-    alternative (the fix of the kernel's report rule)."""
-    return _Scan(rules, tree).lines
+@dataclass(frozen=True)
+class TreeCuda:
+    """The CUDA-only functions of the tree's other modules (python/facts.py), by name, and
+    the first-party packages an import of one comes from (relative imports count too)."""
+
+    functions: dict[str, Hit]
+    packages: frozenset[str]
+
+
+def kernel_gate_lines(rules: RuleSet, tree: ast.Module, tree_cuda: TreeCuda | None = None) -> dict[int, Hit]:
+    """line -> the CUDA-only code the device check on that line guards, and its NPU
+    alternative (the fix of the rule that says it is CUDA-only)."""
+    return kernel_gates(rules, tree, tree_cuda)[0]
+
+
+def kernel_gates(
+    rules: RuleSet, tree: ast.Module, tree_cuda: TreeCuda | None = None
+) -> tuple[dict[int, Hit], list[ast.stmt]]:
+    """(kernel_gate_lines, the statements those checks protect): the body of an `if` whose
+    check stays, the rest of the block after `if not <check>: return` or an assert, the
+    body of a def or class under a skip decorator. Their own CUDA calls stay CUDA too, so
+    the code a kept check guards is left whole (python/pyfile.py holds them)."""
+    scan = _Scan(rules, tree, tree_cuda)
+    return scan.lines, scan.protected
 
 
 class _Scan:
-    def __init__(self, rules: RuleSet, tree: ast.Module) -> None:
+    def __init__(
+        self, rules: RuleSet, tree: ast.Module, tree_cuda: TreeCuda | None = None, functions_only: bool = False
+    ) -> None:
         self.rules = rules
+        self.tree_cuda = tree_cuda
+        self._strict = False
         gate = rules.kernel_gate
         self.gate_names = {g for g in gate.gates if not g.startswith(".")}
         self.gate_attrs = {g[1:] for g in gate.gates if g.startswith(".")}
         self.function_re = glob_re(gate.module_globs)
         self.module_re = glob_re((*gate.module_globs, *gate.extension_globs))
         self.nodes = list(ast.walk(tree))  # walked once: the scans below read this list
+        self.docstrings = {
+            id(n.value) for n in self.nodes if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+        }
         self.called: set[int] = set()
         self.device = LITERALS["device"]
         self.bindings: dict[str, str] = {}
         self.kernel_objects: dict[str, Hit] = {}
         self.lines: dict[int, Hit] = {}
+        self.protected: list[ast.stmt] = []  # what the kept checks guard
         self.kernel_defs: dict[str, Hit] = {}
         self.gate_vars: dict[str, list[int]] = {}  # ON_GPU = torch.cuda.is_available()
         self.gate_funcs: dict[str, list[int]] = {}  # def _eligible(x): return x.is_cuda and ...
         self._bind(tree)
+        if functions_only:
+            self.called = {id(n.func) for n in self.nodes if isinstance(n, ast.Call)}
+            self.kernel_defs = self._kernel_defs()
+            return
         self.candidates = self._candidate_lines(tree)
         if not self.candidates:
             return
@@ -126,9 +172,19 @@ class _Scan:
     def _kernel_name(self, qname: str, called: bool = False) -> Hit | None:
         """What makes a resolved name CUDA-only (and its NPU alternative), or None."""
         shown = qname.lstrip(".")
-        rule = self.rules.kernel_rule(shown)
-        if rule is not None:
-            return shown, rule.fix
+        if self._strict:
+            rule = self.rules.kernel_rule(shown)
+            stays = (shown, rule.fix) if rule is not None else None
+        else:
+            stays = self.rules.stays_cuda(shown)
+        if stays is not None:
+            return stays
+        tree = self.tree_cuda
+        if tree is not None and tree.functions:
+            last = shown.rsplit(".", 1)[-1]
+            first_party = qname.startswith(".") or shown.split(".")[0] in tree.packages
+            if first_party and last in tree.functions:
+                return tree.functions[last]
         module = qname.rsplit(".", 1)[0] if "." in qname.strip(".") else qname
         if self._kernel_module(module) or self._kernel_module(qname, called):
             return shown, self._fix_for_module(qname)
@@ -175,15 +231,34 @@ class _Scan:
                     changed = True
         return found
 
-    def _uses_kernel(self, nodes: list[ast.AST]) -> Hit | None:
-        for top in nodes:
-            for node in ast.walk(top):
-                hit = self._kernel_at(node)
-                if hit:
-                    return hit
-        return None
+    def _uses_kernel(self, nodes, strict: bool = False) -> Hit | None:
+        """The first CUDA-only thing used in `nodes`; `strict`: kernels only (see _mark)."""
+        self._strict = strict
+        try:
+            for top in nodes:
+                for node in ast.walk(top):
+                    hit = self._kernel_at(node)
+                    if hit:
+                        return hit
+            return None
+        finally:
+            self._strict = False
 
     def _kernel_at(self, node: ast.AST) -> Hit | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and self.rules.strings:
+            if id(node) in self.docstrings:
+                return None
+            for pattern, rule in self.rules.strings:  # "nvidia-smi" handed to subprocess
+                if rule.kernel and pattern.search(node.value):
+                    return repr(node.value), rule.fix
+            return None
+        if (
+            isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call) and not self._strict
+        ):  # props(...).major
+            q = self._qname(node.value.func)
+            cap = self.rules.capabilities.get(q) if q else None
+            if cap is not None and node.attr in cap.attrs:
+                return f"{q}(...).{node.attr}", cap.fix
         if isinstance(node, ast.Name):
             if node.id in self.kernel_objects:
                 return self.kernel_objects[node.id]
@@ -228,7 +303,8 @@ class _Scan:
 
     def _touches(self, node: ast.AST) -> bool:
         end = getattr(node, "end_lineno", None) or getattr(node, "lineno", 0)
-        return any(line in self.candidates for line in range(getattr(node, "lineno", 0), end + 1))
+        start = min([getattr(node, "lineno", 0), *(d.lineno for d in getattr(node, "decorator_list", ()))])
+        return any(line in self.candidates for line in range(start, end + 1))
 
     def _gate_lines(self, expr: ast.AST) -> list[int]:
         """Lines of the device checks inside an expression."""
@@ -252,14 +328,37 @@ class _Scan:
                 lines.extend(self.gate_funcs[_called_name(node)])  # the checks the predicate returns
         return lines
 
-    def _mark(self, expr: ast.AST, region: list[ast.AST]) -> None:
+    def _mark(
+        self, expr: ast.AST, region: list[ast.AST], own: list[ast.AST] = (), guarded: list[ast.stmt] = ()
+    ) -> None:
+        """`region`: what the check may select; `own`: the check's own statement or
+        expression, where only kernels count (a torch.cuda name or a capability next to the
+        check in one condition is the condition's to report, NPU111); `guarded`: the
+        statements that run only when the check passes, kept with it."""
         lines = self._gate_lines(expr)
         if not lines:
             return
-        hit = self._uses_kernel(region)
+        hit = self._uses_kernel(region) or self._uses_kernel(own, strict=True) or self._tree_call_in(expr)
         if hit:
             for line in lines:
                 self.lines.setdefault(line, hit)
+            self.protected.extend(guarded)
+
+    def _tree_call_in(self, expr: ast.AST) -> Hit | None:
+        """A CUDA-only function of another module called in the check itself
+        (`torch.cuda.is_available() and not check_cuda_fp8_capability()`): no rule names
+        it, so the condition's own grouping (NPU111) cannot see it; the check stays here."""
+        if self.tree_cuda is None or not self.tree_cuda.functions:
+            return None
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Call):
+                q = self._qname(node.func)
+                if q is not None:
+                    last = q.lstrip(".").rsplit(".", 1)[-1]
+                    first_party = q.startswith(".") or q.split(".")[0] in self.tree_cuda.packages
+                    if first_party and last in self.tree_cuda.functions:
+                        return self.tree_cuda.functions[last]
+        return None
 
     def _walk_block(self, body: list[ast.stmt], after: list[ast.stmt]) -> None:
         """`after`: what runs after this block in the enclosing blocks of the same function
@@ -270,12 +369,21 @@ class _Scan:
             rest = [*body[i + 1 :], *after]
             if isinstance(stmt, (ast.If, ast.While)):
                 region = [*stmt.body, *stmt.orelse]
+                negative = _negated(stmt.test)
+                guarded = list(stmt.orelse if negative else stmt.body)
                 if isinstance(stmt, ast.If) and _exits(stmt):
                     region += rest
-                self._mark(stmt.test, region)
+                    if negative and stmt.body and isinstance(stmt.body[-1], _EXITS):
+                        guarded = list(body[i + 1 :])
+                self._mark(stmt.test, region, guarded=guarded)
                 self._walk_exprs(stmt.test)
             elif isinstance(stmt, ast.Assert):
-                self._mark(stmt.test, [stmt, *rest])
+                self._mark(stmt.test, rest, own=[stmt], guarded=list(body[i + 1 :]))
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                # @unittest.skipIf(not torch.cuda.is_available(), ...): the check guards the body
+                for decorator in stmt.decorator_list:
+                    self._mark(decorator, stmt.body, own=[decorator], guarded=list(stmt.body))
+                    self._walk_exprs(decorator)
             else:
                 self._walk_exprs(stmt, skip_bodies=True)
             scope = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
@@ -290,7 +398,14 @@ class _Scan:
                 if isinstance(inner, ast.IfExp):
                     self._mark(inner.test, [inner.body, inner.orelse])
             if skip_bodies:
-                self._mark(sub, [sub])
+                self._mark(sub, [], own=[sub])
+
+
+def _negated(test: ast.AST) -> bool:
+    """`not <check>` (or `<check> != "cuda"`): the check passes in the else branch."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return True
+    return isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.NotEq, ast.NotIn))
 
 
 def _called_name(node: ast.AST) -> str | None:

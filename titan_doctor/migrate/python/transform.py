@@ -11,6 +11,7 @@ needs:
     Methods        methods.py           .cuda() / .is_cuda on any object
     Capabilities   capability.py        calls read as a CUDA compute capability (never rewritten)
     Names          names.py             torch.cuda.* and friends, through import bindings; imports
+    Strings        strings.py           string literals that ask NVIDIA's tools (nvidia-smi)
 
 What the pieces share is the Context (context.py: findings, rewrites, groups); what this
 file offers them besides is a PythonFile (rules/kind.py): the positions, the scopes, what
@@ -20,6 +21,7 @@ the pre-walk scans found (python/flows.py, python/gates.py) and the kernel gate 
 from __future__ import annotations
 
 from titan_doctor.migrate.context import Context
+from titan_doctor.migrate.python.backends import Holds
 from titan_doctor.migrate.python.skipping import StatementMap
 from titan_doctor.migrate.rules.kind import PythonFile
 from titan_doctor.migrate.rules.kinds import kernel_gate
@@ -39,12 +41,21 @@ def build(
     kernel_lines: dict[int, tuple[str, str]] | None = None,
     trace: bool = False,
     device_names: frozenset[str] = frozenset(),
+    holds: Holds | None = None,
+    kept_names: frozenset[str] = frozenset(),
 ) -> Migrator:
-    """A Migrator with every piece, ready for `module.visit(...)`."""
+    """A Migrator with every piece, ready for `module.visit(...)`. `holds`: where CUDA
+    stays because the code already runs on more than CUDA (python/backends.py)."""
     positions, scopes = Positions(source, statements), Scopes()
-    ctx = Context(path, positions.of, scopes.lookup, suppressed_lines, trace)
+    hold = holds.at if holds is not None and holds.regions else None
+    ctx = Context(path, positions.of, scopes.lookup, suppressed_lines, trace, hold)
     file = PythonFile(
-        positions, scopes, device_names, kernel_gate.checker(ctx, rules, kernel_lines or {}, positions.line_of)
+        positions,
+        scopes,
+        device_names,
+        kernel_gate.checker(ctx, rules, kernel_lines or {}, positions.line_of),
+        holds.names if holds is not None else {},
+        kept_names,
     )
     pieces = [positions, ScopeTracker(ctx, scopes, positions, rules.name_rule)]
     for make in PYTHON_PIECES:

@@ -14,11 +14,11 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libcst as cst
 
-from titan_doctor.migrate.context import Context, LineContext
+from titan_doctor.migrate.context import Context, Hold, LineContext
 from titan_doctor.migrate.rules.prefilter import word
 from titan_doctor.migrate.rules.ruleset import RuleSet
 from titan_doctor.migrate.walk.positions import Positions
@@ -101,9 +101,15 @@ class PythonFile:
     positions: Positions  # the source text, lines, which statements are skipped
     scopes: Scopes  # import bindings, fed by the walk's ScopeTracker
     device_names: frozenset[str]  # variables that carry a device string (python/flows.py)
-    # True (after reporting NPU110) when the device check at a node selects a CUDA-only
-    # kernel (python/gates.py found one on its line): the caller leaves it as it is
+    # True (after reporting NPU110) when the device check at a node guards CUDA-only code
+    # (python/gates.py found some on its line): the caller leaves it as it is
     kernel_gate: Callable[[cst.CSTNode, str], bool]
+    # device/backend value names whose CUDA values stay (python/backends.py): they also take
+    # another accelerator's value here, or npu's in the tree's modules
+    held_names: dict[str, Hold] = field(default_factory=dict)
+    # qualified names the tree's package modules keep CUDA (python/facts.py): a mock.patch
+    # target naming one patches what that code still calls, so it stays too
+    kept_names: frozenset[str] = frozenset()
 
 
 Pieces = Callable[[Context, RuleSet, PythonFile], list]

@@ -13,6 +13,7 @@ rules names indexes).
     literals      literal_arg, compare, assign, ambiguous Literals
     methods       method                                 Methods
     names         rename, report, capability             Capabilities, Names
+    strings       string                                 Strings
     text          text                                   the line piece
     files         file                                   (engine/: reported as a whole)
     add_import    add_import                             (after the walk: python/pyfile.py)
@@ -34,11 +35,12 @@ from titan_doctor.migrate.rules.kinds import (
     literals,
     methods,
     names,
+    strings,
     text,
 )
 
 FAMILIES: tuple[Family, ...] = tuple(
-    m.FAMILY for m in (conditions, env, literals, methods, names, text, files, add_import, kernel_gate)
+    m.FAMILY for m in (conditions, env, literals, methods, names, strings, text, files, add_import, kernel_gate)
 )
 
 KINDS: dict[str, Kind] = {k.name: k for f in FAMILIES for k in f.kinds}

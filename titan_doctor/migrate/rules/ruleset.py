@@ -70,10 +70,44 @@ class RuleSet:
         return None
 
     def kernel_rule(self, qname: str):
-        """The kernel-library report rule (`kernel = true`) `qname` falls under, if any
-        (kinds/names.py)."""
+        """The CUDA-only report rule (`kernel = true`: a kernel library, NVML, a private CUDA
+        binding) `qname` falls under, if any (kinds/names.py)."""
         hit = self.name_rule(qname)
         return hit[0] if hit and getattr(hit[0], "kernel", False) else None
+
+    def gate_miss(self, rule, qparts: list[str], k: int) -> int:
+        """How many names past a rename rule's `old` torch_npu lacks a counterpart for
+        (0: provided; kinds/name_rules.py). torch.cuda.memory.x is checked against
+        torch.npu.memory too."""
+        gate = getattr(rule, "gate", None)
+        if gate is None or len(qparts) <= k:
+            return 0
+        if gate == "members":
+            return 0 if qparts[k] in rule.members else 1
+        if qparts[k] not in self.npu_names:
+            return 1
+        sub = self.npu_submodules.get(qparts[k])
+        if sub is not None and len(qparts) > k + 1 and qparts[k + 1] not in sub:
+            return 2
+        return 0
+
+    def stays_cuda(self, qname: str) -> tuple[str, str] | None:
+        """(what, NPU alternative) when `qname` names something that stays CUDA after the
+        migration (a CUDA-only report rule, a torch.cuda name torch.npu lacks, a compute
+        capability), so code that uses it must keep its CUDA guard (python/gates.py)."""
+        hit = self.name_rule(qname)
+        if hit is not None:
+            rule, k = hit
+            if getattr(rule, "kernel", False):
+                return qname, rule.fix
+            if hasattr(rule, "new"):
+                miss = self.gate_miss(rule, qname.split("."), k)
+                if miss:
+                    return ".".join(qname.split(".")[: k + miss]), rule.gate_fix
+        cap = self.capabilities.get(qname)
+        if cap is not None and not cap.attrs:
+            return qname, cap.fix
+        return None
 
     def value_literal(self, name: str) -> str | None:
         """The literal kind a name holds when a producer binds it (`device`,

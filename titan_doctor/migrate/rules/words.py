@@ -53,3 +53,29 @@ LITERALS: dict[str, Literal] = {
     ),
 }
 GATE_NPU = "npu"  # a rename rule's gate = "npu": the next name must be one torch.npu provides
+
+# The other accelerators torch knows by device type (a device string, `torch.<name>`, an
+# `is_<name>_available()` helper, an enum member such as DistributedType.MULTI_XPU): code
+# that names one of them already runs on more than CUDA, and migrate leaves its CUDA
+# parts as they are (python/backends.py). The NPU is one of them: code that names it
+# already answers for Ascend.
+OTHER_DEVICES = (
+    LITERALS["device"].npu,
+    "xpu",
+    "mps",
+    "hpu",
+    "mlu",
+    "musa",
+    "xla",
+    "tpu",
+    "sdaa",
+    "neuron",
+    "mtia",
+    "privateuseone",
+)
+# Collective backends of other accelerators, by the device they serve.
+OTHER_BACKENDS = {LITERALS["backend"].npu: LITERALS["device"].npu, "xccl": "xpu", "cncl": "mlu", "mccl": "musa"}
+NPU = LITERALS["device"].npu
+CUDA = LITERALS["device"].cuda
+GENERIC_MODULE = ("torch", "accelerator")  # torch.accelerator: the device-generic API
+GENERIC_CALLS = ("torch.get_device_module",)  # device-generic too (answers for npu)

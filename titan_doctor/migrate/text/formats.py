@@ -53,3 +53,15 @@ def reparse_error(path: PurePath, old: bytes, new: bytes) -> str | None:
     except (*errors, UnicodeDecodeError) as e:
         return str(e)
     return None
+
+
+CI_FOLDERS = (".github/workflows/", ".circleci/", ".buildkite/")
+CI_NAMES = (".gitlab-ci.yml", "azure-pipelines.yml", ".travis.yml")
+CI_REASON = "a CI workflow runs on the project's own runners: change it in the job that runs on Ascend"
+
+
+def is_ci_config(path: str) -> bool:
+    """A CI workflow (GitHub Actions, GitLab CI, CircleCI, ...): its jobs run on the
+    project's own runners, so its settings are reported with their NPU form, not rewritten."""
+    posix = path.replace("\\", "/")
+    return any(f in "/" + posix for f in ("/" + c for c in CI_FOLDERS)) or posix.rsplit("/", 1)[-1] in CI_NAMES

@@ -7,6 +7,10 @@ These files have no syntax tree we could trust across dialects, so only unambigu
 are touched: a known variable name as a whole word, or a rule's explicit pattern. Formats
 that have a standard parser (JSON, TOML) are parsed again after the rewrite
 (formats.reparse_error, asked by the engine).
+
+Comments are never rewritten nor reported: in every format but JSON a `#` at the start of
+a line or after a blank, outside quotes, starts one (`# export NCCL_DEBUG=INFO` is a note,
+not a setting). `#SBATCH` lines are Slurm directives, not comments (`##SBATCH` is one).
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from titan_doctor.migrate.context import LineContext
 from titan_doctor.migrate.rules.registry import LINE_PIECES
 from titan_doctor.migrate.rules.ruleset import RuleSet
 from titan_doctor.migrate.suppress import codes_on
+from titan_doctor.migrate.text.formats import CI_REASON, is_ci_config
+
+SLURM_DIRECTIVE = "#SBATCH"
 
 
 def rewrite_line(
@@ -24,10 +31,32 @@ def rewrite_line(
     """One line with env names (and their values) and text patterns rewritten; findings
     appended. What the line's `# titan-doctor: ignore[CODE]` comment names is left as it
     is and goes to `suppressed` (when given) instead."""
-    ctx = LineContext(path, lineno, findings, codes_on(line), suppressed)
+    ctx = LineContext(path, lineno, findings, codes_on(line), suppressed, CI_REASON if is_ci_config(path) else "")
+    cut = None if path.endswith(".json") else comment_start(line)
+    code, comment = (line, "") if cut is None else (line[:cut], line[cut:])
+    if not code.strip():
+        return line
     for piece in LINE_PIECES:
-        line = piece(line, rules, ctx)
-    return line
+        code = piece(code, rules, ctx)
+    return code + comment
+
+
+def comment_start(line: str) -> int | None:
+    """Where the `#` comment of a script or config line starts, or None (see the module
+    docstring). Quotes are followed, so `"a # b"` holds no comment."""
+    stripped = line.lstrip()
+    if stripped.startswith(SLURM_DIRECTIVE):
+        return None
+    quote = None
+    for i, ch in enumerate(line):
+        if quote is not None:
+            if ch == quote and (quote == "'" or line[i - 1] != "\\"):
+                quote = None
+        elif ch in "'\"" and (i == 0 or line[i - 1] != "\\"):
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return i
+    return None
 
 
 def migrate_text(

@@ -1,7 +1,16 @@
 """The add_import rule: `import torch_npu` in a module whose kept rewrites need it. It goes
 in once, after the first top-level torch import, and before any import that needs
 torch.npu to exist already; a torch imported only inside functions stays lazy, and a
-person is asked to add the import there. Applied after the walk (python/pyfile.py)."""
+person is asked to add the import there. Applied after the walk (python/pyfile.py).
+
+Which modules get it is a policy (`--import-torch-npu`): torch 2.5+ loads torch_npu by
+itself when torch is imported (torch_npu's `torch.backends` entry point; torch_npu
+2.13.0 pairs with torch 2.13.0), so the import is only belt and braces, and in a library
+it turns an optional backend into a hard dependency: a package that imports it no longer
+imports where torch_npu is missing. So by default (SCRIPTS) it goes only into programs:
+a module with a top-level `if __name__ == "__main__":` that is not part of a package (no
+__init__.py beside it), and notebooks. ALWAYS adds it to every module that needs it,
+NEVER to none."""
 
 from __future__ import annotations
 
@@ -18,6 +27,8 @@ from titan_doctor.migrate.rules.words import NPU_MODULE, NPU_PACKAGE
 from titan_doctor.migrate.walk.scopes import Scopes
 
 _NPU = ".".join(NPU_MODULE)
+SCRIPTS, ALWAYS, NEVER = "scripts", "always", "never"
+POLICIES = (SCRIPTS, ALWAYS, NEVER)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,13 +37,24 @@ class AddImport(Rule):
 
 
 def add_after_walk(
-    data: bytes, out: cst.Module, rules: RuleSet, scopes: Scopes, needs_npu: bool, path: str
+    data: bytes,
+    out: cst.Module,
+    rules: RuleSet,
+    scopes: Scopes,
+    needs_npu: bool,
+    path: str,
+    place=None,
+    tree=None,
 ) -> tuple[cst.Module, Finding | None]:
     """`out` (the walked module) with `import torch_npu` added when a kept rewrite needs
-    it and the file imports torch at module level, with its finding (at an input line);
-    a MANUAL finding instead when torch is imported only inside functions."""
+    it, the file imports torch at module level and the policy of its `place`
+    (python/facts.Place) allows it, with its finding (at an input line); a MANUAL finding
+    instead when torch is imported only inside functions."""
     rule = rules.add_import
     if not needs_npu or scopes.has_torch_npu or rule is None:
+        return out, None
+    policy = getattr(place, "torch_npu_import", ALWAYS) if place is not None else ALWAYS
+    if policy == NEVER or (policy == SCRIPTS and (getattr(place, "in_package", False) or not is_program(out))):
         return out, None
     if scopes.imports_torch:
         new, index = add_torch_npu_import(out)
@@ -56,6 +78,19 @@ def add_after_walk(
             fix="import torch_npu",
         )
     return out, None
+
+
+def is_program(module: cst.Module) -> bool:
+    """A module run as a program: it has a top-level `if __name__ == "__main__":`."""
+    for stmt in module.body:
+        if isinstance(stmt, cst.If) and isinstance(stmt.test, cst.Comparison):
+            test = stmt.test
+            sides = [test.left, *(c.comparator for c in test.comparisons)]
+            names = [s.value for s in sides if isinstance(s, cst.Name)]
+            strings = [s.evaluated_value for s in sides if isinstance(s, cst.SimpleString)]
+            if names == ["__name__"] and strings == ["__main__"]:
+                return True
+    return False
 
 
 def add_torch_npu_import(module: cst.Module) -> tuple[cst.Module, int]:
@@ -132,19 +167,23 @@ ADD_IMPORT = Kind(
     set_field("add_import"),
     valid=(
         Example("import torch\n\nx = torch.ones(2)\n"),
+        Example(  # a module, not a program: torch loads torch_npu by itself
+            "import torch\n\ntorch.cuda.synchronize()\n",
+            fixed="import torch\n\ntorch.npu.synchronize()\n",
+        ),
         Example(
-            "import torch\nimport torch_npu\n\ntorch.cuda.synchronize()\n",
-            fixed="import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n",
+            'import torch\nimport torch_npu\n\nif __name__ == "__main__":\n    torch.cuda.synchronize()\n',
+            fixed='import torch\nimport torch_npu\n\nif __name__ == "__main__":\n    torch.npu.synchronize()\n',
         ),
     ),
     invalid=(
         Example(
-            "import torch\n\ntorch.cuda.synchronize()\n",
-            fixed="import torch\nimport torch_npu\n\ntorch.npu.synchronize()\n",
+            'import torch\n\nif __name__ == "__main__":\n    torch.cuda.synchronize()\n',
+            fixed='import torch\nimport torch_npu\n\nif __name__ == "__main__":\n    torch.npu.synchronize()\n',
         ),
         Example(
-            "def f():\n    import torch\n    torch.cuda.synchronize()\n",
-            fixed="def f():\n    import torch\n    torch.npu.synchronize()\n",
+            'def f():\n    import torch\n    torch.cuda.synchronize()\n\n\nif __name__ == "__main__":\n    f()\n',
+            fixed='def f():\n    import torch\n    torch.npu.synchronize()\n\n\nif __name__ == "__main__":\n    f()\n',
         ),
     ),
 )

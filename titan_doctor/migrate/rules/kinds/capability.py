@@ -151,7 +151,7 @@ KIND = Kind(
     valid=(
         Example(
             "import torch\n\nname = torch.cuda.get_device_properties(0).name\n",
-            fixed="import torch\nimport torch_npu\n\nname = torch.npu.get_device_properties(0).name\n",
+            fixed="import torch\n\nname = torch.npu.get_device_properties(0).name\n",
         ),
     ),
     invalid=(

@@ -112,8 +112,7 @@ MIXED_CONDITION = Kind(
     valid=(
         Example(
             "import torch\n\nif torch.cuda.is_available() and torch.cuda.device_count() > 1:\n    pass\n",
-            fixed="import torch\nimport torch_npu\n\nif torch.npu.is_available() and torch.npu.device_count() > 1:\n"
-            "    pass\n",
+            fixed="import torch\n\nif torch.npu.is_available() and torch.npu.device_count() > 1:\n    pass\n",
         ),
     ),
     invalid=(

@@ -64,7 +64,12 @@ def _derive(rules: RuleSet) -> None:
     words = {g.rsplit(".", 1)[-1] for g in gate.gates}
     device = LITERALS["device"].cuda
     rules.gate_re = re.compile("|".join([*(re.escape(w) for w in sorted(words)), f"[\"']{device}"]).encode())
-    libraries = {r.match.split(".")[0] for r in rules.names.values() if getattr(r, "kernel", False)}
+    # a CUDA-only name is spelled by its package (flash_attn, pynvml), or for torch's own
+    # names by its last part (CUDA_HOME, get_device_capability); nvidia-smi by its string
+    libraries = {_spelling(r.match) for r in rules.names.values() if getattr(r, "kernel", False)}
+    libraries |= {last.replace("*", "") for head, last, r in rules.name_globs if head and r.kernel} - {""}
+    libraries |= {r.match.rsplit(".", 1)[-1] for r in rules.capabilities.values()}
+    libraries |= {r.marker for _, r in rules.strings if r.kernel}
     libraries.add("cpp_extension")
     fragments = {g.replace("*", "") for g in (*gate.module_globs, *gate.extension_globs)} - {""}
     alts = [rb"(?<![\w])" + re.escape(w.encode()) for w in sorted(libraries)]
@@ -77,6 +82,12 @@ def _derive(rules: RuleSet) -> None:
     rules.kernel_re = re.compile(b"|".join(alts))
 
 
+def _spelling(match: str) -> str:
+    """The word a use of a CUDA-only name spells for sure: its package, or for torch's own
+    names (torch.utils.cpp_extension.CUDA_HOME) its last part."""
+    return match.rsplit(".", 1)[-1] if match.startswith("torch.") else match.split(".")[0]
+
+
 KERNEL_GATE = Kind(
     "kernel_gate",
     KernelGate,
@@ -84,8 +95,7 @@ KERNEL_GATE = Kind(
     valid=(
         Example(
             "import torch\n\n\ndef f(x):\n    if x.is_cuda:\n        return x.cuda()\n    return x\n",
-            fixed="import torch\nimport torch_npu\n\n\ndef f(x):\n    if x.is_npu:\n        return x.npu()\n"
-            "    return x\n",
+            fixed="import torch\n\n\ndef f(x):\n    if x.is_npu:\n        return x.npu()\n    return x\n",
         ),
     ),
     invalid=(

@@ -101,11 +101,11 @@ LITERAL_ARG = Kind(
     invalid=(
         Example(
             'import torch\n\nx = torch.zeros(4, device="cuda:0")\n',
-            fixed='import torch\nimport torch_npu\n\nx = torch.zeros(4, device="npu:0")\n',
+            fixed='import torch\n\nx = torch.zeros(4, device="npu:0")\n',
         ),
         Example(
             "import torch\n\nscaler = torch.amp.GradScaler()\n",
-            fixed='import torch\nimport torch_npu\n\nscaler = torch.amp.GradScaler(device="npu")\n',
+            fixed='import torch\n\nscaler = torch.amp.GradScaler(device="npu")\n',
         ),
     ),
 )

@@ -22,10 +22,12 @@ piece, the producer / consumer names derived over all their rules, and the Famil
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
 from titan_doctor.findings import Status
-from titan_doctor.migrate.context import Context
+from titan_doctor.migrate.context import Context, Hold
 from titan_doctor.migrate.cstutil import operand_name, plain_text, string_value, with_text
 from titan_doctor.migrate.rules.kind import Family, PythonFile, fill, glob_re
 from titan_doctor.migrate.rules.kinds.literal_rules import AMBIGUOUS, ASSIGN, COMPARE, LITERAL_ARG, Assign, Compare
@@ -33,6 +35,20 @@ from titan_doctor.migrate.rules.ruleset import RuleSet
 from titan_doctor.migrate.rules.words import LITERALS
 
 COMPARE_OPS = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)
+
+
+@dataclass(frozen=True)
+class _Held:
+    """A producer/consumer rule for a value name whose CUDA values stay (python/backends.py)."""
+
+    rule: object
+    hold: Hold
+
+    @property
+    def literal(self) -> str:
+        return self.rule.literal
+
+
 _FIELD_FACTORIES = ("field", "Field")
 
 
@@ -52,6 +68,7 @@ class Literals:
         self._by_callee = [r for r in rules.literal_args if r.callee != "*"]
         self._implicit: dict[int, object] = {}  # id(call) -> rule whose CUDA default is made explicit
         self._device_compare = next((r for r in rules.compares if r.literal == "device"), None)
+        self._held_names = file.held_names  # device/backend names whose CUDA values stay
 
     # -- marking (pre-order): which strings are in a device/backend position ----------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -210,14 +227,20 @@ class Literals:
         literal = self.rules.value_literal(name) if name else None
         if literal is None and name in self._device_names:
             literal = "device"  # dev = "cuda" ... model.to(dev): see python/flows.py
-        return self._assign.get(literal) if literal else None
+        rule = self._assign.get(literal) if literal else None
+        return self._held(name, rule)
 
     def _consumer(self, operand: cst.BaseExpression) -> Compare | None:
         name = operand_name(operand) or ""
         rule = self.rules.compare_rule(name)
         if rule is None and isinstance(operand, cst.Name) and name in self._device_names:
             rule = self._device_compare
-        return rule
+        return self._held(name, rule)
+
+    def _held(self, name: str, rule):
+        """The rule, or a _Held one when `name`'s CUDA values stay in this file."""
+        hold = self._held_names.get(name) if rule is not None and self._held_names else None
+        return rule if hold is None else _Held(rule, hold)
 
     def _mark(self, node: cst.BaseExpression, rule, composed: bool = False) -> None:
         if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
@@ -264,6 +287,10 @@ class Literals:
         if value is None:
             return updated
         entry = self._lits.get(id(original))
+        if entry is not None and isinstance(entry[0], _Held):
+            if LITERALS[entry[0].literal].rewrite(value) or LITERALS[entry[0].literal].rewrite_head(value):
+                self.ctx.keep(entry[0].hold)
+            return updated
         if entry is not None:
             rule, composed = entry
             literal = LITERALS[rule.literal]
@@ -279,6 +306,7 @@ class Literals:
                     original,
                     fill(amb.message, old=repr(value), version=self.rules.npu_version),
                     amb.fix,
+                    note=True,
                 )
         return updated
 
@@ -308,6 +336,9 @@ class Literals:
             return updated
         entry = self._lits.get(id(original))
         shown = cst.Module([]).code_for_node(original)
+        if entry is not None and isinstance(entry[0], _Held):
+            self.ctx.keep(entry[0].hold)
+            return updated
         if entry is None or entry[0].literal != "device":
             amb = self.rules.ambiguous.get("device")
             if amb is not None:
@@ -317,6 +348,7 @@ class Literals:
                     original,
                     fill(amb.message, old=shown, version=self.rules.npu_version),
                     amb.fix,
+                    note=True,
                 )
             return updated
         rule = entry[0]

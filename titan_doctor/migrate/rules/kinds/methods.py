@@ -71,7 +71,7 @@ METHOD = Kind(
         Example("y = x.cpu()\n"),
         Example(
             "import torch\n\nok = torch.cuda.is_available()\n",  # a module, not a method
-            fixed="import torch\nimport torch_npu\n\nok = torch.npu.is_available()\n",
+            fixed="import torch\n\nok = torch.npu.is_available()\n",
         ),
     ),
     invalid=(

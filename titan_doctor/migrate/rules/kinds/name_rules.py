@@ -110,11 +110,11 @@ RENAME = Kind(
     invalid=(
         Example(
             "import torch as th\n\nth.cuda.synchronize()\n",
-            fixed="import torch as th\nimport torch_npu\n\nth.npu.synchronize()\n",
+            fixed="import torch as th\n\nth.npu.synchronize()\n",
         ),
         Example(
             "from torch.cuda import synchronize as sync\n\nsync()\n",
-            fixed="import torch_npu\nfrom torch.npu import synchronize as sync\n\nsync()\n",
+            fixed="from torch.npu import synchronize as sync\n\nsync()\n",
         ),
         Example("import torch\n\ntorch.cuda.memory_snapshot_of_nothing()\n"),
     ),

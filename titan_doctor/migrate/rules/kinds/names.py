@@ -22,7 +22,7 @@ import re
 import libcst as cst
 
 from titan_doctor.findings import Status
-from titan_doctor.migrate.context import Context
+from titan_doctor.migrate.context import Context, Hold
 from titan_doctor.migrate.cstutil import build_dotted, dotted, full_name, plain_text, respell, string_value, with_text
 from titan_doctor.migrate.rules.kind import Family, PythonFile, fill
 from titan_doctor.migrate.rules.kinds.capability import KIND as CAPABILITY
@@ -49,6 +49,7 @@ class Names:
         self._star: list[tuple] = []  # (original, rule, finding index, new node)
         self._free: dict[str, cst.Name] = {}  # names only a star import can bind
         self._patch_targets: set[int] = set()  # id(string) naming what mock.patch replaces
+        self._kept_names = file.kept_names  # names the tree's package keeps CUDA
 
     # -- marking (pre-order) ----------------------------------------------------------------
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -89,6 +90,9 @@ class Names:
         value = string_value(original)
         hit = self.rules.name_rule(value) if value else None
         if hit is None or not isinstance(hit[0], Rename) or hit[0].status == "manual":
+            return updated
+        if value in self._kept_names:  # the package's code still calls the CUDA name
+            self.ctx.keep(Hold(self.ctx.where(original)))
             return updated
         new = self._rebound(value.split("."))
         if new is None or plain_text(original) is None:
@@ -213,9 +217,7 @@ class Names:
         if isinstance(rule, Report):
             if report and self._applies(rule, node):
                 msg = fill(rule.message, old=qname, version=self.rules.npu_version)
-                # a glob rule reports each module it matches once, not the glob once
-                key = parts[0] if "*" in rule.match else rule.match
-                self.ctx.report_once(key, rule.code, node, msg, rule.fix)
+                self.ctx.emit(rule.code, Status.MANUAL, node, msg, rule.fix)  # every use its own finding
                 self.ctx.block(node, qname, rule.fix)
             return None
         miss = self._gate_miss(rule, parts, k)
@@ -227,6 +229,7 @@ class Names:
                 node,
                 fill(rule.gate_message, old=old, version=self.rules.npu_version),
                 rule.gate_fix,
+                note=True,
             )
             self.ctx.block(node, old, rule.gate_fix)
             return None
@@ -263,18 +266,7 @@ class Names:
         return hit[0].new.split(".") + parts[hit[1] :]
 
     def _gate_miss(self, rule: Rename, qparts: list[str], k: int) -> int:
-        """How many names past the rule's `old` torch_npu lacks a counterpart for
-        (0: provided). torch.cuda.memory.x is checked against torch.npu.memory too."""
-        if rule.gate is None or len(qparts) <= k:
-            return 0
-        if rule.gate == "members":
-            return 0 if qparts[k] in rule.members else 1
-        if qparts[k] not in self.rules.npu_names:
-            return 1
-        sub = self.rules.npu_submodules.get(qparts[k])
-        if sub is not None and len(qparts) > k + 1 and qparts[k + 1] not in sub:
-            return 2
-        return 0
+        return self.rules.gate_miss(rule, qparts, k)
 
     # -- imports ----------------------------------------------------------------------------
     def leave_SimpleStatementLine(self, original, updated):

@@ -26,11 +26,14 @@ class Text(Rule):
     pre + new); `opt` is the part the finding points at (its column) and shows. `message`
     may use {old} (the `opt` group, else the whole match) and {new} (the whole
     replacement, pre + new), quotes dropped. `marker` is plain text every match spells
-    (the line rewriter's pre-filter)."""
+    (the line rewriter's pre-filter). dependency = true: the pattern names a package
+    in a dependency list, so setup.py's requirement strings are matched too
+    (python/requirements.py)."""
 
     pattern: str
     marker: str
     new: str | None = None
+    dependency: bool = False
 
 
 def _check(rule: Text) -> list[str]:
@@ -72,6 +75,17 @@ def apply_to_line(line: str, rules: RuleSet, ctx: LineContext) -> str:
 
         line = pattern.sub(text, line)
     return line
+
+
+def dependency_matches(value: str, rules: RuleSet):
+    """(rule, the text a finding shows, its offset in `value`) for each dependency rule
+    matching one requirement string (`"flash-attn>=2"` in setup.py's install_requires)."""
+    for pattern, rule in rules.text:
+        if rule.dependency:
+            m = pattern.search(value)
+            if m:
+                group = "opt" if m.groupdict().get("opt") is not None else 0
+                yield rule, _shown(m.group(group)), m.start(group)
 
 
 def _shown(text: str) -> str:

@@ -1,0 +1,554 @@
+"""Code that already runs on more than CUDA, where migrate leaves CUDA as it is (NPU114).
+
+Rewriting "cuda" to "npu" is right in code written for CUDA alone. In code that already
+chooses between devices it is harm: `("cuda", "xpu", "npu")` became `("npu", "xpu",
+"npu")`, the CUDA branch of `if is_npu_available(): ... elif torch.cuda.is_available():`
+became a second NPU branch, `is_cuda_available()` answered for the NPU. So before the walk
+the file is scanned once with the stdlib parser for the places that name another
+accelerator (a device or backend string such as "xpu" or "hccl", `torch.xpu`,
+`torch_npu`, `torch.accelerator`, an `is_<device>_available` helper, an enum member such
+as DistributedType.MULTI_XPU) or answer for CUDA by name, and every rewrite there is
+left undone:
+
+    dispatch      an if/elif/else chain whose tests name another accelerator: all of it
+    expression    a boolean or conditional expression, a comparison, a tuple/list/set
+                  naming one next to "cuda"; a dict whose keys name devices (also when
+                  keys are added later: `m["hpu"] = ...`)
+    function      a function that names npu itself (it answers for Ascend already), or
+                  one whose name says it answers for CUDA (`is_cuda_available`,
+                  `get_max_cuda_memory`, `def cuda(self)`): the whole body
+    default       `getattr(torch, device_type, torch.cuda)`: torch.cuda is the fallback
+                  of a device-generic lookup
+    profiler      a file that profiles another device through torch.profiler
+                  (`ProfilerActivity.XPU`): its torch.profiler calls are shared by all
+    value names   a device or backend name (`device`, `backend`) that also takes another
+                  accelerator's value in this file, or npu's anywhere in the tree
+                  (`backend == "hccl"` in the module that starts the process group):
+                  its "cuda"/"nccl" values and the ifs that compare them stay, so a
+                  default and its consumers keep agreeing across modules
+
+Where the place already handles npu, nothing is said (the rewrites are counted as kept);
+where it does not, one finding at the place says what is missing (an npu branch, "npu"
+in the list).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from titan_doctor.migrate.context import Hold
+from titan_doctor.migrate.rules.ruleset import RuleSet
+from titan_doctor.migrate.rules.words import (
+    CUDA,
+    GENERIC_CALLS,
+    GENERIC_MODULE,
+    LITERALS,
+    NPU,
+    OTHER_BACKENDS,
+    OTHER_DEVICES,
+)
+from titan_doctor.migrate.walk.astnames import flat_imports, qualified
+
+GENERIC = ".".join(GENERIC_MODULE)  # stands for "answers for npu too" among the devices named
+_DEVICES = frozenset(OTHER_DEVICES)
+_WORDS = "|".join(sorted({*OTHER_DEVICES, *OTHER_BACKENDS, GENERIC_MODULE[1]}, key=len, reverse=True))
+_MENTION = re.compile(rb"(?i)(?<![a-z0-9])(?:" + _WORDS.encode() + rb")(?![a-z0-9])")
+_CUDA_DEF = re.compile(rb"\bdef\s+(?:\w*_)?(?i:cuda|nccl|nvml|nvidia|gpu)\w*\s*\(|\bgetattr\s*\(")
+_DEVICE_VALUE = re.compile(r"^([a-z]+)(?::\d+)?$")
+# a function whose name says it answers for CUDA: a question about CUDA (is_cuda_available,
+# check_cuda_p2p_ib_support, require_cuda), what CUDA has (cuda_version, nccl_available),
+# or the .cuda() method itself; `get_`/`setup_` names do things and are migrated
+_QUESTIONS = frozenset({"is", "has", "check", "require", "requires", "supports", "can"})
+_ANSWERS = frozenset({"available", "version", "supported", "capability"})
+_CUDA_WORDS = frozenset({CUDA, LITERALS["backend"].cuda, "nvml", "nvidia", "rocm", "hip"})
+_GPU = "gpu"
+# torch.cuda calls that answer "no" on a machine without CUDA instead of failing
+_SAFE = frozenset({"is_available", "device_count", "is_initialized"})
+_PROFILER_ACTIVITY = ("torch.profiler.ProfilerActivity", "torch.autograd.ProfilerActivity")
+_PROFILER_MODULES = ("torch.profiler", "torch.autograd.profiler")
+CODE = "NPU114"
+
+
+def may_hold(data: bytes) -> bool:
+    """Cheap text check: does the file name another accelerator, define a function named
+    for CUDA, or look a device module up with getattr?"""
+    return bool(_MENTION.search(data) or _CUDA_DEF.search(data))
+
+
+@dataclass
+class Holds:
+    """What the scan found: places (spans) whose rewrites stay, and value names whose
+    CUDA values stay wherever they are bound or compared."""
+
+    regions: list[tuple[tuple[int, int], tuple[int, int], Hold]] = field(default_factory=list)
+    names: dict[str, Hold] = field(default_factory=dict)
+
+    def at(self, line: int, col: int, code: str) -> Hold | None:
+        """The innermost place holding (line, col) for a rewrite under `code`, or None."""
+        best, size = None, None
+        for start, end, hold in self.regions:
+            if start <= (line, col) < end and (hold.codes is None or code in hold.codes):
+                extent = (end[0] - start[0], end[1] - start[1])
+                if size is None or extent < size:
+                    best, size = hold, extent
+        return best
+
+    def __bool__(self) -> bool:
+        return bool(self.regions or self.names)
+
+
+def value_mentions(tree: ast.Module, compared_only: bool = False) -> dict[str, set[str]]:
+    """name -> the other accelerators' values it takes or is compared with in this file
+    (`backend == "hccl"`, `device = "xpu"`); `compared_only`: comparisons alone (what the
+    tree's facts carry: a module that dispatches on the value)."""
+    found: dict[str, set[str]] = {}
+
+    def note(target: ast.AST, value: ast.AST) -> None:
+        name = _operand(target)
+        if name is None:
+            return
+        accs = {a for v in _constants(value) if (a := _device_of_value(v))}
+        if accs:
+            found.setdefault(name, set()).update(accs)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            for side in sides:
+                for other in sides:
+                    if other is not side:
+                        note(side, other)
+        elif compared_only:
+            continue
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                note(t, node.value)
+        elif isinstance(node, ast.keyword) and node.arg:
+            note(ast.Name(node.arg), node.value)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+            flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            dest = next(
+                (k.value.value for k in node.keywords if k.arg == "dest" and isinstance(k.value, ast.Constant)), None
+            )
+            dest = dest or next((f for f in flags if f.startswith("--")), flags[0] if flags else "").lstrip("-")
+            for k in node.keywords:  # add_argument("--device", choices=["cuda", "mps"])
+                if k.arg in ("default", "choices") and dest:
+                    note(ast.Name(dest.replace("-", "_")), k.value)
+    return found
+
+
+def scan(
+    rules: RuleSet,
+    tree: ast.Module,
+    lines: list[bytes],
+    tree_names: dict[str, frozenset[str]] | None = None,
+    device_names: Iterable[str] = (),
+    guarded: Iterable[ast.stmt] = (),
+) -> Holds:
+    """The places of this file where CUDA stays (see the module docstring). `tree_names`:
+    value names that take npu's value somewhere in the tree (python/facts.py); `guarded`:
+    statements a kept CUDA check protects (python/gates.py), which stay CUDA with it."""
+    scan = _Scan(rules, tree, lines, tree_names or {}, frozenset(device_names))
+    holds = scan.holds
+    for stmt in guarded:
+        holds.regions.append((scan._start(stmt), scan._end(stmt), Hold(scan._start(stmt), guarded=True)))
+    return holds
+
+
+class _Scan:
+    def __init__(self, rules, tree, lines, tree_names, device_names) -> None:
+        self.rules, self.lines = rules, lines
+        self.imports = flat_imports(tree)
+        self.holds = Holds()
+        self._parents: dict[int, ast.AST] = {}
+        self._flags: dict[str, set[str]] = {}
+        nodes = list(ast.walk(tree))
+        for node in nodes:
+            for child in ast.iter_child_nodes(node):
+                self._parents[id(child)] = node
+        for node in nodes:  # is_mccl_backend = group_backend == "mccl": a flag that names musa
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                if isinstance(node.value, (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Call)):
+                    accs = self.mentions(node.value)
+                    if accs:
+                        self._flags.setdefault(node.targets[0].id, set()).update(accs)
+        covered: list[tuple[tuple[int, int], tuple[int, int]]] = []
+        for node in nodes:
+            if isinstance(node, ast.If) and not self._is_elif(node):
+                self._chain(node, covered)
+        for node in nodes:
+            body = getattr(node, "body", None)
+            if isinstance(body, list):
+                for block in (body, getattr(node, "orelse", []), getattr(node, "finalbody", [])):
+                    self._sequence(block, covered)
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self._function(node)
+            elif isinstance(node, ast.Call):
+                self._getattr_default(node)
+        for node in nodes:
+            if isinstance(node, (ast.BoolOp, ast.IfExp, ast.Compare, ast.Tuple, ast.List, ast.Set, ast.Dict)):
+                if not any(s <= self._start(node) and self._end(node) <= e for s, e in covered):
+                    self._expression(node, covered)
+        self._profiler(nodes)
+        self._value_names(tree, nodes, tree_names, device_names)
+
+    # -- positions (1-based columns in characters, as the walk counts them) -------------------
+    def _col(self, line: int, offset: int) -> int:
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else b""
+        return len(text[:offset].decode("utf-8", "replace")) + 1 if not text.isascii() else offset + 1
+
+    def _start(self, node: ast.AST) -> tuple[int, int]:
+        return node.lineno, self._col(node.lineno, node.col_offset)
+
+    def _end(self, node: ast.AST) -> tuple[int, int]:
+        line = node.end_lineno or node.lineno
+        return line, self._col(line, node.end_col_offset if node.end_col_offset is not None else 1 << 20)
+
+    def _add(self, node: ast.AST, hold: Hold, end: ast.AST | None = None) -> None:
+        self.holds.regions.append((self._start(node), self._end(end or node), hold))
+
+    def _hold(self, node: ast.AST, accs: set[str], what: str, message: str = "") -> Hold:
+        """Silent where npu is already handled; else one finding at `node` naming what is missing."""
+        if NPU in accs or GENERIC in accs:
+            return Hold(self._start(node), quiet=True)
+        named = ", ".join(sorted({CUDA, *accs}))
+        return Hold(
+            self._start(node),
+            CODE,
+            message or f"{what} chooses between {named} but has no {NPU} case: its CUDA code is left as it is",
+            f"add the {NPU} case next to the {CUDA} one (a device string, torch.{NPU}.* calls, an hccl backend); "
+            "the code already runs on more than CUDA, so nothing in it is replaced",
+        )
+
+    # -- what names an accelerator ------------------------------------------------------------
+    def mentions(self, expr: ast.AST) -> set[str]:
+        found: set[str] = set()
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                acc = _device_of_value(node.value)
+                if acc:
+                    found.add(acc)
+            elif isinstance(node, (ast.Attribute, ast.Name)):
+                parent = self._parents.get(id(node))
+                if isinstance(parent, ast.Attribute):
+                    continue  # the outermost chain speaks for it
+                acc = self._device_of_chain(node)
+                if acc:
+                    found.add(acc)
+                if isinstance(node, ast.Name) and node.id in self._flags:
+                    found |= self._flags[node.id]
+        return found
+
+    def _device_of_chain(self, node: ast.AST) -> str | None:
+        q = qualified(node, self.imports)
+        parts = _spelled(node)
+        if q is not None:
+            qp = q.lstrip(".").split(".")
+            if tuple(qp[:2]) == GENERIC_MODULE or q in GENERIC_CALLS:
+                return GENERIC
+            if qp[0] == "torch" and len(qp) > 1 and qp[1] in _DEVICES:
+                return qp[1]
+            if qp[:2] == ["torch", "backends"] and len(qp) > 2 and qp[2] in _DEVICES:
+                return qp[2]
+            if qp[0].startswith("torch_") and qp[0][6:] in _DEVICES:
+                return qp[0][6:]
+            parts = qp
+        for part in parts or ():
+            acc = _device_of_identifier(part)
+            if acc:
+                return acc
+        return None
+
+    # -- the places ---------------------------------------------------------------------------
+    @staticmethod
+    def _tests(node: ast.If) -> list[ast.AST]:
+        tests = [node.test]
+        while len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+            node = node.orelse[0]
+            tests.append(node.test)
+        return tests
+
+    def _is_elif(self, node: ast.If) -> bool:
+        parent = self._parents.get(id(node))
+        return isinstance(parent, ast.If) and len(parent.orelse) == 1 and parent.orelse[0] is node
+
+    def _chain(self, node: ast.If, covered: list) -> None:
+        accs: set[str] = set()
+        for test in self._tests(node):
+            accs |= self.mentions(test)
+        if not accs:
+            return
+        self._add(node, self._hold(node.test, accs, "this if/elif chain"))
+        covered.append((self._start(node), self._end(node)))
+
+    def _sequence(self, block: list, covered: list) -> None:
+        """Ifs side by side, one per device (`if is_xpu_available(): ...` then `if
+        is_cuda_available(): ...`), and an if guarded by a function that answers for CUDA
+        by name (`if is_cuda_available():`): the CUDA one is that device's case."""
+        heads = [s for s in block if isinstance(s, ast.If)]
+        if not heads:
+            return
+        devices: set[str] = set()
+        for head in heads:
+            for test in self._tests(head):
+                devices |= self.mentions(test)
+        for head in heads:
+            if any(s <= self._start(head) and self._end(head) <= e for s, e in covered):
+                continue
+            named = any(self._cuda_named_call(t) for t in self._tests(head))
+            if not (named or (devices and any(self._cuda_check(t) for t in self._tests(head)))):
+                continue
+            scope = self._scope_of(head)
+            own = self.mentions(scope) if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
+            message = ""
+            if not devices:
+                shown = ast.unparse(head.test)
+                message = f"`if {shown[:60]}` asks a check named for CUDA: its CUDA code is left as it is"
+            self._add(
+                head, self._hold(head.test, devices | (own & {NPU, GENERIC}), "this if (one per device)", message)
+            )
+            covered.append((self._start(head), self._end(head)))
+
+    def _cuda_named_call(self, test: ast.AST) -> bool:
+        """`is_cuda_available()`: a call to a function whose name says it answers for CUDA."""
+        for node in ast.walk(test):
+            if isinstance(node, ast.Call):
+                name = _spelled(node.func)
+                if name and name[0] != "torch" and _answers_for_cuda(name[-1]):
+                    return True
+        return False
+
+    def _cuda_check(self, test: ast.AST) -> bool:
+        """A CUDA device check: torch.cuda.is_available() / device_count(), `.is_cuda`,
+        `x == "cuda"`, or a call named for CUDA."""
+        for node in ast.walk(test):
+            if isinstance(node, ast.Attribute) and node.attr == "is_cuda":
+                return True
+            if isinstance(node, ast.Call):
+                q = qualified(node.func, self.imports) or ""
+                if q.startswith("torch.cuda.") or self._cuda_named_call(node):
+                    return True
+            if isinstance(node, ast.Constant) and node.value == CUDA:
+                return True
+        return False
+
+    def _expression(self, node: ast.AST, covered: list) -> None:
+        if isinstance(node, ast.Dict):
+            accs = self._dict_devices(node)
+            what = "this mapping"
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            values = [_device_of_value(v) for v in _constants(node, shallow=True)]
+            if CUDA not in [v for v in _constants(node, shallow=True)]:
+                return
+            accs = {v for v in values if v}
+            what = "this list"
+        else:
+            accs = self.mentions(node)
+            what = "this condition" if not isinstance(node, ast.IfExp) else "this expression"
+        if not accs:
+            return
+        self._add(node, self._hold(node, accs, what))
+        covered.append((self._start(node), self._end(node)))
+
+    def _dict_devices(self, node: ast.Dict) -> set[str]:
+        keys = [k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+        if CUDA not in keys:
+            return set()
+        accs = {a for k in keys if (a := _device_of_value(k))}
+        target = self._parents.get(id(node))
+        name = None
+        if isinstance(target, (ast.Assign, ast.AnnAssign)):
+            t = target.targets[0] if isinstance(target, ast.Assign) else target.target
+            name = _operand(t)
+        if name is not None:  # keys added later: m["hpu"] = ...
+            scope = self._scope_of(node)
+            for sub in ast.walk(scope):
+                if isinstance(sub, ast.Assign):
+                    for t in sub.targets:
+                        if isinstance(t, ast.Subscript) and _operand(t.value) == name:
+                            key = t.slice
+                            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                                acc = _device_of_value(key.value)
+                                if acc:
+                                    accs.add(acc)
+        return accs
+
+    def _scope_of(self, node: ast.AST) -> ast.AST:
+        while True:
+            parent = self._parents.get(id(node))
+            if parent is None or isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+                return parent or node
+            node = parent
+
+    def _function(self, node: ast.FunctionDef) -> None:
+        words = [w for w in node.name.lower().split("_") if w]
+        asks = bool(words) and (words[0] in _QUESTIONS or words[-1] in _ANSWERS)
+        if node.name == CUDA or _answers_for_cuda(node.name):
+            self._add(node, Hold(self._start(node), quiet=True))  # it answers for CUDA by name
+            return
+        doc = ast.get_docstring(node) or ""
+        if asks and _GPU in words and re.search(r"\b(?:CUDA|NVIDIA)\b", doc):
+            self._add(node, Hold(self._start(node), quiet=True))  # require_single_gpu: "requires CUDA"
+            return
+        own = [s for s in node.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        accs: set[str] = set()
+        for stmt in own:
+            accs |= self.mentions(stmt)
+        if NPU in accs or GENERIC in accs:
+            # it already answers for npu: what it does on CUDA stays; a call that fails
+            # without CUDA (not a question such as is_available) is said where it is
+            self._add(
+                node,
+                Hold(
+                    self._start(node),
+                    CODE,
+                    f"{node.name}() already handles {NPU}: its CUDA calls are left as they are",
+                    f"check that the {CUDA} calls here only run on CUDA (or make them device-generic, "
+                    "torch.accelerator.*)",
+                ),
+            )
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in _SAFE:
+                    self._add(sub, Hold(self._start(sub)))
+
+    def _getattr_default(self, node: ast.Call) -> None:
+        """getattr(torch, device_type, torch.cuda): a device-generic lookup's fallback."""
+        if (
+            isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) == 3
+            and qualified(node.args[0], self.imports) == "torch"
+        ):
+            self._add(node.args[2], Hold(self._start(node.args[2]), quiet=True))
+
+    def _profiler(self, nodes: list[ast.AST]) -> None:
+        """torch.profiler used for other devices too (an activity of another device chosen
+        in a device dispatch found above): its calls stay, file-wide."""
+        accs: set[str] = set()
+        first = None
+        for node in nodes:
+            if isinstance(node, ast.Attribute):
+                q = qualified(node.value, self.imports)
+                if q in _PROFILER_ACTIVITY and self.holds.at(*self._start(node), ""):
+                    acc = _device_of_identifier(node.attr)
+                    if acc:
+                        accs.add(acc)
+                        first = first or node
+        if not accs:
+            return
+        codes = frozenset(
+            r.code
+            for r in self.rules.names.values()
+            if getattr(r, "old", "").startswith(_PROFILER_MODULES) and hasattr(r, "new")
+        )
+        hold = self._hold(first, accs, "this file's profiler (torch.profiler)")
+        self.holds.regions.append(((1, 1), (1 << 30, 1), Hold(hold.anchor, hold.code, hold.message, hold.fix, codes)))
+
+    def _value_names(self, tree: ast.Module, nodes, tree_names: dict[str, frozenset[str]], device_names) -> None:
+        """Device/backend value names that already take another accelerator's value."""
+        here = value_mentions(tree)
+        names = {n: set(a) for n, a in here.items() if self.rules.value_literal(n) or n in device_names}
+        for n, accs in tree_names.items():
+            names.setdefault(n, set()).update(accs)
+        if not names:
+            return
+        firsts: dict[str, ast.AST] = {}
+        for node in nodes:
+            if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+                n = _operand(node)
+            elif isinstance(node, ast.keyword):
+                n = node.arg
+            elif isinstance(node, ast.arg):
+                n = node.arg
+            else:
+                continue
+            if n in names and (n not in firsts or self._start(node) < self._start(firsts[n])):
+                firsts[n] = node
+        for n, accs in names.items():
+            anchor = firsts.get(n)
+            if anchor is None:
+                continue
+            if n in here:
+                hold = self._hold(anchor, accs, f"'{n}'")
+            else:  # only the tree's other modules give it npu's value: nothing missing here
+                hold = Hold(self._start(anchor), quiet=True)
+            self.holds.names[n] = hold
+        # every comparison of a held name stays (`group_backend == dist.Backend.NCCL`), and
+        # an if that makes one keeps its body for that device too
+        for node in nodes:
+            if isinstance(node, ast.Compare):
+                held = next(
+                    (_operand(s) for s in (node.left, *node.comparators) if _operand(s) in self.holds.names), None
+                )
+                if held is not None:
+                    self._add(node, self.holds.names[held])
+            elif isinstance(node, ast.If):
+                for sub in ast.walk(node.test):
+                    if isinstance(sub, ast.Compare):
+                        held = next(
+                            (_operand(s) for s in (sub.left, *sub.comparators) if _operand(s) in self.holds.names), None
+                        )
+                        if held is not None:
+                            self._add(node, self.holds.names[held])
+                            break
+
+
+def _answers_for_cuda(name: str) -> bool:
+    """is_cuda_available, check_cuda_p2p_ib_support, cuda_version, nccl_available: a
+    question whose answer is about CUDA (see _QUESTIONS)."""
+    words = [w for w in name.lower().split("_") if w]
+    asks = bool(words) and (words[0] in _QUESTIONS or words[-1] in _ANSWERS)
+    return asks and bool(_CUDA_WORDS & set(words))
+
+
+def _spelled(node: ast.AST) -> list[str]:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return parts[::-1]
+
+
+def _device_of_identifier(name: str) -> str | None:
+    """`is_xpu_available`, `pt_npu_available`, `MULTI_XPU`, `RNGType.NPU` name a device;
+    `not_in_torch_npu` or `mps_fallback` do not (no "available", not an enum member)."""
+    words = [w for w in name.lower().split("_") if w]
+    if not words:
+        return None
+    if name.isupper() or "available" in words or name in _DEVICES:
+        for w in words:
+            if w in _DEVICES:
+                return w
+    return None
+
+
+def _device_of_value(value: str) -> str | None:
+    """ "xpu", "npu:0", "hccl" name a device other than CUDA."""
+    if value in OTHER_BACKENDS:
+        return OTHER_BACKENDS[value]
+    m = _DEVICE_VALUE.match(value)
+    return m.group(1) if m and m.group(1) in _DEVICES else None
+
+
+def _constants(node: ast.AST, shallow: bool = False) -> list[str]:
+    if shallow:
+        return [e.value for e in getattr(node, "elts", []) if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def _operand(node: ast.AST) -> str | None:
+    """The name a value goes by (as cstutil.operand_name): `x.device` -> "device",
+    `cfg["backend"]` -> "backend", `backend` -> "backend"."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+        return node.slice.value
+    return None
