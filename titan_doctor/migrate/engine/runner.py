@@ -233,6 +233,13 @@ def _migrate(
 def _output_problem(kind: str, path: Path, old: bytes, new: bytes) -> str | None:
     """Why the rewritten bytes must not be written (they would not parse), else None."""
     if kind == kinds.PYTHON:
+        # CPython's own parser (the one that will run the file; a fifth of libcst's cost);
+        # libcst's where CPython cannot read the input either (syntax newer than it)
+        if _syntax_error(new) is None:
+            return None
+        if _syntax_error(old) is None:
+            message, line, _ = _syntax_error(new)
+            return f"migrated code would not parse ({message}, line {line}); file left untouched"
         try:
             cst.parse_module(new)
         except cst.ParserSyntaxError as e:

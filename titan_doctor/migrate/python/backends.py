@@ -55,8 +55,25 @@ from titan_doctor.migrate.walk.astnames import flat_imports, qualified
 GENERIC = ".".join(GENERIC_MODULE)  # stands for "answers for npu too" among the devices named
 _DEVICES = frozenset(OTHER_DEVICES)
 _WORDS = "|".join(sorted({*OTHER_DEVICES, *OTHER_BACKENDS, GENERIC_MODULE[1]}, key=len, reverse=True))
-_MENTION = re.compile(rb"(?i)(?<![a-z0-9])(?:" + _WORDS.encode() + rb")(?![a-z0-9])")
-_CUDA_DEF = re.compile(rb"\bdef\s+(?:\w*_)?(?i:cuda|nccl|nvml|nvidia|gpu)\w*\s*\(|\bgetattr\s*\(")
+_NAMED = re.compile(r"(?i)(?<![a-z0-9])(?:" + _WORDS + r"|get_device_module)(?![a-z0-9])")
+_DEVICE_WORDS = "|".join(sorted(OTHER_DEVICES, key=len, reverse=True))
+# the text of a place that names another accelerator: a device or backend string, torch.<dev>,
+# torch_<dev>, torch.accelerator, an enum member (.MULTI_XPU), an is_<dev>_available helper
+_MENTIONS = (
+    re.compile((r"[\"'](?:" + _WORDS + r")(?::\d+)?[\"']").encode()),
+    re.compile(
+        (r"\btorch\s*\.\s*(?:backends\s*\.\s*)?(?:" + _DEVICE_WORDS + r"|accelerator|get_device_module)\b").encode()
+    ),
+    re.compile((r"\btorch_(?:" + _DEVICE_WORDS + r")\b").encode()),
+    re.compile((r"\.(?:MULTI_)?(?:" + _DEVICE_WORDS.upper() + r")\b").encode()),
+)
+_HELPER = re.compile((r"(?i)(?:" + _DEVICE_WORDS + r")\w*$").encode())
+_AVAILABLE = b"_available"
+_CUDA_DEF = re.compile(
+    rb"\bdef\s+(?:cuda\s*\(|(?:is|has|check|require|requires|supports|can)_\w*(?i:cuda|nccl|nvml|nvidia|rocm|hip|gpu)\w*"
+    rb"|\w*(?i:cuda|nccl|nvml|rocm)_(?:\w+_)?(?:available|version|supported|capability)\s*\()"
+    rb"|\bgetattr\s*\(\s*torch\s*,"
+)
 _DEVICE_VALUE = re.compile(r"^([a-z]+)(?::\d+)?$")
 # a function whose name says it answers for CUDA: a question about CUDA (is_cuda_available,
 # check_cuda_p2p_ib_support, require_cuda), what CUDA has (cuda_version, nccl_available),
@@ -75,7 +92,17 @@ CODE = "NPU114"
 def may_hold(data: bytes) -> bool:
     """Cheap text check: does the file name another accelerator, define a function named
     for CUDA, or look a device module up with getattr?"""
-    return bool(_MENTION.search(data) or _CUDA_DEF.search(data))
+    if any(p.search(data) for p in _MENTIONS) or _CUDA_DEF.search(data):
+        return True
+    at = data.find(_AVAILABLE)
+    while at >= 0:  # is_xpu_available, pt_npu_available: the name before "_available"
+        start = at
+        while start > 0 and (data[start - 1 : start].isalnum() or data[start - 1 : start] == b"_"):
+            start -= 1
+        if _HELPER.search(data[start:at]):
+            return True
+        at = data.find(_AVAILABLE, at + 1)
+    return False
 
 
 @dataclass
@@ -165,16 +192,19 @@ class _Scan:
         self.holds = Holds()
         self._parents: dict[int, ast.AST] = {}
         self._flags: dict[str, set[str]] = {}
-        nodes = list(ast.walk(tree))
-        for node in nodes:
-            for child in ast.iter_child_nodes(node):
-                self._parents[id(child)] = node
-        for node in nodes:  # is_mccl_backend = group_backend == "mccl": a flag that names musa
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                if isinstance(node.value, (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Call)):
-                    accs = self.mentions(node.value)
-                    if accs:
-                        self._flags.setdefault(node.targets[0].id, set()).update(accs)
+        self._acc: dict[int, frozenset[str]] = {}
+        nodes = self._index(tree)
+        flags = [n for n in nodes if isinstance(n, ast.Assign) and len(n.targets) == 1]
+        for node in flags:  # is_mccl_backend = group_backend == "mccl": a flag that names musa
+            if isinstance(node.targets[0], ast.Name) and isinstance(
+                node.value, (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Call)
+            ):
+                accs = self.mentions(node.value)
+                if accs:
+                    self._flags.setdefault(node.targets[0].id, set()).update(accs)
+        if self._flags:  # the flags' uses name those devices too
+            self._acc = {}
+            self._index(tree, nodes)
         covered: list[tuple[tuple[int, int], tuple[int, int]]] = []
         for node in nodes:
             if isinstance(node, ast.If) and not self._is_elif(node):
@@ -191,10 +221,52 @@ class _Scan:
                 self._getattr_default(node)
         for node in nodes:
             if isinstance(node, (ast.BoolOp, ast.IfExp, ast.Compare, ast.Tuple, ast.List, ast.Set, ast.Dict)):
-                if not any(s <= self._start(node) and self._end(node) <= e for s, e in covered):
+                if (isinstance(node, ast.Dict) or id(node) in self._acc) and not any(
+                    s <= self._start(node) and self._end(node) <= e for s, e in covered
+                ):
                     self._expression(node, covered)
         self._profiler(nodes)
         self._value_names(tree, nodes, tree_names, device_names)
+
+    def _index(self, tree: ast.Module, order: list[ast.AST] | None = None) -> list[ast.AST]:
+        """One pass: every node's parent, and the accelerators every node names, children
+        before parents (so `mentions` of any node is a lookup)."""
+        if order is None:
+            order, stack = [], [tree]
+            while stack:
+                node = stack.pop()
+                order.append(node)
+                for child in ast.iter_child_nodes(node):
+                    self._parents[id(child)] = node
+                    stack.append(child)
+        given: dict[int, set[str]] = {}
+        for node in reversed(order):
+            found = given.pop(id(node), None)
+            own = self._own(node)
+            if own:
+                found = (found or set()) | own
+            if found:
+                self._acc[id(node)] = frozenset(found)
+                parent = self._parents.get(id(node))
+                if parent is not None:
+                    given.setdefault(id(parent), set()).update(found)
+        order.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+        return order
+
+    def _own(self, node: ast.AST) -> set[str]:
+        if isinstance(node, ast.Constant):
+            acc = _device_of_value(node.value) if isinstance(node.value, str) else None
+            return {acc} if acc else set()
+        if isinstance(node, (ast.Attribute, ast.Name)):
+            found = set()
+            if not isinstance(self._parents.get(id(node)), ast.Attribute):  # the outermost chain speaks
+                acc = self._device_of_chain(node)
+                if acc:
+                    found.add(acc)
+            if isinstance(node, ast.Name) and node.id in self._flags:
+                found |= self._flags[node.id]
+            return found
+        return set()
 
     # -- positions (1-based columns in characters, as the walk counts them) -------------------
     def _col(self, line: int, offset: int) -> int:
@@ -225,27 +297,16 @@ class _Scan:
         )
 
     # -- what names an accelerator ------------------------------------------------------------
-    def mentions(self, expr: ast.AST) -> set[str]:
-        found: set[str] = set()
-        for node in ast.walk(expr):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                acc = _device_of_value(node.value)
-                if acc:
-                    found.add(acc)
-            elif isinstance(node, (ast.Attribute, ast.Name)):
-                parent = self._parents.get(id(node))
-                if isinstance(parent, ast.Attribute):
-                    continue  # the outermost chain speaks for it
-                acc = self._device_of_chain(node)
-                if acc:
-                    found.add(acc)
-                if isinstance(node, ast.Name) and node.id in self._flags:
-                    found |= self._flags[node.id]
-        return found
+    def mentions(self, expr: ast.AST) -> frozenset[str]:
+        return self._acc.get(id(expr), frozenset())
 
     def _device_of_chain(self, node: ast.AST) -> str | None:
-        q = qualified(node, self.imports)
         parts = _spelled(node)
+        root = parts[0] if parts else ""
+        text = self.imports.get(root, root) + "." + ".".join(parts[1:])
+        if not _NAMED.search(text):
+            return None  # fast path: most chains spell no device at all
+        q = qualified(node, self.imports)
         if q is not None:
             qp = q.lstrip(".").split(".")
             if tuple(qp[:2]) == GENERIC_MODULE or q in GENERIC_CALLS:

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from titan_doctor.migrate.python import backends, flows, gates
+from titan_doctor.migrate.rules.kind import PYTHON_CODE
 from titan_doctor.migrate.rules.ruleset import RuleSet
 from titan_doctor.migrate.rules.words import NPU
 from titan_doctor.migrate.walk.astnames import flat_imports, qualified, stdlib_tree
@@ -88,7 +89,12 @@ class TreeFacts:
 
 def file_facts(rules: RuleSet, data: bytes, in_package: bool, package: str | None) -> FileFacts | None:
     """The facts of one module (None: it holds none), parsing it only when its text can."""
-    cuda = bool(_DEF.search(data)) and rules.kernel_re is not None and bool(rules.kernel_re.search(data))
+    cuda = (
+        bool(_DEF.search(data))
+        and rules.kernel_re is not None
+        and rules.may_match(data, (PYTHON_CODE,))  # cheap: no rule word, nothing CUDA-only
+        and bool(rules.kernel_re.search(data))
+    )
     values = in_package and backends.may_hold(data)
     devices = flows.may_flow(rules, data)
     if not (cuda or values or devices or package):

@@ -39,7 +39,7 @@ _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _FLAG_VALUES = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Call, ast.Attribute)
 
 
-_CUDA_ATTR = re.compile(rb"\bcuda\s*\.\s*([A-Za-z_]\w*)")
+_CUDA_ATTR = re.compile(rb"\btorch\s*\.\s*cuda\s*\.\s*([A-Za-z_]\w*)")
 
 
 def may_gate_kernels(rules: RuleSet, data: bytes, tree_cuda_re: re.Pattern | None = None) -> bool:
@@ -99,11 +99,13 @@ class _Scan:
         self.rules = rules
         self.tree_cuda = tree_cuda
         self._strict = False
+        self._names_seen: dict[tuple, Hit | None] = {}
         gate = rules.kernel_gate
         self.gate_names = {g for g in gate.gates if not g.startswith(".")}
         self.gate_attrs = {g[1:] for g in gate.gates if g.startswith(".")}
         self.function_re = glob_re(gate.module_globs)
         self.module_re = glob_re((*gate.module_globs, *gate.extension_globs))
+        self.tree = tree
         self.nodes = list(ast.walk(tree))  # walked once: the scans below read this list
         self.docstrings = {
             id(n.value) for n in self.nodes if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
@@ -170,7 +172,14 @@ class _Scan:
         )
 
     def _kernel_name(self, qname: str, called: bool = False) -> Hit | None:
-        """What makes a resolved name CUDA-only (and its NPU alternative), or None."""
+        """What makes a resolved name CUDA-only (and its NPU alternative), or None (asked
+        for every use of every imported name: answered once per name)."""
+        key = (qname, called, self._strict)
+        if key not in self._names_seen:
+            self._names_seen[key] = self._kernel_name_uncached(qname, called)
+        return self._names_seen[key]
+
+    def _kernel_name_uncached(self, qname: str, called: bool) -> Hit | None:
         shown = qname.lstrip(".")
         if self._strict:
             rule = self.rules.kernel_rule(shown)
@@ -201,25 +210,34 @@ class _Scan:
     # -- where kernels are used -------------------------------------------------------------
     def _kernel_defs(self) -> dict[str, Hit]:
         """Functions, methods and classes of this file that use a CUDA-only kernel, directly
-        or by calling one that does (each body is walked once; calls are followed
-        afterwards). A class counts by its methods: `_Fused.apply(x)` runs its forward."""
+        or by calling one that does (one walk of the file, each node counted for every def
+        around it; calls are followed afterwards). A class counts by its methods:
+        `_Fused.apply(x)` runs its forward."""
         direct: dict[str, Hit] = {}
         calls: dict[str, dict[str, None]] = {}  # in source order: the same explanation every run
-        for d in self.nodes:
-            if not isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                continue
-            called = calls.setdefault(d.name, {})
-            for top in [*d.decorator_list, *d.body]:
-                for node in ast.walk(top):
-                    if d.name not in direct:
-                        hit = self._kernel_at(node)
-                        if hit:
-                            direct[d.name] = hit
-                    name = _called_name(node)
-                    if name is None and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                        name = node.id  # passed on, not called: _run_tuned(_kernel, ...), local_map(...)(f)
-                    if name is not None:
-                        called[name] = None
+        defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        stack: list[tuple[ast.AST, tuple[str, ...]]] = [(n, ()) for n in reversed(self.tree.body)]
+        while stack:
+            node, owners = stack.pop()
+            if owners:
+                if any(o not in direct for o in owners):
+                    hit = self._kernel_at(node)
+                    if hit:
+                        for o in owners:
+                            direct.setdefault(o, hit)
+                name = _called_name(node)
+                if name is None and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                    name = node.id  # passed on, not called: _run_tuned(_kernel, ...), local_map(...)(f)
+                if name is not None:
+                    for o in owners:
+                        calls[o][name] = None
+            if isinstance(node, defs):
+                calls.setdefault(node.name, {})
+                inner = (*owners, node.name)
+                children = [(c, inner) for c in (*node.decorator_list, *node.body)]
+            else:
+                children = [(c, owners) for c in ast.iter_child_nodes(node)]
+            stack.extend(reversed(children))
         found = {name: (f"{name} -> {hit[0]}", hit[1]) for name, hit in direct.items()}
         changed = True
         while changed:

@@ -24,6 +24,9 @@ def flat_imports(tree: ast.Module, nodes: list[ast.AST] | None = None) -> dict[s
     """local name -> qualified name, for every import in the file (relative modules
     keep their leading dots: `from .ops.triton import f` -> ".ops.triton.f"). `nodes`: the
     file's nodes when a caller has already walked it."""
+    cached = getattr(tree, "_flat_imports", None)  # several scans ask for the same tree's
+    if cached is not None:
+        return dict(cached)
     names: dict[str, str] = {}
     for node in ast.walk(tree) if nodes is None else nodes:
         if isinstance(node, ast.Import):
@@ -38,6 +41,7 @@ def flat_imports(tree: ast.Module, nodes: list[ast.AST] | None = None) -> dict[s
             for a in node.names:
                 if a.name != "*":
                     names[a.asname or a.name] = f"{module}.{a.name}" if module else a.name
+    tree._flat_imports = dict(names)
     return names
 
 

@@ -67,25 +67,45 @@ def _derive(rules: RuleSet) -> None:
     # a CUDA-only name is spelled by its package (flash_attn, pynvml), or for torch's own
     # names by its last part (CUDA_HOME, get_device_capability); nvidia-smi by its string
     libraries = {_spelling(r.match) for r in rules.names.values() if getattr(r, "kernel", False)}
-    libraries |= {last.replace("*", "") for head, last, r in rules.name_globs if head and r.kernel} - {""}
     libraries |= {r.match.rsplit(".", 1)[-1] for r in rules.capabilities.values()}
     libraries |= {r.marker for _, r in rules.strings if r.kernel}
     libraries.add("cpp_extension")
+    # a glob's fixed part starts a name (torch._C._cuda_*: `_cuda_isInBadFork`)
+    prefixes = {last.split("*")[0] for head, last, r in rules.name_globs if head and r.kernel} - {""}
     fragments = {g.replace("*", "") for g in (*gate.module_globs, *gate.extension_globs)} - {""}
-    alts = [rb"(?<![\w])" + re.escape(w.encode()) for w in sorted(libraries)]
+    words = b"|".join(re.escape(w.encode()) for w in sorted(libraries, key=len, reverse=True))
+    starts = b"|".join(re.escape(w.encode()) for w in sorted(prefixes, key=len, reverse=True))
+    spelled = rb"(?<![\w])(?:(?:" + words + rb")(?![\w])" + (rb"|" + starts if starts else b"") + rb")"
+    imports = None
     if fragments:
-        alts.append(
-            rb"(?:^|\n)[ \t]*(?:from|import)[ \t][^\n]*(?:"
+        imports = re.compile(
+            rb"(?m)^[ \t]*(?:from|import)[ \t][^\n]*?(?:"
             + b"|".join(re.escape(f.encode()) for f in sorted(fragments))
             + rb")"
         )
-    rules.kernel_re = re.compile(b"|".join(alts))
+    rules.kernel_re = _AnyOf(re.compile(spelled), imports)
+
+
+class _AnyOf:
+    """A file's text test as two regexes (a word anywhere, or an import line naming a glob's
+    fragment): one alternation of both costs a try at every position for the second."""
+
+    def __init__(self, *patterns: re.Pattern | None) -> None:
+        self.patterns = [p for p in patterns if p is not None]
+
+    def search(self, data: bytes):
+        for p in self.patterns:
+            m = p.search(data)
+            if m:
+                return m
+        return None
 
 
 def _spelling(match: str) -> str:
-    """The word a use of a CUDA-only name spells for sure: its package, or for torch's own
-    names (torch.utils.cpp_extension.CUDA_HOME) its last part."""
-    return match.rsplit(".", 1)[-1] if match.startswith("torch.") else match.split(".")[0]
+    """The word a use of a CUDA-only name spells for sure: its last part (the import
+    names it, `from vllm...pynccl import X`; so does a use through the package,
+    torch.utils.cpp_extension.CUDA_HOME); the rarest word of it, too."""
+    return match.rsplit(".", 1)[-1]
 
 
 KERNEL_GATE = Kind(
