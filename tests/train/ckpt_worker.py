@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from titan_train.build import build as build_parts
+from titan_train.components.loss import cross_entropy, loss_context
 from titan_train.config.job import JobConfig, OptimizerConfig, TrainingConfig
 from titan_train.config.model_args import ModelArgs
 from titan_train.config.parallel_dims import ParallelDims
@@ -55,11 +55,21 @@ def build(tp: int, seed: int = SEED):
     return build_parts(cfg, ParallelDims.for_world(dist.get_world_size(), tp=tp), torch.device("cpu"))
 
 
+def _loss(parts, inputs, targets, backward: bool = False) -> torch.Tensor:
+    """The trainer's loss: under tp the logits are vocabulary-sharded, so it (and its backward)
+    runs under loss_parallel, as titan_train.step does."""
+    with loss_context(parts.mesh["tp"].size() > 1):
+        loss = cross_entropy(parts.model_parts[0](inputs), targets)
+        if backward:
+            loss.backward()
+    return loss
+
+
 def global_loss(parts, i) -> float:
     mesh = parts.mesh
     inputs, targets = batch(i, mesh["dp"].size(), mesh["dp"].get_local_rank())
     with torch.no_grad():
-        loss = F.cross_entropy(parts.model_parts[0](inputs).flatten(0, 1), targets.flatten())
+        loss = _loss(parts, inputs, targets)
     loss = loss.detach().clone()
     dist.all_reduce(loss)
     return loss.item() / dist.get_world_size()
@@ -68,7 +78,7 @@ def global_loss(parts, i) -> float:
 def train_step(parts, i) -> None:
     mesh = parts.mesh
     inputs, targets = batch(i, mesh["dp"].size(), mesh["dp"].get_local_rank())
-    F.cross_entropy(parts.model_parts[0](inputs).flatten(0, 1), targets.flatten()).backward()
+    _loss(parts, inputs, targets, backward=True)
     parts.optimizers.step()
     parts.optimizers.zero_grad()
 
@@ -157,6 +167,10 @@ def resume(out: Path, src: Path) -> None:
     hf_logits(out)
 
 
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
 def hf_logits(out: Path) -> None:
     """The model loaded from OUT/hf via load_initial vs the same weights (OUT/native.pt) set
     by torch's set_model_state_dict, on this layout."""
@@ -172,8 +186,8 @@ def hf_logits(out: Path) -> None:
     set_model_state_dict(
         native, torch.load(out / "native.pt", weights_only=True), options=StateDictOptions(full_state_dict=True)
     )
-    with torch.no_grad():
-        a, b = via_hf[0](tokens), native(tokens)
+    with torch.no_grad():  # under tp the logits are vocabulary-sharded DTensors: gathered whole
+        a, b = (_whole(m(tokens)) for m in (via_hf[0], native))
     if dist.get_rank() == 0:
         torch.save({"hf": a, "native": b}, out / f"logits_tp{tp}.pt")
 
