@@ -41,7 +41,11 @@ def respell(node: cst.BaseExpression, parts: list[str]) -> cst.BaseExpression:
 def string_value(node: cst.CSTNode) -> str | None:
     """The text of a plain string literal (no f-string, no bytes), else None."""
     if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
+        text = node.value
+        if "\\" not in text and text[:1] in "'\"":  # no prefix, no escapes: the text itself
+            quote = 3 if text[:3] in ('"""', "'''") and len(text) >= 6 else 1
+            return text[quote:-quote]
+        value = node.evaluated_value  # ast.literal_eval: a parse per string
         return value if isinstance(value, str) else None
     return None
 

@@ -31,6 +31,7 @@ class RuleSet:
         self.npu_version = npu_version  # the torch_npu those were read from
         self.help: dict[str, str] = {}  # code -> one line (--list-rules, SARIF)
         self.prefilters: dict[str, Prefilter] = {}  # rewriter -> its pre-filter
+        self._name_rules: dict[str, object] = {}  # qname -> name_rule's answer (asked per use)
         for name, empty in fields.items():
             setattr(self, name, empty())
 
@@ -57,7 +58,16 @@ class RuleSet:
     def name_rule(self, qname: str):
         """(rule, number of components it covers): the longest rename/report rule whose
         name is a component-wise prefix of `qname`, then the glob report rules
-        (kinds/names.py)."""
+        (kinds/names.py). Asked for every use of every name: answered once per name."""
+        try:
+            return self._name_rules[qname]
+        except KeyError:
+            hit = self._name_rule(qname)
+            if len(self._name_rules) < 100_000:
+                self._name_rules[qname] = hit
+            return hit
+
+    def _name_rule(self, qname: str):
         parts = qname.split(".")
         for n in range(len(parts), 0, -1):
             rule = self.names.get(".".join(parts[:n]))
