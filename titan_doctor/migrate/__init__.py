@@ -17,14 +17,17 @@ Imports inside functions count too (command.py defers its imports, downwards onl
                                     module per family of kinds: schema, checks,
                                     examples, RuleSet fields, derive, pieces) <
                                     registry (the one list, in walk order) < load
-    5  python/, text/               one Python file (statement skipping, kernel-gate and
-                                    device-flow scans, the walk from the registry,
-                                    import torch_npu); one script or config, line by
-                                    line. Siblings: neither imports the other
+    5  python/, text/               one Python file (statement skipping, the pre-walk
+                                    scans: kernel gates, device flows, backends (code
+                                    already running beyond CUDA), setup.py requirements,
+                                    the tree's facts; the walk from the registry; import
+                                    torch_npu); one script or config, line by line.
+                                    Siblings: neither imports the other
     6  notebook/                    .ipynb: code cells through python/, shell lines
                                     through text/
-    7  engine/                      file kinds, discovery (git ignores), the per-file
-                                    runner and its workers, writes, git state
+    7  engine/                      file kinds, discovery (git ignores), the runner (the
+                                    tree's facts first, then each file in its workers),
+                                    writes, git state
     8  command                      the click command
 
 Adding a rule kind: a module in rules/kinds/ and its line in rules/registry.py.
