@@ -101,3 +101,37 @@ def test_a_device_name_carried_into_another_module_is_a_device_there(tmp_path):
 def test_one_file_alone_has_no_tree(tmp_path):
     results = _run(tmp_path, {"util.py": CONSUMER})
     assert results["util.py"].state == engine.UNCHANGED
+
+
+CUDA_ACCELERATOR = """import torch
+
+
+class CUDAAccelerator:
+    def setup_device(self, device):
+        torch.cuda.set_device(device)
+
+    @staticmethod
+    def parallel_devices(ids):
+        return [torch.device("cuda", i) for i in ids]
+"""
+
+MPS_ACCELERATOR = """import torch
+
+
+class MPSAccelerator:
+    @staticmethod
+    def parallel_devices(ids):
+        return [torch.device("mps", i) for i in ids]
+"""
+
+
+def test_cuda_module_of_a_per_device_set_is_left_whole(tmp_path):
+    """accelerators/cuda.py next to mps.py is CUDA's accelerator, not code to turn into NPU's."""
+    results = _run(tmp_path, {"accelerators/cuda.py": CUDA_ACCELERATOR, "accelerators/mps.py": MPS_ACCELERATOR})
+    cuda = results["accelerators/cuda.py"]
+    assert cuda.state == engine.UNCHANGED
+    [f] = cuda.findings
+    assert (f.code, f.line) == ("NPU114", 1) and "mps" in f.message
+    # the same module alone is CUDA code to migrate
+    alone = _run(tmp_path / "alone", {"cuda.py": CUDA_ACCELERATOR, "x.py": "y = 1\n"})
+    assert b"torch.npu.set_device" in alone["cuda.py"].new

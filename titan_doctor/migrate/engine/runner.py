@@ -31,12 +31,14 @@ import libcst as cst
 from titan_doctor.findings import Finding, Status
 from titan_doctor.migrate.engine import filekinds as kinds
 from titan_doctor.migrate.notebook.rewrite import NotebookError, OutputInvalid, migrate_notebook
+from titan_doctor.migrate.python.backends import device_module
 from titan_doctor.migrate.python.facts import FileFacts, Place, TreeFacts, file_facts
 from titan_doctor.migrate.python.pyfile import migrate_python, parse_error
 from titan_doctor.migrate.python.requirements import is_setup_py
 from titan_doctor.migrate.rules.kind import SCRIPT_LINES
 from titan_doctor.migrate.rules.kinds.add_import import SCRIPTS
 from titan_doctor.migrate.rules.ruleset import RuleSet
+from titan_doctor.migrate.rules.words import LITERALS
 from titan_doctor.migrate.text.formats import reparse_error
 from titan_doctor.migrate.text.lines import migrate_text
 
@@ -157,7 +159,8 @@ def process_file(
     suppressed: list[Finding] = []
     kept: list[int] = []
     in_package, _ = package_of(path) if kind == kinds.PYTHON else (False, None)
-    place = Place(facts, in_package, torch_npu_import)
+    siblings = _siblings(path) if kind == kinds.PYTHON else ()
+    place = Place(facts, in_package, torch_npu_import, siblings)
     try:
         new, findings = _migrate(kind, data, rules, shown, suppressed, place, kept)
     except cst.ParserSyntaxError as e:
@@ -205,6 +208,17 @@ def process_file(
     if invalid is not None:
         return FileResult(path, FAILED, data, data, [_fail(OUTPUT_INVALID, invalid, shown)])
     return FileResult(path, CHANGED, data, new, findings, len(suppressed), sum(kept))
+
+
+def _siblings(path: Path) -> tuple[str, ...]:
+    """The other devices of a per-device module set `path` is CUDA's one of (backends.py)."""
+    if LITERALS["device"].cuda not in path.stem.lower():
+        return ()
+    try:
+        names = [p.stem for p in path.parent.iterdir() if p.suffix == ".py" and p != path]
+    except OSError:
+        return ()
+    return device_module(path.stem, names)
 
 
 def _syntax_error(data: bytes) -> tuple[str, int, int] | None:

@@ -49,12 +49,13 @@ from titan_doctor.migrate.rules.words import (
     NPU,
     OTHER_BACKENDS,
     OTHER_DEVICES,
+    OTHER_PLATFORMS,
 )
 from titan_doctor.migrate.walk.astnames import flat_imports, qualified
 
 GENERIC = ".".join(GENERIC_MODULE)  # stands for "answers for npu too" among the devices named
 _DEVICES = frozenset(OTHER_DEVICES)
-_WORDS = "|".join(sorted({*OTHER_DEVICES, *OTHER_BACKENDS, GENERIC_MODULE[1]}, key=len, reverse=True))
+_WORDS = "|".join(sorted({*OTHER_DEVICES, *OTHER_PLATFORMS, *OTHER_BACKENDS, GENERIC_MODULE[1]}, key=len, reverse=True))
 _NAMED = re.compile(r"(?i)(?<![a-z0-9])(?:" + _WORDS + r"|get_device_module)(?![a-z0-9])")
 _DEVICE_WORDS = "|".join(sorted(OTHER_DEVICES, key=len, reverse=True))
 # the text of a place that names another accelerator: a device or backend string, torch.<dev>,
@@ -69,9 +70,10 @@ _MENTIONS = (
 )
 _HELPER = re.compile((r"(?i)(?:" + _DEVICE_WORDS + r")\w*$").encode())
 _AVAILABLE = b"_available"
-_CUDA_DEF = re.compile(
-    rb"\bdef\s+(?:cuda\s*\(|(?:is|has|check|require|requires|supports|can)_\w*(?i:cuda|nccl|nvml|nvidia|rocm|hip|gpu)\w*"
-    rb"|\w*(?i:cuda|nccl|nvml|rocm)_(?:\w+_)?(?:available|version|supported|capability)\s*\()"
+_CUDA_DEF = re.compile(  # a def or call of a function named for CUDA, getattr(torch, ...)
+    rb"\bdef\s+cuda\s*\("
+    rb"|\b(?:is|has|check|require|requires|supports|can)_\w*(?i:cuda|nccl|nvml|nvidia|rocm|hip|gpu)\w*\s*\("
+    rb"|\b\w*(?i:cuda|nccl|nvml|rocm)_(?:\w+_)?(?:available|version|supported|capability)\s*\("
     rb"|\bgetattr\s*\(\s*torch\s*,"
 )
 _DEVICE_VALUE = re.compile(r"^([a-z]+)(?::\d+)?$")
@@ -112,6 +114,10 @@ class Holds:
 
     regions: list[tuple[tuple[int, int], tuple[int, int], Hold]] = field(default_factory=list)
     names: dict[str, Hold] = field(default_factory=dict)
+    # names used inside those places: an import binding one of them stays as it is, or
+    # the kept code would call what the rewritten import now binds (torch_npu's
+    # ProfilerActivity has no .CUDA)
+    bound: frozenset[str] = frozenset()
 
     def at(self, line: int, col: int, code: str) -> Hold | None:
         """The innermost place holding (line, col) for a rewrite under `code`, or None."""
@@ -125,6 +131,33 @@ class Holds:
 
     def __bool__(self) -> bool:
         return bool(self.regions or self.names)
+
+
+def device_module(stem: str, siblings: list[str]) -> tuple[str, ...]:
+    """The devices of the sibling modules when `stem` is CUDA's module of a per-device set
+    (cuda.py beside mps.py, cuda_accelerator.py beside npu_accelerator.py), else ()."""
+    if CUDA not in stem.lower().split("_"):
+        return ()
+    found = set()
+    for other in siblings:
+        for word in other.lower().split("_"):
+            if word in _DEVICES:
+                found.add(word)
+    return tuple(sorted(found))
+
+
+def module_hold(siblings: tuple[str, ...]) -> Hold:
+    """The whole-file Hold of CUDA's module in a per-device set."""
+    if NPU in siblings:
+        return Hold((1, 1), quiet=True)
+    return Hold(
+        (1, 1),
+        CODE,
+        f"this module is CUDA's one of a set of per-device modules (next to {', '.join(siblings)}): left as it is",
+        f"write its {NPU} counterpart beside it (as the {', '.join(siblings)} ones are) instead of turning "
+        "this one into it",
+        quiet=True,  # the one finding says it all: what is inside is CUDA's own
+    )
 
 
 def value_mentions(tree: ast.Module, compared_only: bool = False) -> dict[str, set[str]]:
@@ -182,6 +215,14 @@ def scan(
     holds = scan.holds
     for stmt in guarded:
         holds.regions.append((scan._start(stmt), scan._end(stmt), Hold(scan._start(stmt), guarded=True)))
+    if holds.regions:
+        holds.bound = frozenset(
+            n.id
+            for n in scan.nodes
+            if isinstance(n, ast.Name)
+            and holds.at(*scan._start(n), "") is not None
+            and holds.at(*scan._start(n), "").codes is None
+        )
     return holds
 
 
@@ -193,7 +234,8 @@ class _Scan:
         self._parents: dict[int, ast.AST] = {}
         self._flags: dict[str, set[str]] = {}
         self._acc: dict[int, frozenset[str]] = {}
-        nodes = self._index(tree)
+        self._root = tree
+        nodes = self.nodes = self._index(tree)
         flags = [n for n in nodes if isinstance(n, ast.Assign) and len(n.targets) == 1]
         for node in flags:  # is_mccl_backend = group_backend == "mccl": a flag that names musa
             if isinstance(node.targets[0], ast.Name) and isinstance(
@@ -343,8 +385,23 @@ class _Scan:
             accs |= self.mentions(test)
         if not accs:
             return
-        self._add(node, self._hold(node.test, accs, "this if/elif chain"))
+        hold = self._hold(node.test, accs, "this if/elif chain")
+        self._add(node, hold)
         covered.append((self._start(node), self._end(node)))
+        # the flags its tests read, set from a CUDA check (use_cuda = torch.cuda.is_available()
+        # beside use_mps = ...), stay with it: else use_cuda would be true on an NPU and the
+        # kept CUDA branch would run there
+        scope = self._scope_of(node)
+        flags = {n.id for t in self._tests(node) for n in ast.walk(t) if isinstance(n, ast.Name)}
+        for stmt in ast.walk(scope):
+            if (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+                and stmt.targets[0].id in flags
+                and self._cuda_check(stmt.value)
+            ):
+                self._add(stmt, hold)
 
     def _sequence(self, block: list, covered: list) -> None:
         """Ifs side by side, one per device (`if is_xpu_available(): ...` then `if
@@ -379,8 +436,9 @@ class _Scan:
         for node in ast.walk(test):
             if isinstance(node, ast.Call):
                 name = _spelled(node.func)
-                if name and name[0] != "torch" and _answers_for_cuda(name[-1]):
-                    return True
+                q = qualified(node.func, self.imports) or ""
+                if name and not q.startswith("torch.") and name[0] != "torch" and _answers_for_cuda(name[-1]):
+                    return True  # torch's own (torch.distributed.is_nccl_available) have renames
         return False
 
     def _cuda_check(self, test: ast.AST) -> bool:
@@ -449,11 +507,11 @@ class _Scan:
         words = [w for w in node.name.lower().split("_") if w]
         asks = bool(words) and (words[0] in _QUESTIONS or words[-1] in _ANSWERS)
         if node.name == CUDA or _answers_for_cuda(node.name):
-            self._add(node, Hold(self._start(node), quiet=True))  # it answers for CUDA by name
+            self._add(node, self._named_for_cuda(node))  # it answers for CUDA by name
             return
         doc = ast.get_docstring(node) or ""
         if asks and _GPU in words and re.search(r"\b(?:CUDA|NVIDIA)\b", doc):
-            self._add(node, Hold(self._start(node), quiet=True))  # require_single_gpu: "requires CUDA"
+            self._add(node, self._named_for_cuda(node))  # require_single_gpu: "requires CUDA"
             return
         own = [s for s in node.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
         accs: set[str] = set()
@@ -476,6 +534,20 @@ class _Scan:
                 if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in _SAFE:
                     self._add(sub, Hold(self._start(sub)))
 
+    def _named_for_cuda(self, node: ast.FunctionDef) -> Hold:
+        """A function that answers for CUDA by name stays. In a module that already names
+        other devices that is all (its siblings answer for them); elsewhere it is said once,
+        since code calling it expects an answer about CUDA even on an NPU."""
+        if self.mentions(self._root):
+            return Hold(self._start(node), quiet=True)
+        return Hold(
+            self._start(node),
+            CODE,
+            f"{node.name}() answers for CUDA by name: left as it is",
+            f"where its callers should ask about the device in use, give them an {NPU} counterpart "
+            f"(torch.{NPU}.is_available(), torch.accelerator.*) instead of changing what this one answers",
+        )
+
     def _getattr_default(self, node: ast.Call) -> None:
         """getattr(torch, device_type, torch.cuda): a device-generic lookup's fallback."""
         if (
@@ -495,7 +567,7 @@ class _Scan:
             if isinstance(node, ast.Attribute):
                 q = qualified(node.value, self.imports)
                 if q in _PROFILER_ACTIVITY and self.holds.at(*self._start(node), ""):
-                    acc = _device_of_identifier(node.attr)
+                    acc = _device_of_identifier(node.attr) or (CUDA if node.attr == CUDA.upper() else None)
                     if acc:
                         accs.add(acc)
                         first = first or node
@@ -506,7 +578,10 @@ class _Scan:
             for r in self.rules.names.values()
             if getattr(r, "old", "").startswith(_PROFILER_MODULES) and hasattr(r, "new")
         )
-        hold = self._hold(first, accs, "this file's profiler (torch.profiler)")
+        message = ""
+        if not accs - {CUDA}:  # the CUDA activity picked per device (if is_cuda_available(): ...)
+            message = "this file's profiler (torch.profiler) picks its activities per device: it is left as it is"
+        hold = self._hold(first, accs - {CUDA}, "this file's profiler (torch.profiler)", message)
         self.holds.regions.append(((1, 1), (1 << 30, 1), Hold(hold.anchor, hold.code, hold.message, hold.fix, codes)))
 
     def _value_names(self, tree: ast.Module, nodes, tree_names: dict[str, frozenset[str]], device_names) -> None:
@@ -590,9 +665,11 @@ def _device_of_identifier(name: str) -> str | None:
 
 
 def _device_of_value(value: str) -> str | None:
-    """ "xpu", "npu:0", "hccl" name a device other than CUDA."""
+    """ "xpu", "npu:0", "hccl" name a device other than CUDA ("hip" a platform)."""
     if value in OTHER_BACKENDS:
         return OTHER_BACKENDS[value]
+    if value in OTHER_PLATFORMS:
+        return value
     m = _DEVICE_VALUE.match(value)
     return m.group(1) if m and m.group(1) in _DEVICES else None
 

@@ -169,3 +169,6 @@ class Place:
     facts: TreeFacts | None = None
     in_package: bool = False
     torch_npu_import: str = "scripts"
+    # the module is CUDA's one of a set of per-device modules (accelerators/cuda.py beside
+    # mps.py and xla.py): the devices of its siblings (python/backends.py keeps it whole)
+    device_siblings: tuple[str, ...] = ()

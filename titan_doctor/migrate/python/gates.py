@@ -378,9 +378,12 @@ class _Scan:
                         return self.tree_cuda.functions[last]
         return None
 
-    def _walk_block(self, body: list[ast.stmt], after: list[ast.stmt]) -> None:
+    def _walk_block(self, body: list[ast.stmt], after: list[ast.stmt], fn: ast.AST | None = None) -> None:
         """`after`: what runs after this block in the enclosing blocks of the same function
-        (an early exit or an assert in a nested block guards that too)."""
+        (an early exit or an assert in a nested block guards that too). `fn`: the function
+        this block is in, through ifs only: there an `assert <check>` or `if not <check>:
+        raise/return` that stays makes the whole function CUDA's (it cannot finish
+        elsewhere), so all of it is kept, its defaults too."""
         for i, stmt in enumerate(body):
             if not self._touches(stmt):
                 continue  # no device check anywhere inside: nothing to decide here
@@ -393,10 +396,12 @@ class _Scan:
                     region += rest
                     if negative and stmt.body and isinstance(stmt.body[-1], _EXITS):
                         guarded = list(body[i + 1 :])
+                        if fn is not None and isinstance(stmt.body[-1], (ast.Return, ast.Raise)):
+                            guarded = [fn]
                 self._mark(stmt.test, region, guarded=guarded)
                 self._walk_exprs(stmt.test)
             elif isinstance(stmt, ast.Assert):
-                self._mark(stmt.test, rest, own=[stmt], guarded=list(body[i + 1 :]))
+                self._mark(stmt.test, rest, own=[stmt], guarded=[fn] if fn is not None else list(body[i + 1 :]))
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 # @unittest.skipIf(not torch.cuda.is_available(), ...): the check guards the body
                 for decorator in stmt.decorator_list:
@@ -405,8 +410,11 @@ class _Scan:
             else:
                 self._walk_exprs(stmt, skip_bodies=True)
             scope = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            inner = stmt if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+            if not scope:
+                inner = fn if isinstance(stmt, ast.If) else None  # through ifs only
             for child in _child_blocks(stmt):
-                self._walk_block(child, [] if scope else rest)
+                self._walk_block(child, [] if scope else rest, inner)
 
     def _walk_exprs(self, node: ast.AST, skip_bodies: bool = False) -> None:
         """Device checks outside if/while/assert tests: in a conditional expression its
@@ -420,9 +428,12 @@ class _Scan:
 
 
 def _negated(test: ast.AST) -> bool:
-    """`not <check>` (or `<check> != "cuda"`): the check passes in the else branch."""
+    """`not <check>` (or `<check> != "cuda"`, or an `or` of such): the check passes in the
+    else branch."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return True
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        return all(_negated(v) for v in test.values)
     return isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.NotEq, ast.NotIn))
 
 

@@ -64,6 +64,9 @@ def migrate_python(
         tree = tree or stdlib_tree(data)
         if tree is not None:
             holds = backends.scan(rules, tree, data.split(b"\n"), tree_values, device_names, protected)
+    if place.device_siblings:  # CUDA's module of a per-device set: all of it stays
+        holds = holds or backends.Holds()
+        holds.regions.append(((1, 1), (1 << 30, 1), backends.module_hold(place.device_siblings)))
     quiet = suppressions(data)
     migrator = build(
         rules,

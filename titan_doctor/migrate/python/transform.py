@@ -55,6 +55,7 @@ def build(
         device_names,
         kernel_gate.checker(ctx, rules, kernel_lines or {}, positions.line_of),
         holds.names if holds is not None else {},
+        holds.bound if holds is not None else frozenset(),
         kept_names,
     )
     pieces = [positions, ScopeTracker(ctx, scopes, positions, rules.name_rule)]

@@ -107,6 +107,8 @@ class PythonFile:
     # device/backend value names whose CUDA values stay (python/backends.py): they also take
     # another accelerator's value here, or npu's in the tree's modules
     held_names: dict[str, Hold] = field(default_factory=dict)
+    # names used where CUDA stays: the imports that bind them stay too (backends.Holds.bound)
+    held_bound: frozenset[str] = frozenset()
     # qualified names the tree's package modules keep CUDA (python/facts.py): a mock.patch
     # target naming one patches what that code still calls, so it stays too
     kept_names: frozenset[str] = frozenset()

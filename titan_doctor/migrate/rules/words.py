@@ -73,6 +73,9 @@ OTHER_DEVICES = (
     "mtia",
     "privateuseone",
 )
+# Platforms that torch runs as "cuda" but code still tells apart by name (ROCm): a value
+# list or dispatch that names one chooses between them, so its "cuda" stays too.
+OTHER_PLATFORMS = ("hip", "rocm")
 # Collective backends of other accelerators, by the device they serve.
 OTHER_BACKENDS = {LITERALS["backend"].npu: LITERALS["device"].npu, "xccl": "xpu", "cncl": "mlu", "mccl": "musa"}
 NPU = LITERALS["device"].npu

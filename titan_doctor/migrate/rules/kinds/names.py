@@ -50,6 +50,7 @@ class Names:
         self._free: dict[str, cst.Name] = {}  # names only a star import can bind
         self._patch_targets: set[int] = set()  # id(string) naming what mock.patch replaces
         self._kept_names = file.kept_names  # names the tree's package keeps CUDA
+        self._held_bound = file.held_bound  # names used where CUDA stays: their imports stay
 
     # -- marking (pre-order) ----------------------------------------------------------------
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -345,6 +346,11 @@ class Names:
                     cap.fix,
                 )
             return None  # reported where it is used
+        if isinstance(bound, cst.Name) and bound.value in self._held_bound:
+            hit = self.rules.name_rule(full)
+            if hit is not None and isinstance(hit[0], Rename):
+                self.ctx.keep(Hold(self.ctx.where(alias), quiet=True))  # kept code uses it: it stays
+                return None
         # a third-party import fails on an NPU host by itself; torch's own names are
         # harmless to import and are reported where they are used
         found = self._rename_for(full, alias, report=not full.startswith("torch."))
