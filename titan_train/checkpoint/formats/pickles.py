@@ -94,6 +94,21 @@ def tensor_safe(qualname: str) -> bool:
 # ---- inert reading ------------------------------------------------------------------
 
 
+# What a damaged or hostile pickle raises from Unpickler.load(): read as "not a valid pickle".
+_UNREADABLE = (
+    pickle.UnpicklingError,
+    EOFError,
+    ValueError,
+    TypeError,
+    IndexError,
+    KeyError,
+    AttributeError,
+    RecursionError,
+    MemoryError,
+    UnicodeDecodeError,
+)
+
+
 @dataclass(frozen=True)
 class StorageRef:
     key: str
@@ -303,18 +318,7 @@ def inert_loads(
     unpickler = _InertUnpickler(io.BytesIO(data), persistent=persistent)
     try:
         obj = unpickler.load()
-    except (
-        pickle.UnpicklingError,
-        EOFError,
-        ValueError,
-        TypeError,
-        IndexError,
-        KeyError,
-        AttributeError,
-        RecursionError,
-        MemoryError,
-        UnicodeDecodeError,
-    ) as e:
+    except _UNREADABLE as e:
         raise CheckpointError(f"{what} is truncated or not a pickle ({type(e).__name__}: {e})") from None
     unsafe = [g for g in unpickler.globals if not allowed(g) and g != "builtins.getattr"]
     unsafe += unpickler.unsafe_getattr
@@ -441,16 +445,5 @@ def restricted_load(fh, allowed: frozenset[str], what: str) -> Any:
         return _RestrictedUnpickler(fh, allowed, what).load()
     except UnsafeCheckpoint:
         raise
-    except (
-        pickle.UnpicklingError,
-        EOFError,
-        ValueError,
-        TypeError,
-        IndexError,
-        KeyError,
-        AttributeError,
-        RecursionError,
-        MemoryError,
-        UnicodeDecodeError,
-    ) as e:
+    except _UNREADABLE as e:
         raise CheckpointError(f"{what} is truncated or not a DCP metadata pickle ({type(e).__name__})") from None
