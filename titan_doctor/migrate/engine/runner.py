@@ -133,6 +133,11 @@ def process_file(
         )
     if kind is None:
         return FileResult(path, UNCHANGED, data, data)
+
+    def untouched(code: str, message: str, line: int | None = 1, col: int | None = 1) -> FileResult:
+        """The file as it was, with the one finding that says why it was not migrated."""
+        return FileResult(path, FAILED, data, data, [_fail(code, message, shown, line, col)])
+
     # Rule markers are ASCII, so an ASCII-compatible file without them needs no decoding;
     # a wide (UTF-16/32) or binary file would hide them, so it is reported unread.
     wide = data.startswith(_WIDE_BOMS) or b"\0" in data
@@ -144,18 +149,12 @@ def process_file(
             broken = _syntax_error(data)
             if broken is not None:
                 message, line, col = broken
-                return FileResult(
-                    path,
-                    FAILED,
-                    data,
-                    data,
-                    [_fail(PARSE_FAILED, f"does not parse, left untouched: {message}", shown, line, col)],
-                )
+                return untouched(PARSE_FAILED, f"does not parse, left untouched: {message}", line, col)
         return FileResult(path, UNCHANGED, data, data)
     problem = _decode_problem(data, kind, wide)
     if problem is not None:
         message, line, col = problem
-        return FileResult(path, FAILED, data, data, [_fail(UNDECODABLE, message, shown, line, col)])
+        return untouched(UNDECODABLE, message, line, col)
     suppressed: list[Finding] = []
     kept: list[int] = []
     in_package, _ = package_of(path) if kind == kinds.PYTHON else (False, None)
@@ -165,48 +164,20 @@ def process_file(
         new, findings = _migrate(kind, data, rules, shown, suppressed, place, kept)
     except cst.ParserSyntaxError as e:
         message, line, col = parse_error(data, e)
-        return FileResult(
-            path,
-            FAILED,
-            data,
-            data,
-            [_fail(PARSE_FAILED, f"does not parse, left untouched: {message}", shown, line, col)],
-        )
+        return untouched(PARSE_FAILED, f"does not parse, left untouched: {message}", line, col)
     except NotebookError as e:
-        return FileResult(path, FAILED, data, data, [_fail(PARSE_FAILED, f"{e}, left untouched", shown, e.line, e.col)])
+        return untouched(PARSE_FAILED, f"{e}, left untouched", e.line, e.col)
     except OutputInvalid as e:
-        return FileResult(
-            path,
-            FAILED,
-            data,
-            data,
-            [
-                _fail(
-                    OUTPUT_INVALID,
-                    f"migrated notebook would not be the same document ({e}); file left untouched",
-                    shown,
-                )
-            ],
-        )
+        return untouched(OUTPUT_INVALID, f"migrated notebook would not be the same document ({e}); file left untouched")
     except (Exception, RecursionError) as e:  # noqa: BLE001 - one odd file must not stop a run
-        return FileResult(
-            path,
-            FAILED,
-            data,
-            data,
-            [
-                _fail(
-                    TOOL_ERROR,
-                    f"left untouched: migrate failed on this file ({type(e).__name__}: {e}); please report it",
-                    shown,
-                )
-            ],
+        return untouched(
+            TOOL_ERROR, f"left untouched: migrate failed on this file ({type(e).__name__}: {e}); please report it"
         )
     if new == data:
         return FileResult(path, UNCHANGED, data, data, findings, len(suppressed), sum(kept))
     invalid = _output_problem(kind, path, data, new)
     if invalid is not None:
-        return FileResult(path, FAILED, data, data, [_fail(OUTPUT_INVALID, invalid, shown)])
+        return untouched(OUTPUT_INVALID, invalid)
     return FileResult(path, CHANGED, data, new, findings, len(suppressed), sum(kept))
 
 
