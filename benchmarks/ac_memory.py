@@ -20,10 +20,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-MODES = [("none", 1), ("full", 1), ("full", 2), ("selective", 1)]
+# (activation_checkpoint, ac_every, selective_ac_option)
+MODES = [
+    ("none", 1, "all_mm"),
+    ("full", 1, "all_mm"),
+    ("full", 2, "all_mm"),
+    ("selective", 1, "all_mm"),
+    ("selective", 1, "op"),
+]
 
 
-def measure(mode: str, every: int, seq_len: int, batch: int, layers: int, steps: int):
+def measure(mode: str, every: int, option: str, seq_len: int, batch: int, layers: int, steps: int):
     """(losses, peak MiB by category, median step seconds)."""
     import torch
     from torch.distributed._tools.mem_tracker import MemTracker
@@ -38,6 +45,7 @@ def measure(mode: str, every: int, seq_len: int, batch: int, layers: int, steps:
         [
             f'training.activation_checkpoint="{mode}"',
             f"training.ac_every={every}",
+            f'training.selective_ac_option="{option}"',
             f"training.seq_len={seq_len}",
             f"model.n_layers={layers}",
             f"model.max_seq_len={max(seq_len, 2048)}",
@@ -82,10 +90,11 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; peak = MemTracker, all tensors"
     )
     rows, base = [], None
-    for mode, every in MODES:
-        losses, peak, secs = measure(mode, every, a.seq_len, a.batch, a.layers, a.steps)
+    for mode, every, option in MODES:
+        losses, peak, secs = measure(mode, every, option, a.seq_len, a.batch, a.layers, a.steps)
         base = base or (peak["Total"], secs, losses)
         name = mode if every == 1 else f"{mode}, ac_every={every}"
+        name += f" ({option})" if mode == "selective" else ""
         rows.append(
             (
                 name,

@@ -65,6 +65,7 @@ def build(cfg: JobConfig, dims: ParallelDims, device: torch.device, mesh: Device
                 precision,
                 ac=t.activation_checkpoint,
                 ac_every=t.ac_every,
+                ac_option=t.selective_ac_option,
                 compile=t.compile,
                 cpu_offload=d.cpu_offload,
                 sum_reductions_only=dist.get_backend() == "gloo",

@@ -101,10 +101,11 @@ def _train(
     peak, peak_src = metrics.peak_flops(dev.type, device.device_name(dev), t.mixed_precision, cfg.metrics.peak_tflops)
     d = cfg.distributed
     pp = f" | pp {d.pp_schedule} x {pipeline_microbatches(d)} micro-batches" if dims.pp > 1 else ""
+    op_sac = " (op)" if t.activation_checkpoint == "selective" and t.selective_ac_option == "op" else ""
     say(
         f"[titan-train] {cfg.name}: {count_params(cfg.model)['total'] / 1e6:.1f}M params | {dev.type}+{dev.backend} | "
         f"world {dims.world_size} = {dims.describe()}{pp} | fsdp {parts.precision.fsdp} | {t.mixed_precision} | "
-        f"ac {t.activation_checkpoint} | compile {t.compile} | global batch {t.batch_size} x {t.seq_len} tokens | "
+        f"ac {t.activation_checkpoint}{op_sac} | compile {t.compile} | global batch {t.batch_size} x {t.seq_len} tokens | "
         f"data {tokens.description}"
     )
     say(f"[titan-train] peak {peak / 1e12:.3f} TFLOP/s per device ({peak_src})")

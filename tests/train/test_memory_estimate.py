@@ -175,16 +175,23 @@ def test_hccl_buffsize_counts_per_communicator():
 def test_activation_checkpointing_and_sharding_lower_the_estimate():
     cfg = load(configs_dir() / "llama_7b.toml")
     peak = {}
-    for ac in ("none", "selective", "full"):
-        peak[ac] = me.estimate(
-            me.layout(
-                dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, activation_checkpoint=ac)),
-                8,
-                "hccl",
-            )
+    for ac, option in (("none", "all_mm"), ("selective", "all_mm"), ("selective", "op"), ("full", "all_mm")):
+        training = dataclasses.replace(cfg.training, activation_checkpoint=ac, selective_ac_option=option)
+        peak[ac if option == "all_mm" else option] = me.estimate(
+            me.layout(dataclasses.replace(cfg, training=training), 8, "hccl")
         ).peak_bytes
-    assert peak["none"] > peak["selective"] > peak["full"]
+    assert peak["none"] > peak["selective"] > peak["op"] > peak["full"]
     assert me.estimate(me.layout(cfg, 16, "hccl")).peak_bytes < me.estimate(me.layout(cfg, 8, "hccl")).peak_bytes
+
+
+def test_op_level_sac_keeps_four_of_seven_matmul_outputs():
+    """all_mm keeps every matmul output; op recomputes wk, wo and w3 (the 2nd, 4th and 6th)."""
+    lay = me.layout(tiny('training.activation_checkpoint="selective"'), 1, "gloo")
+    op = dataclasses.replace(lay, ac_option="op")
+    b, m = lay.micro_batch, lay.model
+    T = b * lay.seq_len
+    dropped = T * (m.kv_heads * m.head_dim + m.ffn_dim + m.d_model) * 4  # wk, w3, wo outputs, fp32
+    assert me.block_saved_ac(lay, b, "selective") - me.block_saved_ac(op, b, "selective") == dropped
 
 
 def test_seed_facts_70b_weights_and_per_card_share():

@@ -101,6 +101,12 @@ class TrainingConfig:
         choices=("none", "full", "selective"),
     )
     ac_every: int = setting(1, "apply activation checkpointing to every k-th block (1 = all)", ge=1)
+    selective_ac_option: str = setting(
+        "all_mm",
+        "what selective AC keeps: all_mm = every matmul and attention output; op = torchtitan's "
+        "op-level policy, attention and every second matmul (less memory, more recompute)",
+        choices=("all_mm", "op"),
+    )
     compile: bool = setting(False, "torch.compile each transformer block")
     loss_chunks: int = setting(
         1,

@@ -497,10 +497,10 @@ def _pp_schedule(r: _Reader) -> str:
 def _activation_checkpoint(r: _Reader) -> None:
     """torchtitan's modes onto ours. Its layer-wise selective AC ('selective' with an integer
     k) wraps every k-th block whole: that is our full AC with ac_every = k. Its op-level
-    selective AC ('op') is our selective AC."""
+    selective AC ('op') is our selective AC with selective_ac_option = 'op'."""
     mode = r.get("activation_checkpoint", "mode")
     option = str(r.get("activation_checkpoint", "selective_ac_option"))
-    every = 1
+    every, keep = 1, "all_mm"
     if mode == "memory_budget":
         r.out.approximated.append("activation_checkpoint.mode = 'memory_budget' (compiler-driven): runs as 'full'")
         mode = "full"
@@ -513,17 +513,15 @@ def _activation_checkpoint(r: _Reader) -> None:
                 f"{2 * every - 1}, ...), as many blocks"
             )
     elif mode == "selective" and option == "op":
-        r.out.approximated.append(
-            "activation_checkpoint.selective_ac_option = 'op': keeps every matmul output "
-            "(torchtitan recomputes every second one)"
-        )
+        keep = "op"
     elif mode == "selective":
         raise ConfigError(f"activation_checkpoint.selective_ac_option = {option!r}: use 'op' or a positive integer")
     r.set("training", "activation_checkpoint", mode, "activation_checkpoint.mode")
     r.set("training", "ac_every", every, "activation_checkpoint.selective_ac_option")
+    r.set("training", "selective_ac_option", keep, "activation_checkpoint.selective_ac_option")
     r.ignore(
         "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns",
-        "op-level selective AC keeps every matmul output here",
+        "op-level selective AC here recomputes every second matmul, whatever its shape",
     )
 
 

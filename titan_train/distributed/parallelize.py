@@ -124,6 +124,7 @@ def parallelize(
     *,
     ac: str = "none",
     ac_every: int = 1,
+    ac_option: str = "all_mm",
     compile: bool = False,
     cpu_offload: bool = False,
     sum_reductions_only: bool = False,
@@ -132,7 +133,7 @@ def parallelize(
     """TP (if tp > 1), AC (if not "none"), torch.compile per block, FSDP2 (if precision.fsdp)."""
     if mesh["tp"].size() > 1:
         apply_tp(model, mesh["tp"])
-    apply_ac(model, ac, ac_every)
+    apply_ac(model, ac, ac_every, ac_option)
     if compile:
         for block in model.layers.values():
             block.compile()

@@ -57,6 +57,7 @@ class Layout:
     backend: str  # hccl | nccl | gloo: which communication buffers exist
     stages: int = 1  # pipeline stages (titan_train.config.job.pipeline_stages)
     loss_chunks: int = 1  # the output projection + loss in this many sequence pieces (loss.chunked_cross_entropy)
+    ac_option: str = "all_mm"  # what selective AC keeps: all_mm | op (training.selective_ac_option)
     hccl_buffsize_mb: int = 200
 
 
@@ -77,6 +78,7 @@ def layout(cfg: JobConfig, world_size: int, backend: str, hccl_buffsize_mb: int 
         cpu_offload=d.cpu_offload,
         ac=t.activation_checkpoint,
         ac_every=t.ac_every,
+        ac_option=t.selective_ac_option,
         loss_chunks=t.loss_chunks,
         pp_schedule=d.pp_schedule,
         pp_microbatches=microbatches,
@@ -222,9 +224,11 @@ def block_saved_ac(lay: Layout, b: int, mode: str) -> int:
 
     full: only the block's inputs, the residual x (T/t*d*r) and, under FSDP mixed precision,
       its cast rope table.
-    selective: the inputs plus the outputs of the ops it must save: every matmul (wq, wk,
-      wv, w1, w3 on T/t... columns; wo and w2 produce T*d before the TP reduce-scatter, whose
-      T/t*d output is saved too) and attention (output + logsumexp).
+    selective (all_mm): the inputs plus the outputs of the ops it must save: every matmul
+      (wq, wk, wv, w1, w3 on T/t... columns; wo and w2 produce T*d before the TP
+      reduce-scatter, whose T/t*d output is saved too) and attention (output + logsumexp).
+    selective (op): the same but for every second matmul in call order, recomputed: of
+      wq wk wv wo w1 w3 w2 it keeps wq, wv, w1 and w2.
     """
     m, t = lay.model, lay.dims.tp
     e, r = _dtypes(lay)
@@ -233,7 +237,10 @@ def block_saved_ac(lay: Layout, b: int, mode: str) -> int:
     if mode == "full":
         return inputs
     q, kv, f = m.n_heads * m.head_dim, m.kv_heads * m.head_dim, m.ffn_dim
-    mm = T * (q + 2 * kv + 2 * f) // t * e + 2 * T * d * e
+    if lay.ac_option == "op":
+        mm = T * (q + kv + f) // t * e + T * d * e
+    else:
+        mm = T * (q + 2 * kv + 2 * f) // t * e + 2 * T * d * e
     reduce_scatter = 2 * T // t * d * e if t > 1 else 0
     attention = T * q // t * e + b * (m.n_heads // t) * lay.seq_len * 4
     return inputs + mm + reduce_scatter + attention
@@ -691,7 +698,8 @@ def _mb(n: int) -> str:
 
 def _acts_detail(lay: Layout, held: tuple[int, ...], layers: int, recompute: int = 0) -> str:
     """What the activation figure covers, in words."""
-    what = {"none": "no AC", "full": f"full AC every {lay.ac_every}", "selective": f"selective AC every {lay.ac_every}"}
+    selective = "op-level selective AC" if lay.ac_option == "op" else "selective AC"
+    what = {"none": "no AC", "full": f"full AC every {lay.ac_every}", "selective": f"{selective} every {lay.ac_every}"}
     count = f"{held[0]} micro-batch(es)" if len(held) == 1 else f"({', '.join(map(str, held))}) micro-batches per chunk"
     text = f"{layers} blocks x {count} of {lay.micro_batch} x {lay.seq_len}, {what[lay.ac]}"
     return text + (f", + one block recomputed ({_mb(recompute)})" if recompute else "")
