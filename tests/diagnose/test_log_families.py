@@ -230,3 +230,93 @@ def test_torchtitan_logger_lines_name_rank_and_time(tmp_path):
         "unallocated.\n",
     )
     assert f.code == "log.oom.cuda" and f.data["rank"] == 1 and f.data["device"] == 1
+
+
+# ---- classes from the fourth fresh batch (stop 25), on lines written the way each source prints ----
+
+
+def test_an_exception_raised_without_a_message_is_the_root(tmp_path):
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/dist-packages/torch/distributed/elastic/rendezvous/dynamic_rendezvous.py", line 634, in run\n'
+        "    raise RendezvousClosedError()\n"
+        "torch.distributed.elastic.rendezvous.api.RendezvousClosedError\n"
+    )
+    (f,) = explain(tmp_path, text)
+    assert f.code == "log.dist.rendezvous_closed" and f.data["family"] == "rendezvous"
+    assert "--rdzv-id" in f.fix
+
+
+def test_an_exception_quoted_in_prose_of_another_script_is_extracted(tmp_path):
+    (f,) = explain(tmp_path, "训练时出现AttributeError: 'Parameter' object has no attribute 'main_grad'的报错\n")
+    assert f.code == "log.megatron.main_grad_missing" and "gradient-accumulation-fusion" in f.fix
+
+
+def test_an_errno_text_names_the_family_and_an_io_error_on_write_is_the_disk(tmp_path):
+    (f,) = explain(tmp_path, "RuntimeError: write(): fd 29 failed with Input/output error\n")
+    assert f.data["family"] == "host_disk" and "df -h" in f.fix
+    (g,) = explain(tmp_path, "OSError: read of /dev/davinci0 failed with Input/output error\n")
+    assert g.data["family"] == "hardware"
+
+
+def test_an_e_code_with_its_own_reason_outranks_the_hccl_return_code(tmp_path):
+    text = (
+        "[rank0]: RuntimeError: createHCCLComm:compiler_depend.ts:1479 HCCL function error: HcclGetRootInfo(&hcclID), error code is 11\n"
+        "[rank0]: EJ0003: [PID: 159] 2025-03-26-17:01:02.816.428 Failed to bind the IP port. Reason: The IP address and port have been bound already.\n"
+    )
+    found = explain(tmp_path, text)
+    assert found[0].code == "log.ecode.EJ0003" and found[0].data["family"] == "port_in_use"
+    assert "ss -ltnp" in found[0].fix and "HCCL_IF_BASE_PORT" in found[0].fix
+    assert any(f.code == "log.hccl.result" for f in found[1:])
+
+
+def test_a_parameter_check_leads_the_fix_with_the_rule_it_printed(tmp_path):
+    line = (
+        "[PID: 379] 2026-06-12-08:41:39.800.815 AclNN_Parameter_Error(EZ1001): when weight's dtype is [int4], "
+        "antiquantGroupSize should be 128 or 64, but actual antiquantGroupSize is [256].\n"
+    )
+    (f,) = explain(tmp_path, line)
+    assert f.fix.startswith(
+        "The check that failed says: when weight's dtype is [int4], antiquantGroupSize should be 128 or 64"
+    )
+    assert "(but actual antiquantGroupSize is [256])" in f.fix
+
+
+def test_a_dcp_key_that_is_a_buffer_or_a_compiled_model_gets_its_own_fix(tmp_path):
+    (f,) = explain(tmp_path, "RuntimeError: Missing key in checkpoint state_dict: model.freqs_cis.\n")
+    assert "persistent=False" in f.fix and "'freqs_cis' is a buffer" in f.detail
+    text = "# ./run_train.sh --training.compile=True\nRuntimeError: Missing key in checkpoint state_dict: model.layers.0.attention.wq.weight.\n"
+    (g,) = explain(tmp_path, text)
+    assert g.fix.startswith("With torch.compile") and "_orig_mod" in g.detail
+    (h,) = explain(
+        tmp_path, "RuntimeError: Missing key in checkpoint state_dict: model.layers.0.attention.wq.weight.\n"
+    )
+    assert "torch.compile" not in h.fix  # no compile in the log: no compile advice
+
+
+def test_an_out_of_memory_message_in_a_short_form_and_an_impossible_size(tmp_path):
+    (f,) = explain(tmp_path, "RuntimeError: NPU out of memory. Tried to allocate more than 1EB memory\n")
+    assert f.code == "log.oom.device" and "more than any NPU has" in f.detail and "shapes" in f.fix
+    (g,) = explain(tmp_path, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    assert g.code == "log.oom.device" and "2.00 GiB" in g.detail and "batch size" in g.fix
+
+
+def test_a_missing_compiled_extension_points_at_the_source_tree(tmp_path):
+    (f,) = explain(tmp_path, "ModuleNotFoundError: No module named 'torch_npu._C'\n")
+    assert f.code == "log.import.compiled_extension_missing" and "another directory" in f.fix
+    assert "torch_npu._C" in f.detail
+
+
+def test_aclnn_tiling_is_the_root_only_when_no_e_code_says_more(tmp_path):
+    chain = "       Check NnopbaseExecutorTilingAndUpdateBinInfo(executor) failed\n"
+    (f, *_) = explain(
+        tmp_path,
+        "EZ9999[PID: 1] 2026-01-16-12:48:43.268.275 AclNN_Inner_Error(EZ9999):  Op MoeDistributeDispatchV2 not support "
+        "soc version ascend910b.\n        TraceBack (most recent call last):\n       Check soc version failed!\n"
+        + chain,
+    )
+    assert f.code == "log.ecode.EZ9999"
+    (g, *_) = explain(
+        tmp_path, "ERROR [executor.py:880]        Check NnopbaseExecutorDoTiling(executor) failed\n" + chain
+    )
+    assert g.code == "log.aclnn.tiling_failed" and "expert parallel" in g.fix

@@ -166,3 +166,18 @@ def test_every_family_has_a_next_step_and_hints_name_families():
         assert f["title"] and f["next_step"] and f["confirm"] and f["source"], fam
     assert families.guess("OSError: [Errno 28] No space left on device") == "host_disk"
     assert families.guess("RuntimeError: something odd") == "other"
+
+
+def test_every_rendezvous_exception_of_the_installed_torch_has_a_signature():
+    """torchrun's rendezvous failures, read from torch's own source: each exception class
+    api.py defines is matched (by its bare name, as a traceback without a message ends) by a
+    signature of the rendezvous family."""
+    import torch.distributed.elastic.rendezvous.api as api
+
+    with open(api.__file__, encoding="utf-8") as f:
+        names = re.findall(r"^class (Rendezvous\w*(?:Error|Exception))\(", f.read(), re.MULTILINE)
+    assert len(names) >= 6 and "RendezvousClosedError" in names
+    for name in names:
+        m = signatures.best_match(f"torch.distributed.elastic.rendezvous.api.{name}")
+        assert m is not None, name
+        assert m.sig.family == "rendezvous" and name in m.sig.source, name

@@ -250,7 +250,7 @@ def test_an_unknown_error_gets_the_family_its_text_suggests(tmp_path):
     (f,) = explain(
         tmp_path, "Traceback (most recent call last):\nRuntimeError: failed to connect to the parameter server\n"
     )
-    assert f.data["family"] == "connection" and "likely a processes cannot reach" in f.message
+    assert f.data["family"] == "connection" and "likely: processes cannot reach" in f.message
     assert "nc -zv" in f.fix
 
 

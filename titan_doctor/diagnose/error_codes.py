@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import titan_knowledge as knowledge
+from titan_doctor.diagnose import families
 
 INTERNAL_FROM = 9000  # E-codes 9000-9999 are internal errors (CANN error-code reference)
 RANK_ECODE_USER = 35
@@ -185,10 +186,14 @@ def _from_catalogue(code: str, ref: dict[str, Any], comp: dict[str, Any] | None,
     cause = f"{code} is CANN's '{ref.get('title', title)}' ({where}): {ref.get('message', '')}"
     if ref.get("possible_cause"):
         cause += f" Possible cause (CANN): {ref['possible_cause']}"
+    # the catalogue's message template names the kind of failure ("Failed to bind the IP
+    # port. Reason: %s"); the text the log filled in says which family it is
+    family = families.guess(message) if message else "other"
     fix = "; ".join(
         x
         for x in (
             ref.get("solution", "").rstrip("."),
+            families.next_step(family) if family != "other" else "",
             comp["fix"] if comp else "Read the message after the code and the plog",
         )
         if x

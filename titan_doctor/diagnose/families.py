@@ -38,9 +38,30 @@ def next_step(family: str) -> str:
     return get(family)["next_step"]
 
 
+@functools.cache
+def _strerrors() -> tuple[tuple[str, str], ...]:
+    """(strerror text, family) of every errno rules/errno.toml gives a family, longest first
+    (so "Connection timed out" is not read as a shorter text it contains)."""
+    rows = knowledge.load("errno").get("errno", [])
+    pairs = {r["text"].lower(): r["family"] for r in rows if r.get("family", "other") != "other"}
+    return tuple(sorted(pairs.items(), key=lambda p: -len(p[0])))
+
+
+# a call that writes: an I/O error there is the disk written to (full, quota, a failing or
+# network filesystem), not the device the job computes on
+_WRITING = re.compile(r"(?i)\bwrite\b|\bwrit(?:ing|e\(\))|\bsave|\bflush|\bfsync|streamwriter")
+
+
 def guess(text: str) -> str:
-    """The likely family of an error text ('other' when no hint fits)."""
+    """The likely family of an error text ('other' when no hint fits): the hints first, then
+    the strerror text of an errno the message quotes ("... failed with Input/output error")."""
     for rx, family in _data()[1]:
         if rx.search(text):
+            return family
+    low = text.lower()
+    for err, family in _strerrors():
+        if err in low:
+            if family == "hardware" and _WRITING.search(text):
+                return "host_disk"
             return family
     return "other"

@@ -230,7 +230,14 @@ class Incident:
 
     @property
     def cause(self) -> Event:
-        return min(self.events, key=lambda e: (e.rank, self.events.index(e)))
+        best = min(self.events, key=lambda e: (e.rank, self.events.index(e)))
+        if best.id == "hccl.result":
+            # an HcclResult only names the kind of failure ("tcp connect failed"); an E-code
+            # printed with it that carries its own reason says what happened, so it wins
+            said = [e for e in self.events if e.id.startswith("ecode.") and e.message and not e.consequence]
+            if said:
+                return min(said, key=lambda e: (e.rank, self.events.index(e)))
+        return best
 
     def _lines(self) -> list[Line]:
         return [ln for e in self.events for ln in e.lines + e.repeats] + self.context
@@ -338,6 +345,20 @@ def _lend(line: Line, above: Incident) -> None:
         above.near_device = line.device
 
 
+_PID = re.compile(r"(?i)\bpid[=: ]\s*(\d+)")
+
+
+def _borrow_device(new: Incident, above: Incident, text: str) -> None:
+    """CANN's E-code line names the process ("[PID: 379]") but not the device; torch_npu's
+    line just above it from the same process does ("(PID:379, Device:0, ...)")."""
+    pids = set(_PID.findall(text))
+    if not pids or above.device is None:
+        return
+    above_text = " ".join(ln.text for e in above.events for ln in e.lines)
+    if pids & set(_PID.findall(above_text)):
+        new.near_device = above.device
+
+
 def _opens_incident(cur: Incident | None, line: Line) -> bool:
     """An event line starts a new incident unless the open one is the same process's, a
     few lines up, and names no other rank."""
@@ -422,6 +443,8 @@ def incidents(paths: Iterable[Path], facts: Facts | None = None) -> tuple[list[I
                         order=len(out),
                         near_ranks=_near_ranks(str(path), recent, no),
                     )
+                    if out and no - out[-1].last_no <= NEAR:
+                        _borrow_device(cur, out[-1], text)
                     out.append(cur)
                 cur.events.extend(evs)
                 coded = next((e for e in reversed(evs) if e.message), None)

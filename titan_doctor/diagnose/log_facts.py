@@ -29,6 +29,9 @@ _COLL = re.compile(
 _VIRTUAL = re.compile(
     r"^(?:docker\d*|br-[0-9a-f]+|veth\w*|virbr\d*|cni\d*|flannel[\w.]*|cali\w+|lo|tun\d*|tap\w*|vxlan\w*)$"
 )
+_COMPILED = re.compile(
+    r"torch\.compile|compile\s*=\s*[Tt]rue|--(?![\w.]*no)[\w.]*compile(?:[= ](?:[Tt]rue|1))?\b|torch/_dynamo|torch\._dynamo|_orig_mod"
+)
 MAX_IFACES = 64
 MAX_COLLECTIVES = 4096
 
@@ -58,9 +61,12 @@ class Facts:
     collectives: dict[tuple[int, int], dict[str, tuple]] = field(
         default_factory=dict
     )  # (opCount, nranks) -> proc -> call
+    compiled: bool = False  # the job compiles its model (torch.compile, a compile flag, dynamo frames)
     _n_coll: int = 0
 
     def feed(self, text: str) -> None:
+        if not self.compiled and ("ompile" in text or "_dynamo" in text or "_orig_mod" in text):
+            self.compiled = bool(_COMPILED.search(text))
         if not self.npu:
             for n in _NPU:
                 if n in text:

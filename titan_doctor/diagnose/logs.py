@@ -21,7 +21,7 @@ from titan_doctor.diagnose.log_facts import Facts, classify_address
 from titan_doctor.diagnose.log_lines import expand, raw_lines
 from titan_doctor.findings import Finding, Status
 
-_SIZE = re.compile(r"([\d.]+)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)")
+_SIZE = re.compile(r"([\d.]+)\s*(bytes|B|KiB|MiB|GiB|TiB|PiB|EiB|KB|MB|GB|TB|PB|EB)")
 _UNITS = {
     "bytes": 1,
     "B": 1,
@@ -33,7 +33,13 @@ _UNITS = {
     "MB": 1 << 20,
     "GB": 1 << 30,
     "TB": 1 << 40,
+    "PiB": 1 << 50,
+    "EiB": 1 << 60,
+    "PB": 1 << 50,
+    "EB": 1 << 60,
 }
+# no accelerator has a petabyte: a request this large is a size computed wrong, not a full card
+_ABSURD = 1 << 50
 _BARE = re.compile(r"(?i)(?:inner|internal) error!?")
 _PIP_NAME = {
     "attr": "attrs",
@@ -92,6 +98,29 @@ def _oom(e: Event) -> dict[str, Any]:
     return out
 
 
+def _oom_any(e: Event) -> dict[str, Any]:
+    """An out-of-memory message in a shorter form than the allocators' full reports: the size
+    asked for, and whether it is a size no device has (an overflowed or negative shape)."""
+    req = to_bytes(e.groups.get("req") or "")
+    kind = (e.groups.get("kind") or "device").upper()
+    if req is not None and req >= _ABSURD:
+        return {
+            "oom_note": f"The allocation asked for {e.groups['req']}, more than any {kind} has: the size was computed "
+            "wrong, not the memory used up. A tensor shape overflowed or went negative (an int32 product of "
+            "dimensions, a length read as -1 and converted to unsigned, an uninitialised size), usually in the "
+            "op or kernel named in the traceback.",
+            "oom_fix": "Print the shapes reaching the failing op (the traceback's last frame) and find the dimension "
+            "that is negative or huge; a custom kernel's launch/tiling parameters or a sequence length that "
+            "overflows int32 are the usual sources. Lowering the batch size does not help",
+        }
+    asked = f" (it asked for {e.groups['req']})" if e.groups.get("req") else ""
+    return {
+        "oom_note": f"The {kind} allocator could not place an allocation{asked}: the device memory is used up by "
+        "this process (weights, optimizer state, activations) or held by another one.",
+        "oom_fix": families.next_step("oom_device"),
+    }
+
+
 _KEY_LIST = re.compile(r"(Missing|Unexpected) key\(s\) in state_dict: ")
 
 
@@ -139,6 +168,18 @@ def _dcp_key(e: Event) -> dict[str, Any]:
             "dcp_fix": compare + "Save and load through torch.distributed.checkpoint.state_dict.get_model_state_dict"
             "(model) / set_model_state_dict, which use the unwrapped names, or load into the same "
             "wrapping the checkpoint was saved with",
+        }
+    buffer = state_dict_errors.BUFFER_NAMES.search(key)
+    if buffer:
+        name = buffer.group(0).lstrip(".")
+        return {
+            "dcp_note": f"'{name}' is a buffer the model registers (a RoPE table, position ids or a mask), not a "
+            "trained weight: the model registers it persistent, so DCP asks for it, and the checkpoint was written "
+            "without it (weights converted from another format, or saved by a model that registers it "
+            "persistent=False).",
+            "dcp_fix": compare + f"Register {name} with persistent=False (self.register_buffer('{name}', ..., "
+            "persistent=False): it is recomputed at start-up, so it need not be saved), or add it to the converted "
+            "checkpoint; do not load with allow_partial_load just for it",
         }
     return {
         "dcp_note": "The model (or optimizer) has this entry and the checkpoint does not: the checkpoint was saved "
@@ -573,6 +614,7 @@ _PARSERS = {
     "python_package": _python_package,
     "soc": _soc,
     "dtype": _dtype,
+    "oom_any": _oom_any,
 }
 
 
@@ -586,6 +628,33 @@ def enrich(e: Event | signatures.Match) -> dict[str, Any]:
     if parser:
         groups.update(parser(e))
     return groups
+
+
+_KEY_PARSERS = ("dcp_key", "state_dict_keys")
+_COMPILED_NOTE = (
+    " The log shows torch.compile in use: a compiled model's state_dict() names every entry under "
+    "'_orig_mod.' unless the checkpoint code unwraps it, so a checkpoint saved from the compiled model (or "
+    "from the plain one) can carry names the other side lacks."
+)
+_COMPILED_FIX = (
+    "With torch.compile: save and load the state of the module you compiled from (model._orig_mod, or "
+    "torch.distributed.checkpoint.state_dict.get_model_state_dict(model), whose names carry no '_orig_mod.'), "
+    "or a version of your trainer that strips the compile prefix on save; a checkpoint saved before the "
+    "first compiled resume still loads. "
+)
+
+
+def _compiled_keys(groups: dict[str, Any]) -> dict[str, Any]:
+    """A key mismatch in a log that compiles the model: the compile wrapper's '_orig_mod.' prefix
+    is a likely difference even when the key printed does not show it."""
+    if "_orig_mod" in " ".join(str(v) for v in groups.values()):
+        return groups  # the key names the prefix itself: the parser said so
+    out = dict(groups)
+    for note, fix in (("dcp_note", "dcp_fix"), ("prefix_note", "prefix_fix")):
+        if note in out:
+            out[note] = _COMPILED_NOTE.strip() + " Otherwise: " + str(out[note])
+            out[fix] = _COMPILED_FIX + str(out.get(fix, ""))
+    return out
 
 
 # ---- findings -----------------------------------------------------------------------
@@ -654,6 +723,23 @@ def _interfaces(facts: Facts) -> tuple[str, str]:
     return note, fix
 
 
+# an operator's parameter check states the rule and the value it got: "antiquantGroupSize should
+# be 128 or 64, but actual antiquantGroupSize is [256]", "x must be contiguous, but got ..."
+_CHECK = re.compile(
+    r"(?i)(?P<rule>[^.;:]{0,160}?\b(?:should|must|expects?|expected|only supports?|supports? only|"
+    r"is required to)\b[^.;]{1,160}?),?\s+but\s+(?P<got>[^.;]{1,120})"
+)
+
+
+def _check_said(message: str) -> str:
+    """The rule a parameter check printed, as the first step of the fix ("" when none)."""
+    m = _CHECK.search(message or "")
+    if not m:
+        return ""
+    rule = " ".join(m.group("rule").split()).lstrip(", ")
+    return f"The check that failed says: {rule} (but {' '.join(m.group('got').split())}); make the call satisfy it. "
+
+
 def _finding(
     e: Event,
     inc: Incident,
@@ -678,8 +764,12 @@ def _finding(
         if e.family not in ("", "other")
         else groups.get("errno_family") or families.guess(f"{e.title} {message} {detail_text(e, groups)}")
     )
+    if facts is not None and facts.compiled and e.parse in _KEY_PARSERS:
+        groups = _compiled_keys(groups)
     detail = signatures.fill(e.cause, groups)
     fix = signatures.fill(e.fix_serving if e.fix_serving and _serving(e, inc) else e.fix, groups)
+    if root and e.id.startswith(_CODE_KINDS):
+        fix = _check_said(message) + fix
     if root and facts is not None and (family in ("connection", "rendezvous") or e.id.startswith("nccl.")):
         iface_note, iface_fix = _interfaces(facts)
         detail += iface_note
@@ -763,14 +853,14 @@ def exception_behind(inc: Incident) -> tuple[str, str, int] | None:
     for ln in reversed(inc.context):
         exc = tracebacks.exception_of(ln.text)
         if exc and not tracebacks.LAUNCHER.search(exc[0]):
-            return f"{exc[0]}: {exc[1]}", ln.path, ln.no
+            return ": ".join(x for x in exc if x), ln.path, ln.no
     first_no = min(e.line.no for e in inc.events)
     for no, text, _ in raw_lines(Path(inc.path)):
         if no >= first_no:
             break
         exc = tracebacks.exception_of(text)
         if exc and not tracebacks.LAUNCHER.search(exc[0]):
-            return f"{exc[0]}: {exc[1]}", inc.path, no
+            return ": ".join(x for x in exc if x), inc.path, no
     return None
 
 
@@ -793,7 +883,7 @@ def _unexplained(exc: tuple[str, str, int], root: Incident) -> Finding:
         detail=f"Not in titan-doctor's list of known errors. {wrapper.title} ({wrapper.line.path}:"
         f"{wrapper.line.no}) only reports that something failed; this exception is the error "
         f"it reports"
-        + (f" (likely a {fam['title']} error)" if family != "other" else "")
+        + (f" (likely: {fam['title']})" if family != "other" else "")
         + "."
         + (f"\nraised from {raised}" if raised else "")
         + f"\n> {text[:300]}",
@@ -819,7 +909,7 @@ def _extracted(
     The root finding is the error itself (what, where, which rank) with the next step for its
     likely family, after the advice the runtime printed with it, if any."""
     family, fam = _next_step(raised.text + " " + " ".join(advice or []))
-    likely = f"; likely a {fam['title']} error" if family != "other" else ""
+    likely = f"; likely: {fam['title']}" if family != "other" else ""
     who = f" (rank {raised.rank})" if raised.rank is not None else ""
     return Finding(
         "log.exception",

@@ -17,6 +17,13 @@ WRAPPER_PREFIXES = {
     "_fsdp_wrapped_module.": "FSDP1 wrapping",
     "_checkpoint_wrapped_module.": "activation checkpointing",
 }
+# Buffers models register (RoPE tables, position ids, masks): persistent by default, so they
+# are in model.state_dict() and a checkpoint written without them (converted weights, a model
+# that registers them persistent=False) lacks them.
+BUFFER_NAMES = re.compile(
+    r"(?:^|\.)(?:freqs_cis|freqs|inv_freq|cos_cached|sin_cached|rope\w*|rotary\w*|position_ids|"
+    r"causal_mask|attn_mask|attention_mask|mask|bias_mask|_float_tensor)$"
+)
 _QUOTED = re.compile(r'"([^"]+)"|\'([^\']+)\'')
 _LAYER = re.compile(r"(?:^|\.)(?:layers|layer|blocks|h)\.(\d+)\.")
 

@@ -21,7 +21,13 @@ from pathlib import Path
 
 from titan_doctor.diagnose.log_lines import parse, raw_lines
 
-EXCEPTION = re.compile(r"(?:^|[\]:>]\s*|\s)((?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Failed|Exit)): (.{1,300})")
+# the name may follow a prefix, a space or prose in another script ("出现AttributeError: ...")
+EXCEPTION = re.compile(
+    r"(?:^|[\]:>]\s*|\s|[^\x00-\x7f])((?:[a-z_][\w]*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception|Failed|Exit)): (.{1,300})"
+)
+# an exception raised without a message ends its traceback with its bare name
+# ("torch.distributed.elastic.rendezvous.api.RendezvousClosedError")
+BARE_EXCEPTION = re.compile(r"^\s*(?:\[rank\d+\]:\s*)*((?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\s*$")
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>[\w<>.]+)')
 # what is not the user's code: the interpreter, installed packages, the frameworks
 _LIBRARY = re.compile(
@@ -54,7 +60,10 @@ def exception_of(text: str) -> tuple[str, str] | None:
     if "Error" not in text and "Exception" not in text and "Failed" not in text and "Exit" not in text:
         return None
     m = EXCEPTION.search(text)
-    return (m.group(1), m.group(2).strip()) if m else None
+    if m:
+        return m.group(1), m.group(2).strip()
+    m = BARE_EXCEPTION.match(text)
+    return (m.group(1), "") if m else None
 
 
 def user_frame(frames: Iterable[tuple[str, str, str]]) -> str:
@@ -84,7 +93,14 @@ def scan(paths: Iterable[Path]) -> list[Raised]:
                 name, message = exc
                 rank = parse(str(path), no, text).rank
                 out.append(
-                    Raised(f"{name}: {message}", str(path), no, user_frame(frames), bool(LAUNCHER.search(name)), rank)
+                    Raised(
+                        f"{name}: {message}" if message else name,
+                        str(path),
+                        no,
+                        user_frame(frames),
+                        bool(LAUNCHER.search(name)),
+                        rank,
+                    )
                 )
                 frames = []
             elif "Traceback (most recent call last)" in text:
