@@ -31,6 +31,7 @@ LAYERS = {
         ["titan_train.checkpoint"],
         ["titan_train.step"],
         ["titan_train.build"],
+        ["titan_train.validation"],
         ["titan_train.train"],
         ["titan_train.cli"],
         ["titan_train.__main__"],

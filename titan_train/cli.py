@@ -411,7 +411,7 @@ def _progress(total: int, label: str):
 def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None) -> None:
     """Everything a user can get wrong is checked here, before any rank starts."""
     from titan_train.checkpoint import initial_load
-    from titan_train.data import stream as data
+    from titan_train.data import samples
     from titan_train.runtime import device
 
     config_mod.validate(cfg, opts.world_size)
@@ -419,7 +419,7 @@ def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None)
     device.check_options(dev, cpu_offload=cfg.distributed.cpu_offload, mixed_precision=cfg.training.mixed_precision)
     if dev.type != "cpu" and opts.nproc > dev.count:
         raise _UserError(f"--nproc {opts.nproc} exceeds the {dev.count} {dev.type.upper()} device(s) visible here")
-    data.check_dataset(cfg.data, cfg.model.vocab_size, cfg.training.seq_len)
+    samples.check_samples(cfg.data, cfg.model.vocab_size, cfg.training.seq_len, cfg.validation.dataset)
     if cfg.metrics.tensorboard:
         from titan_train.components import metrics
 

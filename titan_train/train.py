@@ -4,7 +4,8 @@ Everything that is not the loop lives in its own module and enters here as one c
 one context manager: the layout (parallel_dims), `build` (model, parallelism, optimizer),
 `train_step` (or the pipeline's), the `Checkpointer`, the `MetricsLogger`, the graceful stop
 on SIGTERM / SIGINT (signals), the hang watchdog, the profiler, the run's lock on its
-checkpoint folder (run_lock) and the NaN / inf stop (finite_guard).
+checkpoint folder (run_lock), the NaN / inf stop (finite_guard) and the held-out loss
+(validation).
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from titan_train.components import metrics
 from titan_train.config.job import JobConfig, advisories, pipeline_microbatches, run_dir, to_dict, validate
 from titan_train.config.model_args import count_params, flops_per_token
 from titan_train.config.parallel_dims import ParallelDims
+from titan_train.data import samples as data_samples
 from titan_train.data import stream as data
 from titan_train.distributed import same_job
 from titan_train.runtime import device, finite_guard, profiling, signals, watchdog
 from titan_train.runtime.profiling import span
 from titan_train.step import Progress, train_step
+from titan_train.validation import Validator
 
 
 def _rank_env() -> tuple[int, int, int]:
@@ -63,7 +66,9 @@ def _quiet_known_warnings() -> None:
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
 
 
-def _batches(tokens: data.TokenStream, layout: data.BatchLayout, samples: int, dp_rank: int, seq_len: int, torch_dev):
+def _batches(
+    tokens: data_samples.Samples, layout: data.BatchLayout, samples: int, dp_rank: int, seq_len: int, torch_dev
+):
     """The micro-batches of one optimizer step for this data-parallel rank; every pipeline
     and tensor-parallel rank of the group reads the same ones."""
     out = []
@@ -79,7 +84,7 @@ def _train(
     _quiet_known_warnings()
     t = cfg.training
     torch_dev = device.torch_device(dev, local_rank)
-    tokens = data.open_dataset(cfg.data, cfg.model.vocab_size, t.seq_len, log=say)  # too short: refused here
+    tokens = data_samples.open_samples(cfg.data, cfg.model.vocab_size, t.seq_len, log=say)  # too short: refused
     same_job.check(cfg, dims, tokens.identity)  # every rank: same config, layout, data and tokenizer content
     layout = data.BatchLayout(t.batch_size, t.grad_accum_steps, dims.dp)
 
@@ -116,6 +121,7 @@ def _train(
     for line in advisories(cfg):  # settings that run but rarely mean what was intended
         say(f"[titan-train] warning: {line}")
 
+    validator = Validator(cfg, parts, dp_rank, torch_dev, say)  # [validation]: held-out loss every N steps
     last_step = min(t.steps, progress.step + stop_after) if stop_after > 0 else t.steps
     guard.last_step, checkpointer.stop_step = last_step, (last_step if stop_after > 0 else None)  # saved regardless
     logger = metrics.MetricsLogger(
@@ -154,7 +160,9 @@ def _train(
                 guard.observe(progress.step, stats)  # NaN / inf: every rank stops at log steps and before saves
                 signum = stop.agreed()  # SIGTERM / SIGINT on any rank: every rank stops after this step
             last = progress.step == last_step or bool(signum)
-            with logger.paused(checkpointer.due(progress.step, last=last) or prof.recording):  # not training time
+            pausing = checkpointer.due(progress.step, last=last) or prof.recording or validator.due(progress.step)
+            with logger.paused(pausing):  # not training time
+                validator.maybe_run(progress.step, logger.sinks)
                 with span("checkpoint"):
                     checkpointer.maybe_save(progress.step, last=last)
                 prof.step()

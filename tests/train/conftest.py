@@ -139,7 +139,7 @@ def per_step(workdir: Path, field: str, name: str = "llama_debug") -> dict[int, 
     out = {}
     for line in (workdir / "outputs" / name / "metrics.jsonl").read_text().splitlines():
         rec = json.loads(line)
-        if "step" in rec:
+        if "step" in rec and field in rec:  # a validation record has no training loss, and so on
             out[rec["step"]] = rec[field]
     return out
 

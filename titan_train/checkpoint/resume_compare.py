@@ -46,6 +46,10 @@ DATA = [
     ("training", "grad_accum_steps"),
     ("data", "dataset"),
     ("data", "text_field"),
+    ("data", "shuffle"),
+    ("data", "seed"),
+    ("data", "datasets"),
+    ("data", "weights"),
 ]
 TOKENIZER = [("data", "tokenizer")]  # not a data order: the ids the embedding rows were trained for
 NUMERICS = [("model", "norm_eps"), ("model", "rope_theta"), ("training", "mixed_precision")]

@@ -130,6 +130,31 @@ class DataConfig:
         "resume a checkpoint trained with another tokenizer (its token "
         "ids then mean other text than the model learned)",
     )
+    shuffle: bool = setting(
+        True,
+        "read a prepared folder or corpus file as seq_len windows in a seeded random order, a new one "
+        'each pass ("builtin" is read in order); a function of the samples consumed, so resume stays exact',
+    )
+    seed: int = setting(0, "the shuffle's seed (any integer)")
+    datasets: list[str] = setting(
+        doc="mix several datasets (each prepared once, or a corpus file) instead of data.dataset",
+        default_factory=list,
+    )
+    weights: list[float] = setting(
+        doc="one weight per data.datasets entry (normalized; default: equal)", gt=0, each=True, default_factory=list
+    )
+
+
+@dataclass
+class ValidationConfig:
+    dataset: str = setting(
+        "",
+        'held-out data, read in order: a prepared folder, a .txt / .jsonl file or "builtin" ("" = no validation)',
+    )
+    every: int = setting(100, "evaluate the validation loss and perplexity every N steps", ge=1)
+    batches: int = setting(
+        10, "validation batches per evaluation, each training.batch_size x training.seq_len tokens", ge=1
+    )
 
 
 @dataclass
@@ -176,6 +201,7 @@ class JobConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
@@ -214,7 +240,9 @@ def _coerce(section: str, key: str, value: Any) -> Any:
     if ok:
         return converted
     if typing.get_origin(hint) is list:
-        raise ConfigError(f"{where} = {value!r}: expected a list of numbers, e.g. [0.9, 0.95]")
+        example = '["a", "b"]' if typing.get_args(hint) == (str,) else "[0.9, 0.95]"
+        kind = "strings" if typing.get_args(hint) == (str,) else "numbers"
+        raise ConfigError(f"{where} = {value!r}: expected a list of {kind}, e.g. {example}")
     names = " or ".join(k.__name__ for k in (typing.get_args(hint) or (hint,)) if k is not type(None))
     raise ConfigError(f"{where} = {value!r}: expected {names}, got {type(value).__name__}")
 

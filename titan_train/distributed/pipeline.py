@@ -136,3 +136,16 @@ class PipelineStep:
             return torch.zeros((), device=self.device)
         total = torch.stack([loss.detach() for loss in losses]).sum()
         return total / self.scaler.scale if self.scaler.enabled else total
+
+    def evaluate(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Forward only (the schedule's eval: no backward, no gradients): this rank's mean
+        loss over the micro-batches, zero on ranks without the last stage (validation.py)."""
+        losses: list[torch.Tensor] = []
+        args = (inputs,) if self.has_first else ()
+        kwargs = {"target": targets, "losses": losses} if self.has_last else {}
+        with torch.no_grad(), self.autocast(), loss_context(self.tensor_parallel and self.has_last):
+            self.schedule.eval(*args, return_outputs=False, **kwargs)
+        if not losses:
+            return torch.zeros((), device=self.device)
+        total = torch.stack([loss.detach() for loss in losses]).sum() * self.divisor / len(losses)
+        return total / self.scaler.scale if self.scaler.enabled else total

@@ -1,0 +1,62 @@
+"""[validation]: the held-out loss every N steps, forward only, the same number on one rank,
+FSDP and the pipeline (real processes, fp32 on gloo), in metrics.jsonl and TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from .conftest import parity_run
+
+pytestmark = pytest.mark.multirank  # every test here starts trainer ranks
+
+VALIDATION = ['validation.dataset="builtin"', "validation.every=5", "validation.batches=2", "metrics.tensorboard=true"]
+
+
+def _validation(run) -> dict[int, dict]:
+    records = [
+        json.loads(line) for line in (run.workdir / "outputs/llama_debug/metrics.jsonl").read_text().splitlines()
+    ]
+    return {r["step"]: r for r in records if r.get("event") == "validation"}
+
+
+@pytest.fixture(scope="module")
+def validated(shared_runs):
+    pytest.importorskip("tensorboard")
+    return {
+        "one": parity_run(shared_runs, "val-one", 1, VALIDATION),
+        "fsdp2": parity_run(shared_runs, "val-fsdp2", 2, VALIDATION),
+        "pp2": parity_run(shared_runs, "val-pp2", 2, VALIDATION + ["distributed.pp_size=2"]),
+    }
+
+
+def test_validation_loss_is_the_same_on_one_rank_fsdp_and_the_pipeline(validated):
+    one = _validation(validated["one"])
+    assert sorted(one) == [5, 10]
+    assert one[10]["validation_loss"] < one[5]["validation_loss"] < math.log(257)  # it learns
+    for rec in one.values():
+        assert rec["validation_perplexity"] == pytest.approx(math.exp(rec["validation_loss"]), rel=1e-9)
+        assert rec["validation_tokens"] == 2 * 8 * 64
+    assert "dp 1 x pp 2 x tp 1" in validated["pp2"].stdout and "dp 2 x pp 1 x tp 1" in validated["fsdp2"].stdout
+    for name in ("fsdp2", "pp2"):
+        got = _validation(validated[name])
+        assert sorted(got) == [5, 10], name
+        for step in (5, 10):
+            assert got[step]["validation_loss"] == pytest.approx(one[step]["validation_loss"], abs=1e-5), (name, step)
+    # validation leaves training alone: every step still has its training record
+    assert sorted(validated["pp2"].losses) == list(range(1, 11))
+    assert "[titan-train] validation step 5 | loss " in validated["one"].stdout
+
+
+def test_validation_goes_to_tensorboard_too(validated):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = validated["one"]
+    acc = EventAccumulator(str(run.workdir / "outputs/llama_debug/tb"))
+    acc.Reload()
+    want = _validation(run)
+    for key in ("validation_loss", "validation_perplexity"):
+        got = [(e.step, e.value) for e in acc.Scalars(key)]
+        assert got == [(s, pytest.approx(want[s][key], rel=1e-6)) for s in (5, 10)]
