@@ -17,6 +17,7 @@ import warnings
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
 from titan_train.build import build
 from titan_train.checkpoint import run_lock
@@ -38,13 +39,14 @@ def _rank_env() -> tuple[int, int, int]:
     return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
 
 
+@record  # the rank entry point: an uncaught error goes to torchrun's error file (error_file.py)
 def train(cfg: JobConfig, stop_after: int = 0, fresh: bool = False) -> None:
     """Train to cfg.training.steps (resuming if a checkpoint exists), or for at most
     `stop_after` steps in this run (saving there). `fresh`: move the folder's checkpoints
     aside and start a new lineage. Metrics go to cfg.metrics.output (rank 0)."""
     rank, world, local_rank = _rank_env()
     validate(cfg, world)
-    dims = ParallelDims.for_world(world, tp=cfg.distributed.tp_size, pp=cfg.distributed.pp_size)
+    dims = ParallelDims.of(cfg.distributed, world)
     dev = device.select(cfg.distributed.backend, device.probe())
     device.check_options(dev, cpu_offload=cfg.distributed.cpu_offload, mixed_precision=cfg.training.mixed_precision)
     say = print if rank == 0 else (lambda *a, **k: None)
