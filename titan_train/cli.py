@@ -98,7 +98,7 @@ def main():
     """
 
 
-@main.command(context_settings={"ignore_unknown_options": True})
+@main.command()
 @click.option(
     "--config",
     "config_spec",
@@ -132,12 +132,7 @@ def main():
 )
 @click.option("--master-addr", default="", help="Address of node 0 (static multi-node rendezvous).")
 @click.option("--master-port", type=click.IntRange(0, 65535), default=0, help="Port on node 0 (default 29500).")
-@click.option(
-    "--rdzv-endpoint",
-    default="",
-    help="HOST:PORT of torch's c10d rendezvous (torchrun's), which agrees on the node ranks; the node "
-    "count is fixed by --nnodes (no elastic min:max).",
-)
+@click.option("--rdzv-endpoint", default="", help="HOST:PORT for c10d rendezvous (elastic multi-node).")
 @click.option("--rdzv-id", default="titan-train", show_default=True, help="Rendezvous id shared by all nodes.")
 @click.option(
     "--rdzv-timeout",
@@ -156,15 +151,6 @@ def main():
     "checkpoint.save_interval = 0); the next run resumes from it.",
 )
 @click.option(
-    "--max-restarts",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="After a rank fails, stop every rank of this node and start them all again, resuming from the "
-    "newest complete checkpoint, up to N times (torchrun's --max-restarts). Never restarted: a refusal "
-    "(exit 2), a NaN / inf stop (3), SIGTERM / Ctrl-C (143 / 130). One node only.",
-)
-@click.option(
     "--fresh",
     is_flag=True,
     help="Start a new run in a checkpoint folder that holds checkpoints: move every step-N into "
@@ -179,7 +165,6 @@ def main():
     "--print-config", is_flag=True, help="Print the resolved config (defaults and overrides applied) as JSON and exit."
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-@click.argument("torchtitan_args", nargs=-1, type=click.UNPROCESSED, metavar="[--SECTION.KEY=VALUE]...")
 def run(
     config_spec,
     overrides,
@@ -192,12 +177,10 @@ def run(
     rdzv_id,
     rdzv_timeout,
     stop_after,
-    max_restarts,
     fresh,
     ignore_memory,
     print_config,
     debug,
-    torchtitan_args,
 ):
     """Train with the given config. Starts the ranks itself, and also runs unchanged as the
     script of a `torchrun` you start yourself:
@@ -215,15 +198,9 @@ def run(
     folder is refused. A resumed run compares the checkpoint's recorded config with its own:
     a model-shape change is refused, optimizer/schedule changes take the config's values,
     data-layout changes are announced. NaN / inf stops the run (exit 3), saving nothing after.
-
-    torchtitan's spellings work too: `--training.steps=3` (or `--training.steps 3`) is
-    `--set training.steps=3`, `--job.config_file PATH` is `--config PATH`; with a torchtitan
-    TOML, `--set` and these flags take torchtitan's own keys (training.local_batch_size ...).
     """
     disable_backend_autoload()
     from titan_train.runtime import launch
-
-    config_spec, overrides = _torchtitan_spellings(config_spec, overrides, torchtitan_args, debug)
 
     path = resolve_config(config_spec)
     # the launcher notes Ctrl-C / SIGTERM during start-up (never raised mid-import); ranks keep Python's default
@@ -248,9 +225,8 @@ def run(
                     master_port=master_port,
                 )
                 _preflight(cfg, opts, ignore_memory, path)
-                _check_restarts(max_restarts, opts, stop_after)
                 early.check()
-                if opts.world_size > 1 or max_restarts:  # a restart needs the launcher, even for one rank
+                if opts.world_size > 1:
                     with _owning_folder(cfg, opts, fresh, stop_after):
                         sys.exit(
                             launch.spawn(
@@ -258,8 +234,6 @@ def run(
                                 _worker_argv(path, overrides, stop_after, debug),
                                 config_mod.run_dir(cfg),
                                 stop_signals=early,
-                                max_restarts=max_restarts,
-                                resumes_from=lambda: _resume_point(cfg),
                             )
                         )
                 launch.single_process_env()
@@ -292,22 +266,6 @@ def run(
     except (OSError, RuntimeError) as e:  # last: a full disk met outside the checkpoint writers (metrics, logs)
         _fail_if_unwritable(e, None, debug)
         raise
-
-
-def _torchtitan_spellings(config_spec: str, overrides, args, debug: bool) -> tuple[str, tuple[str, ...]]:
-    """torchtitan's `--section.key=value` flags as --set, `--job.config_file` as --config."""
-    from titan_train.config import torchtitan_args
-
-    try:
-        got = torchtitan_args.translate(args)
-    except config_mod.ConfigError as e:
-        _fail(str(e), debug)
-    if got.config is not None:
-        source = click.get_current_context().get_parameter_source("config_spec")
-        if source == click.core.ParameterSource.COMMANDLINE and got.config != config_spec:
-            _fail(f"--config {config_spec} and --job.config_file {got.config} name two configs; give one", debug)
-        config_spec = got.config
-    return config_spec, (*overrides, *got.overrides)
 
 
 def _load_config(path: Path, overrides: list[str], world_size: int, announce: bool):
@@ -515,33 +473,6 @@ def _owning_folder(cfg, opts, fresh: bool, stop_after: int):
         )
         os.environ[run_lock.HELD_ENV] = str(os.getpid())
         yield
-
-
-def _check_restarts(max_restarts: int, opts, stop_after: int) -> None:
-    """--max-restarts restarts one node's ranks; what it cannot mean is refused in one line."""
-    if max_restarts and opts.nnodes > 1:
-        raise _UserError(
-            "--max-restarts restarts the ranks of one node; with --nnodes > 1 let the scheduler restart the "
-            "whole job (Slurm: sbatch --requeue, scontrol requeue): every node then resumes from the newest "
-            "complete checkpoint"
-        )
-    if max_restarts and stop_after:
-        raise _UserError(
-            "--max-restarts with --stop-after: a restart would count --stop-after again from its checkpoint; "
-            "set training.steps to where the run should end instead"
-        )
-
-
-def _resume_point(cfg) -> str:
-    """Where a restarted attempt resumes, for the restart line."""
-    from titan_train.checkpoint import lineage
-
-    if not cfg.checkpoint.resume:
-        return "the start (checkpoint.resume = false)"
-    done = [e for e in lineage.resume_candidates(cfg.checkpoint.folder)[0] if e.complete]
-    if done:
-        return f"step {done[0].step} ({done[0].path})"
-    return "the start: no complete checkpoint yet (set checkpoint.save_interval to lose fewer steps)"
 
 
 def _worker_argv(path: Path, overrides, stop_after: int, debug: bool) -> list[str]:
