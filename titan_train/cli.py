@@ -98,7 +98,7 @@ def main():
     """
 
 
-@main.command()
+@main.command(context_settings={"ignore_unknown_options": True})
 @click.option(
     "--config",
     "config_spec",
@@ -165,6 +165,7 @@ def main():
     "--print-config", is_flag=True, help="Print the resolved config (defaults and overrides applied) as JSON and exit."
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.argument("torchtitan_args", nargs=-1, type=click.UNPROCESSED, metavar="[--SECTION.KEY=VALUE]...")
 def run(
     config_spec,
     overrides,
@@ -181,6 +182,7 @@ def run(
     ignore_memory,
     print_config,
     debug,
+    torchtitan_args,
 ):
     """Train with the given config. Starts the ranks itself, and also runs unchanged as the
     script of a `torchrun` you start yourself:
@@ -198,9 +200,15 @@ def run(
     folder is refused. A resumed run compares the checkpoint's recorded config with its own:
     a model-shape change is refused, optimizer/schedule changes take the config's values,
     data-layout changes are announced. NaN / inf stops the run (exit 3), saving nothing after.
+
+    torchtitan's spellings work too: `--training.steps=3` (or `--training.steps 3`) is
+    `--set training.steps=3`, `--job.config_file PATH` is `--config PATH`; with a torchtitan
+    TOML, `--set` and these flags take torchtitan's own keys (training.local_batch_size ...).
     """
     disable_backend_autoload()
     from titan_train.runtime import launch
+
+    config_spec, overrides = _torchtitan_spellings(config_spec, overrides, torchtitan_args, debug)
 
     path = resolve_config(config_spec)
     # the launcher notes Ctrl-C / SIGTERM during start-up (never raised mid-import); ranks keep Python's default
@@ -266,6 +274,22 @@ def run(
     except (OSError, RuntimeError) as e:  # last: a full disk met outside the checkpoint writers (metrics, logs)
         _fail_if_unwritable(e, None, debug)
         raise
+
+
+def _torchtitan_spellings(config_spec: str, overrides, args, debug: bool) -> tuple[str, tuple[str, ...]]:
+    """torchtitan's `--section.key=value` flags as --set, `--job.config_file` as --config."""
+    from titan_train.config import torchtitan_args
+
+    try:
+        got = torchtitan_args.translate(args)
+    except config_mod.ConfigError as e:
+        _fail(str(e), debug)
+    if got.config is not None:
+        source = click.get_current_context().get_parameter_source("config_spec")
+        if source == click.core.ParameterSource.COMMANDLINE and got.config != config_spec:
+            _fail(f"--config {config_spec} and --job.config_file {got.config} name two configs; give one", debug)
+        config_spec = got.config
+    return config_spec, (*overrides, *got.overrides)
 
 
 def _load_config(path: Path, overrides: list[str], world_size: int, announce: bool):

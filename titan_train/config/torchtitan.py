@@ -9,7 +9,9 @@ parallel, a shard degree that does not fit the world size, another model) are er
 Activation checkpointing, pipeline schedules and compile map onto the trainer's
 training.activation_checkpoint / ac_every / compile and distributed.pp_schedule /
 pp_microbatches. A key whose trainer counterpart does not exist (initial load) is listed
-as ignored, never dropped.
+as ignored, never dropped. `--set` (and torchtitan's `--section.key=value` flags) take
+torchtitan's keys, applied to the file before the conversion; one that would be ignored is
+refused, since it was asked for by name.
 
 Facts about torchtitan come from pytorch/torchtitan v0.2.2: torchtitan/config/job_config.py
 (section fields and defaults), torchtitan/train.py (global batch and gradient accumulation),
@@ -525,6 +527,97 @@ def _activation_checkpoint(r: _Reader) -> None:
     )
 
 
+# torchtitan's spelling -> this trainer's, for a torchtitan key met with a trainer TOML
+# (the conversion above, as one line each).
+TRAINER_KEYS = {
+    "training.local_batch_size": "training.batch_size (the GLOBAL batch: local x dp x grad_accum_steps)",
+    "training.global_batch_size": "training.batch_size (global) and training.grad_accum_steps",
+    "training.mixed_precision_param": "training.mixed_precision (fp32 | bf16 | fp16)",
+    "training.enable_cpu_offload": "distributed.cpu_offload",
+    "training.dataset_path": "data.dataset",
+    "training.dataset": "data.dataset",
+    "lr_scheduler.warmup_steps": "training.warmup_steps",
+    "lr_scheduler.decay_type": "training.lr_schedule",
+    "lr_scheduler.min_lr_factor": "training.min_lr_ratio",
+    "optimizer.beta1": "optimizer.betas = [beta1, beta2]",
+    "optimizer.beta2": "optimizer.betas = [beta1, beta2]",
+    "parallelism.tensor_parallel_degree": "distributed.tp_size",
+    "parallelism.pipeline_parallel_degree": "distributed.pp_size",
+    "parallelism.pipeline_parallel_schedule": "distributed.pp_schedule",
+    "parallelism.data_parallel_shard_degree": "distributed.fsdp (dp is what tp x pp leave of the world)",
+    "checkpoint.enable": "checkpoint.save_interval (0 = off) and checkpoint.resume",
+    "checkpoint.interval": "checkpoint.save_interval",
+    "checkpoint.keep_latest_k": "checkpoint.keep_last_n",
+    "checkpoint.async_mode": "checkpoint.async",
+    "metrics.log_freq": "metrics.log_every",
+    "metrics.enable_tensorboard": "metrics.tensorboard",
+    "metrics.save_tb_folder": "metrics.tb_folder",
+    "profiling.enable_profiling": "profiling.enabled",
+    "profiling.save_traces_folder": "profiling.folder",
+    "activation_checkpoint.mode": "training.activation_checkpoint",
+    "activation_checkpoint.selective_ac_option": "training.ac_every / training.selective_ac_option",
+    "compile.enable": "training.compile",
+    "debug.seed": "training.seed",
+    "comm.init_timeout_seconds": "distributed.timeout_s",
+    "job.dump_folder": "metrics.output and checkpoint.folder",
+}
+
+
+def _is_field(name: str, sections: dict[str, set[str]]) -> bool:
+    table, _, key = name.rpartition(".")
+    return key in sections.get(table, ())
+
+
+def _split_overrides(overrides: list[str]) -> tuple[list[tuple[str, Any]], list[str]]:
+    """A torchtitan TOML's --set lines: (name, value) for torchtitan's keys (and for names of
+    neither trainer, so that check_keys names torchtitan's nearest key), the rest (this
+    trainer's own keys, `data.dataset`...) as --set lines applied after the conversion."""
+    sections, ours, theirs = _known_keys(), [], []
+    for text in overrides:
+        section, key, value = config_mod.parse_override(text)
+        name = f"{section}.{key}"
+        if _is_field(name, sections) or (section, key) not in config_mod.HINTS:
+            theirs.append((name, value))
+        else:
+            ours.append(text)
+    return theirs, ours
+
+
+def _with_overrides(raw: dict[str, Any], theirs: list[tuple[str, Any]]) -> dict[str, Any]:
+    raw = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    for name, value in theirs:
+        *tables, key = name.split(".")
+        table = raw
+        for t in tables:
+            table = table.setdefault(t, {})
+            if not isinstance(table, dict):
+                raise ConfigError(f"--set {name}: [{t}] is not a table")
+        table[key] = value
+    return raw
+
+
+def _refuse_ignored(theirs: list[tuple[str, Any]], conversion: Conversion) -> None:
+    """A key the command line asks for explicitly and that would change nothing here is
+    refused, in one line with the reason and what to use (a TOML's such keys are listed)."""
+    for name, value in theirs:
+        for line in conversion.ignored:
+            if line.startswith((f"{name} = ", f"{name} ->")):
+                raise ConfigError(f"--set {name}={value!r}: torchtitan key this trainer does not support ({line})")
+
+
+def refuse_torchtitan_keys(overrides: list[str], path: str | Path) -> None:
+    """With a trainer TOML, a torchtitan-only key is refused naming this trainer's key."""
+    sections = _known_keys()
+    for text in overrides:
+        section, key, _ = config_mod.parse_override(text)
+        name = f"{section}.{key}"
+        if (section, key) not in config_mod.HINTS and (name in TRAINER_KEYS or _is_field(name, sections)):
+            instead = TRAINER_KEYS.get(name, "the key in the README's config table (titan-train run --print-config)")
+            raise ConfigError(
+                f"--set {text!r}: {name} is torchtitan's key, and {path} is a titan-train config; use {instead}"
+            )
+
+
 def load(path: str | Path, overrides: list[str], world_size: int) -> tuple[JobConfig, Conversion]:
     """A torchtitan TOML plus trainer-style `--set` overrides (applied after conversion)."""
     return from_raw(config_mod.read_toml(path), overrides, world_size, Path(path).stem)
@@ -535,11 +628,15 @@ def load_either(path: str | Path, overrides: list[str], world_size: int) -> tupl
     trainer and the doctor's memory plan both take either."""
     raw = config_mod.read_toml(path)  # read once: which kind, then that kind's reader
     if not is_torchtitan(raw):
+        refuse_torchtitan_keys(overrides, path)
         return config_mod.from_raw(raw, overrides, Path(path).stem), None
     return from_raw(raw, overrides, world_size, Path(path).stem)
 
 
 def from_raw(raw: dict[str, Any], overrides: list[str], world_size: int, name: str) -> tuple[JobConfig, Conversion]:
-    """`load` for a TOML already read."""
-    conversion = convert(raw, world_size)
-    return config_mod.from_raw(conversion.raw, overrides, name), conversion
+    """`load` for a TOML already read. `overrides` in torchtitan's keys apply to the file
+    before it is converted (as torchtitan's own flags would); this trainer's keys after."""
+    theirs, ours = _split_overrides(list(overrides))
+    conversion = convert(_with_overrides(raw, theirs), world_size)
+    _refuse_ignored(theirs, conversion)
+    return config_mod.from_raw(conversion.raw, ours, name), conversion
