@@ -33,10 +33,11 @@ sys.path.insert(0, str(REPO))
 
 S128, S256 = ["training.batch_size=8", "training.seq_len=128"], ["training.batch_size=8", "training.seq_len=256"]
 B16 = ["training.batch_size=16", "training.seq_len=128"]
-BF16, FULL, SEL = (
+BF16, FULL, SEL, OP = (
     'training.mixed_precision="bf16"',
     'training.activation_checkpoint="full"',
     'training.activation_checkpoint="selective"',
+    'training.selective_ac_option="op"',
 )
 
 # (ranks, layout name, overrides): 1 / 2 / 4 ranks; FSDP, FSDP x TP, PP=2 (GPipe, 1F1B, interleaved), FSDP x PP; AC none /
@@ -83,12 +84,17 @@ ROWS = [
     (4, "PP=2 x TP=2, loss parallel", S128 + ["distributed.pp_size=2", "distributed.tp_size=2", BF16]),
     (2, "FSDP, loss in 4 pieces", S256 + ["training.loss_chunks=4"]),
     (2, "TP=2, loss in 4 pieces", S256 + ["distributed.tp_size=2", "training.loss_chunks=4", BF16, SEL]),
+    # issue 21: torchtitan's op-level selective AC, HSDP (2 replicas x 2 shards)
+    (2, "FSDP, op-level SAC", S256 + [SEL, OP]),
+    (4, "HSDP 2x2", S256 + ["distributed.dp_replicate_size=2"]),
+    (4, "HSDP 2x2, op-level SAC", B16 + ["distributed.dp_replicate_size=2", BF16, SEL, OP]),
 ]
 
 
 def describe(cfg) -> str:
     t = cfg.training
-    return f"{t.mixed_precision:4s} AC {t.activation_checkpoint:9s} b{t.batch_size}x{t.seq_len}"
+    ac = "op" if t.activation_checkpoint == "selective" and t.selective_ac_option == "op" else t.activation_checkpoint
+    return f"{t.mixed_precision:4s} AC {ac:9s} b{t.batch_size}x{t.seq_len}"
 
 
 def accuracy(rows) -> None:

@@ -66,6 +66,7 @@ def build(cfg: JobConfig, dims: ParallelDims, device: torch.device, mesh: Device
                 ac=t.activation_checkpoint,
                 ac_every=t.ac_every,
                 ac_option=t.selective_ac_option,
+                dp_replicate=dims.dp_replicate,
                 compile=t.compile,
                 cpu_offload=d.cpu_offload,
                 sum_reductions_only=dist.get_backend() == "gloo",

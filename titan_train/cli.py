@@ -132,7 +132,12 @@ def main():
 )
 @click.option("--master-addr", default="", help="Address of node 0 (static multi-node rendezvous).")
 @click.option("--master-port", type=click.IntRange(0, 65535), default=0, help="Port on node 0 (default 29500).")
-@click.option("--rdzv-endpoint", default="", help="HOST:PORT for c10d rendezvous (elastic multi-node).")
+@click.option(
+    "--rdzv-endpoint",
+    default="",
+    help="HOST:PORT of torch's c10d rendezvous (torchrun's), which agrees on the node ranks; the node "
+    "count is fixed by --nnodes (no elastic min:max).",
+)
 @click.option("--rdzv-id", default="titan-train", show_default=True, help="Rendezvous id shared by all nodes.")
 @click.option(
     "--rdzv-timeout",
@@ -149,6 +154,15 @@ def main():
     default=0,
     help="Stop after this many steps in this run and save a checkpoint there (even with "
     "checkpoint.save_interval = 0); the next run resumes from it.",
+)
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="After a rank fails, stop every rank of this node and start them all again, resuming from the "
+    "newest complete checkpoint, up to N times (torchrun's --max-restarts). Never restarted: a refusal "
+    "(exit 2), a NaN / inf stop (3), SIGTERM / Ctrl-C (143 / 130). One node only.",
 )
 @click.option(
     "--fresh",
@@ -178,6 +192,7 @@ def run(
     rdzv_id,
     rdzv_timeout,
     stop_after,
+    max_restarts,
     fresh,
     ignore_memory,
     print_config,
@@ -233,8 +248,9 @@ def run(
                     master_port=master_port,
                 )
                 _preflight(cfg, opts, ignore_memory, path)
+                _check_restarts(max_restarts, opts, stop_after)
                 early.check()
-                if opts.world_size > 1:
+                if opts.world_size > 1 or max_restarts:  # a restart needs the launcher, even for one rank
                     with _owning_folder(cfg, opts, fresh, stop_after):
                         sys.exit(
                             launch.spawn(
@@ -242,6 +258,8 @@ def run(
                                 _worker_argv(path, overrides, stop_after, debug),
                                 config_mod.run_dir(cfg),
                                 stop_signals=early,
+                                max_restarts=max_restarts,
+                                resumes_from=lambda: _resume_point(cfg),
                             )
                         )
                 launch.single_process_env()
@@ -497,6 +515,33 @@ def _owning_folder(cfg, opts, fresh: bool, stop_after: int):
         )
         os.environ[run_lock.HELD_ENV] = str(os.getpid())
         yield
+
+
+def _check_restarts(max_restarts: int, opts, stop_after: int) -> None:
+    """--max-restarts restarts one node's ranks; what it cannot mean is refused in one line."""
+    if max_restarts and opts.nnodes > 1:
+        raise _UserError(
+            "--max-restarts restarts the ranks of one node; with --nnodes > 1 let the scheduler restart the "
+            "whole job (Slurm: sbatch --requeue, scontrol requeue): every node then resumes from the newest "
+            "complete checkpoint"
+        )
+    if max_restarts and stop_after:
+        raise _UserError(
+            "--max-restarts with --stop-after: a restart would count --stop-after again from its checkpoint; "
+            "set training.steps to where the run should end instead"
+        )
+
+
+def _resume_point(cfg) -> str:
+    """Where a restarted attempt resumes, for the restart line."""
+    from titan_train.checkpoint import lineage
+
+    if not cfg.checkpoint.resume:
+        return "the start (checkpoint.resume = false)"
+    done = [e for e in lineage.resume_candidates(cfg.checkpoint.folder)[0] if e.complete]
+    if done:
+        return f"step {done[0].step} ({done[0].path})"
+    return "the start: no complete checkpoint yet (set checkpoint.save_interval to lose fewer steps)"
 
 
 def _worker_argv(path: Path, overrides, stop_after: int, debug: bool) -> list[str]:

@@ -46,7 +46,7 @@ def train(cfg: JobConfig, stop_after: int = 0, fresh: bool = False) -> None:
     aside and start a new lineage. Metrics go to cfg.metrics.output (rank 0)."""
     rank, world, local_rank = _rank_env()
     validate(cfg, world)
-    dims = ParallelDims.for_world(world, tp=cfg.distributed.tp_size, pp=cfg.distributed.pp_size)
+    dims = ParallelDims.of(cfg.distributed, world)
     dev = device.select(cfg.distributed.backend, device.probe())
     device.check_options(dev, cpu_offload=cfg.distributed.cpu_offload, mixed_precision=cfg.training.mixed_precision)
     say = print if rank == 0 else (lambda *a, **k: None)

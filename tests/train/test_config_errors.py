@@ -70,6 +70,30 @@ BAD = [
     ),
     (["training.ac_every=0"], 1, "training.ac_every = 0 must be >= 1"),
     (
+        ['training.selective_ac_option="half"'],
+        1,
+        "training.selective_ac_option = 'half' is not valid; use one of: all_mm, op",
+    ),
+    (
+        ["distributed.dp_replicate_size=3"],
+        4,
+        "distributed.dp_replicate_size = 3 must divide the 4 data-parallel ranks (world size 4 / "
+        "(tp_size 1 x pp_size 1)); valid: 1, 2, 4",
+    ),
+    (
+        ["distributed.dp_replicate_size=2", "distributed.dp_shard_size=3"],
+        4,
+        "distributed.dp_replicate_size x dp_shard_size x tp_size x pp_size = 2 x 3 x 1 x 1 = 6 must equal "
+        "the world size 4",
+    ),
+    (
+        ["distributed.dp_replicate_size=2", "distributed.dp_shard_size=2", "distributed.tp_size=2"],
+        4,
+        "distributed.dp_replicate_size x dp_shard_size x tp_size x pp_size = 2 x 2 x 2 x 1 = 8 must equal "
+        "the world size 4",
+    ),
+    (["distributed.dp_replicate_size=0"], 1, "distributed.dp_replicate_size = 0 must be >= 1"),
+    (
         ['training.mixed_precision="fp8"'],
         1,
         "training.mixed_precision = 'fp8' is not valid; use one of: fp32, bf16, fp16",

@@ -40,8 +40,7 @@ def built(cfg: JobConfig, world: int):
     from titan_train.build import build
     from titan_train.config.parallel_dims import ParallelDims
 
-    d = cfg.distributed
-    dims = ParallelDims.for_world(world, tp=d.tp_size, pp=d.pp_size)
+    dims = ParallelDims.of(cfg.distributed, world)
     with mx.fake_world(world, 0):
         mesh = dims.build_mesh("cpu")
         with mx.fake_tensors():
@@ -132,7 +131,13 @@ def shard_bytes(cfg: JobConfig, world: int) -> tuple[int, int]:
 
 @pytest.mark.parametrize(
     "world,overrides",
-    [(4, []), (4, ["distributed.tp_size=2"]), (3, ["model.n_heads=1", "model.n_kv_heads=1", "training.batch_size=9"])],
+    [
+        (4, []),
+        (4, ["distributed.tp_size=2"]),
+        (3, ["model.n_heads=1", "model.n_kv_heads=1", "training.batch_size=9"]),
+        (4, ["distributed.dp_replicate_size=2"]),  # HSDP: shards over 2, not 4
+        (8, ["distributed.dp_replicate_size=2", "distributed.tp_size=2"]),
+    ],
 )
 def test_parameter_and_adamw_terms_match_the_trainers_sharding(world, overrides):
     cfg = tiny("model.n_layers=2", *overrides)
@@ -143,6 +148,33 @@ def test_parameter_and_adamw_terms_match_the_trainers_sharding(world, overrides)
     assert terms["params (sharded, fp32)"] == stored
     # AdamW: exp_avg and exp_avg_sq, fp32, one per stored element; one fp32 step per tensor
     assert terms["optimizer state"] == 2 * stored + 4 * n_tensors
+
+
+def test_hsdp_shards_over_dp_shard_only_on_a_two_dimensional_mesh():
+    """2 replicas x 2 shards: each rank holds what FSDP over 2 ranks holds, its parameters
+    are DTensors (Replicate, Shard(0)) on the (dp_replicate, dp_shard) mesh, and the planner
+    counts the state divided by dp_shard, with one communicator per data-parallel dim."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    hsdp = tiny("model.n_layers=2", "distributed.dp_replicate_size=2")
+    with built(hsdp, 4) as (parts, dims):
+        wq = parts.model_parts[0].layers["0"].attention.wq.weight
+        assert (dims.dp, dims.dp_shard, dims.dp_replicate) == (4, 2, 2)
+        assert wq.device_mesh.mesh_dim_names == ("dp_replicate", "dp_shard")
+        assert tuple(wq.placements) == (Replicate(), Shard(0))
+        assert wq.to_local().shape[0] == wq.shape[0] // 2
+    assert shard_bytes(hsdp, 4) == shard_bytes(tiny("model.n_layers=2"), 2)
+    big = load(configs_dir() / "llama_7b.toml")
+    on = {
+        r: me.layout(
+            dataclasses.replace(big, distributed=dataclasses.replace(big.distributed, dp_replicate_size=r)), 16, "hccl"
+        )
+        for r in (1, 2)
+    }
+    opt = {r: {t.name: t.bytes for t in me.estimate(lay).worst.terms}["optimizer state"] for r, lay in on.items()}
+    assert opt[2] == pytest.approx(2 * opt[1], rel=2e-3)
+    assert me.communicators(on[1]) == 1  # the world; dp spans it (DeviceMesh reuses the world group)
+    assert me.communicators(on[2]) == 3  # the world, dp_replicate (2 ranks), dp_shard (8 ranks)
 
 
 def test_adamw_state_is_two_fp32_per_parameter_divided_by_the_shard_count():

@@ -14,6 +14,7 @@ import pytest
 from titan_train.config import job as config_mod
 from titan_train.config import torchtitan as tt
 from titan_train.config.job import ConfigError
+from titan_train.config.parallel_dims import ParallelDims
 
 from .conftest import trainer_env
 
@@ -193,6 +194,20 @@ def test_global_batch_sets_grad_accumulation_and_overrides_apply_after(tmp_path)
     path.write_text(src)
     cfg, _ = tt.load(path, ["training.steps=3"], 4)
     assert (cfg.training.batch_size, cfg.training.grad_accum_steps, cfg.training.steps) == (16, 2, 3)
+
+
+def test_hsdp_degrees_map_to_the_trainers(tmp_path):
+    """data_parallel_replicate_degree = 2 on 8 ranks: HSDP, 2 replicas of 4 shards, as torchtitan runs it."""
+    path = tmp_path / "tt.toml"
+    path.write_text(
+        (FIXTURES / "debug_model.toml")
+        .read_text()
+        .replace("data_parallel_replicate_degree = 1", "data_parallel_replicate_degree = 2")
+    )
+    cfg, conv = tt.load(path, [], 8)
+    dims = ParallelDims.of(cfg.distributed, 8)
+    assert (dims.dp_replicate, dims.dp_shard) == (2, 4)
+    assert "HSDP" not in conv.block("tt.toml")  # nothing approximated any more
 
 
 @pytest.mark.parametrize(

@@ -270,7 +270,7 @@ def exact_peaks(cfg, world_size: int, *, extrapolate: bool = True) -> list[RankP
 
     validate(cfg, world_size)
     d = cfg.distributed
-    dims = ParallelDims.for_world(world_size, tp=d.tp_size, pp=d.pp_size)
+    dims = ParallelDims.of(d, world_size)
     n_stages = pipeline_stages(d)
     depths = SMALL_DEPTHS if extrapolate and can_extrapolate(cfg, n_stages) else None
     micro = (dims.pp + 1, dims.pp + 2) if extrapolate and _many_microbatches(cfg, dims) else None
@@ -424,7 +424,7 @@ def measured_peaks(cfg, world_size: int) -> list[RankPeak]:
     from titan_train.runtime.launch import free_port
 
     d = cfg.distributed
-    dims = ParallelDims.for_world(world_size, tp=d.tp_size, pp=d.pp_size)
+    dims = ParallelDims.of(d, world_size)
     with tempfile.TemporaryDirectory() as out:
         mp.spawn(_measure_rank, args=(world_size, cfg, free_port(), out), nprocs=world_size, join=True)
         ranks = [json.loads((Path(out) / f"{r}.json").read_text()) for r in range(world_size)]
@@ -451,7 +451,7 @@ def _measure_rank(rank: int, world_size: int, cfg, port: int, out: str) -> None:
     from titan_train.config.parallel_dims import ParallelDims
 
     d = cfg.distributed
-    dims = ParallelDims.for_world(world_size, tp=d.tp_size, pp=d.pp_size)
+    dims = ParallelDims.of(d, world_size)
     build, step_fn = trainer_seams()
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:

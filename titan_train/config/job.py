@@ -50,6 +50,12 @@ class DistributedConfig:
     fsdp: bool = setting(True, "shard params/grads/optimizer state with FSDP2")
     tp_size: int = setting(1, "tensor-parallel degree", ge=1)
     pp_size: int = setting(1, "pipeline stages; dp = world_size / (tp_size x pp_size)", ge=1)
+    dp_replicate_size: int = setting(
+        1, "HSDP: FSDP shards within groups of dp / dp_replicate_size ranks and replicates across them", ge=1
+    )
+    dp_shard_size: int = setting(
+        0, "HSDP: ranks one replica shards over (0 = dp / dp_replicate_size); the product must be dp", ge=0
+    )
     pp_microbatches: int = setting(
         0, "micro-batches per pipeline step, splitting each rank's batch (0 = pp_size)", ge=0
     )
@@ -352,7 +358,7 @@ def validate(cfg: JobConfig, world_size: int) -> None:
         raise ConfigError(f"model.d_model / model.n_heads = {m.d_model // m.n_heads} must be even for RoPE")
     tp, pp = d.tp_size, d.pp_size
     try:
-        dims = ParallelDims.for_world(world_size, tp=tp, pp=pp)
+        dims = ParallelDims.of(d, world_size)
     except LayoutError as e:
         raise ConfigError(str(e)) from None
     for key, value in (("n_heads", m.n_heads), ("n_kv_heads", m.n_kv_heads)):

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from titan_train.config.parallel_dims import ParallelDims
+from titan_train.config.parallel_dims import ParallelDims, fsdp_mesh
 from titan_train.config.precision import torch_dtype
 from titan_train.distributed.activation_checkpoint import apply_ac
 
@@ -64,7 +64,7 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> None:
 
 def apply_fsdp(
     model: nn.Module,
-    dp_mesh: DeviceMesh,
+    dp_mesh: DeviceMesh,  # 1-D: FSDP; 2-D (dp_replicate, dp_shard): HSDP
     *,
     param_dtype: torch.dtype,
     cpu_offload: bool,
@@ -125,12 +125,14 @@ def parallelize(
     ac: str = "none",
     ac_every: int = 1,
     ac_option: str = "all_mm",
+    dp_replicate: int = 1,
     compile: bool = False,
     cpu_offload: bool = False,
     sum_reductions_only: bool = False,
     pipelined: bool = False,
 ) -> None:
-    """TP (if tp > 1), AC (if not "none"), torch.compile per block, FSDP2 (if precision.fsdp)."""
+    """TP (if tp > 1), AC (if not "none"), torch.compile per block, FSDP2 (if precision.fsdp;
+    HSDP when dp_replicate > 1)."""
     if mesh["tp"].size() > 1:
         apply_tp(model, mesh["tp"])
     apply_ac(model, ac, ac_every, ac_option)
@@ -140,7 +142,7 @@ def parallelize(
     if precision.fsdp:
         apply_fsdp(
             model,
-            mesh["dp"],
+            fsdp_mesh(mesh, dp_replicate),
             param_dtype=precision.param_dtype,
             cpu_offload=cpu_offload,
             sum_reductions_only=sum_reductions_only,

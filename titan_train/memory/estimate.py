@@ -64,7 +64,7 @@ class Layout:
 def layout(cfg: JobConfig, world_size: int, backend: str, hccl_buffsize_mb: int | None = None) -> Layout:
     """The Layout of `cfg` on `world_size` ranks (the config must already be valid)."""
     d, t = cfg.distributed, cfg.training
-    dims = ParallelDims.for_world(world_size, tp=d.tp_size, pp=d.pp_size)
+    dims = ParallelDims.of(d, world_size)
     local_batch = t.batch_size // (dims.dp * t.grad_accum_steps)
     microbatches = pipeline_microbatches(d) if dims.pp > 1 else 1
     return Layout(
@@ -155,13 +155,14 @@ def numel(shape: tuple[int, ...]) -> int:
 
 
 def sharded_numel(p: Param, lay: Layout) -> int:
-    """Elements one rank stores for `p`: FSDP2 splits dim 0 of the TP-local tensor into dp
-    chunks and pads every chunk to the largest (torch fsdp _fsdp_param.py: padded_sharded_
-    param_data), so each rank stores ceil(dim0 / dp) rows."""
+    """Elements one rank stores for `p`: FSDP2 splits dim 0 of the TP-local tensor into
+    dp_shard chunks (all dp ranks, or under HSDP one replica's) and pads every chunk to the
+    largest (torch fsdp _fsdp_param.py: padded_sharded_param_data), so each rank stores
+    ceil(dim0 / dp_shard) rows; HSDP's replicas each hold the same shards."""
     shape = tp_local(p, lay.dims.tp)
     if not lay.fsdp:
         return numel(shape)
-    return -(-shape[0] // lay.dims.dp) * numel(shape[1:])
+    return -(-shape[0] // lay.dims.dp_shard) * numel(shape[1:])
 
 
 # ---- activations: what autograd saves ---------------------------------------------------
@@ -709,9 +710,12 @@ def communicators(lay: Layout) -> int:
     """Process groups this rank communicates on: the world group (barrier, loss all-reduce),
     one per mesh dim of size > 1 that is smaller than the world (DeviceMesh reuses the world
     group for a dim that spans it), and pipeline point-to-point links to the previous and
-    next stage (HCCL opens a communicator per peer pair for send/recv)."""
+    next stage (HCCL opens a communicator per peer pair for send/recv). Under HSDP the dp
+    dim is two: FSDP all-gathers and reduce-scatters over dp_shard and all-reduces over
+    dp_replicate (the flattened dp group only names a rank for the data loader)."""
     dims, world = lay.dims, lay.dims.world_size
-    groups = 1 + sum(1 for size in (dims.dp, dims.pp, dims.tp) if 1 < size < world)
+    data = (dims.dp_replicate, dims.dp_shard) if dims.dp_replicate > 1 else (dims.dp,)
+    groups = 1 + sum(1 for size in (*data, dims.pp, dims.tp) if 1 < size < world)
     return groups + (2 if dims.pp > 2 else 1 if dims.pp == 2 else 0)
 
 

@@ -20,6 +20,10 @@
            its files (a disk that filled up during the write): the run must end with one
            line, the partial step-N.tmp removed and the previous checkpoint untouched
 
+A fault fires in a job's first attempt only (TORCHELASTIC_RESTART_COUNT unset or 0), so a
+run restarted by `--max-restarts` (or torchrun's) meets it once, as a real crash is met;
+TITAN_TRAIN_FAULT_EVERY_ATTEMPT=1 injects it in every attempt (restarts that run out).
+
 Called at the start of every watched step (`Watchdog.watch`), in the checkpoint writer and
 where an async save completes (checkpoint/manager.py), so the loop carries no hook of its own. Unset (always, outside tests) it
 costs one dict lookup.
@@ -33,6 +37,7 @@ import signal
 import time
 
 ENV = "TITAN_TRAIN_FAULT"
+EVERY_ATTEMPT_ENV = "TITAN_TRAIN_FAULT_EVERY_ATTEMPT"
 KINDS = (
     "hang",
     "kill",
@@ -77,6 +82,8 @@ def maybe_inject(step: int, rank: int, site: str = "step", where: str | None = N
     if not spec:
         return
     kind, at_rank, at_step, seconds = parse(spec)
+    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0" and not os.environ.get(EVERY_ATTEMPT_ENV):
+        return  # a restarted attempt: the fault already happened
     every_save = kind == "slow_save" and at_step == 0
     if rank != at_rank or (step != at_step and not every_save) or SITES.get(kind, "step") != site:
         return

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from titan_train.runtime import nodes, write_errors
+from titan_train.runtime import nodes, restarts, write_errors
 from titan_train.runtime.finite_guard import EXIT_NON_FINITE
 from titan_train.runtime.signals import EXIT_SIGINT, EXIT_SIGTERM, HANDLED, Handlers, exit_code
 from titan_train.runtime.watchdog import EXIT_HANG, diagnose_command, read_dumps, stuck_ranks
@@ -45,6 +45,7 @@ from titan_train.runtime.watchdog import EXIT_HANG, diagnose_command, read_dumps
 STOPPED_CODES = (EXIT_SIGTERM, EXIT_SIGINT)  # a rank that stopped on a signal after saving
 EXIT_REFUSED = 2  # a rank refused the job (bad config or setup): the CLI's own code for that
 PASSED_ON = (EXIT_REFUSED, EXIT_HANG, EXIT_NON_FINITE)  # what the first failure's code says, the job says
+NEVER_RESTARTED = (0, EXIT_REFUSED, EXIT_NON_FINITE, *STOPPED_CODES)  # --max-restarts leaves these (restarts.py)
 # What a rank prints when a PEER died under it: secondary, never the cause.
 _PEER_LOST = re.compile(
     r"Connection (reset|closed) by peer|Broken pipe|failed to recv|Socket Timeout|"
@@ -695,6 +696,13 @@ def run_and_report(
 ) -> int:
     """start_ranks with logs in <run_dir>/logs, then the failure summary (first) and the
     failed rank's own last lines on stderr. Returns the exit code for the CLI."""
+    return launch_and_report(cmd, opts, run_dir, env, **kw)[0].exit_code
+
+
+def launch_and_report(
+    cmd: list[str], opts: LaunchOptions, run_dir: str | Path, env: Mapping[str, str] | None = None, **kw
+) -> tuple[LaunchResult, str]:
+    """run_and_report's work: (how the ranks ended, the failure summary printed; "" if none)."""
     result = start_ranks(cmd, opts, os.environ if env is None else env, Path(run_dir) / "logs", **kw)
     text = _with_estimate_command(summary(result, run_dir), cmd, opts)
     sys.stdout.flush()
@@ -716,13 +724,32 @@ def run_and_report(
             f"titan-train: stopped on {signal_name(result.forwarded)} (exit {result.exit_code}) {stop_note(result)}",
             file=sys.stderr,
         )
-    return result.exit_code
+    return result, text
 
 
 def spawn(
-    opts: LaunchOptions, worker_argv: list[str], run_dir: str | Path, stop_signals: StopSignals | None = None
+    opts: LaunchOptions,
+    worker_argv: list[str],
+    run_dir: str | Path,
+    stop_signals: StopSignals | None = None,
+    max_restarts: int = 0,
+    resumes_from=lambda: "its newest complete checkpoint",
 ) -> int:
-    """The trainer's launch: `python -m titan_train.cli <worker_argv>` on every local rank."""
-    return run_and_report(
-        [sys.executable, "-m", "titan_train.cli", *worker_argv], opts, run_dir, stop_signals=stop_signals
+    """The trainer's launch: `python -m titan_train.cli <worker_argv>` on every local rank;
+    after a failure, every rank again, up to `max_restarts` times (restarts.py)."""
+    cmd = [sys.executable, "-m", "titan_train.cli", *worker_argv]
+    if not max_restarts:
+        return run_and_report(cmd, opts, run_dir, stop_signals=stop_signals)
+
+    def attempt(k: int):
+        env = dict(os.environ, **{restarts.RESTART_COUNT_ENV: str(k)})
+        return launch_and_report(cmd, opts, run_dir, env, stop_signals=stop_signals)
+
+    return restarts.run(
+        attempt,
+        max_restarts,
+        never=NEVER_RESTARTED,
+        log_dir=Path(run_dir) / "logs",
+        resumes_from=resumes_from,
+        stop_signal=lambda: stop_signals.signum if stop_signals else 0,
     )
