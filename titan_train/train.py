@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import warnings
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -53,7 +54,8 @@ def train(cfg: JobConfig, stop_after: int = 0, fresh: bool = False) -> None:
     if dev.note:
         say(f"[titan-train] backend auto: {dev.note}")
     device.set_current(dev, local_rank)
-    dist.init_process_group(dev.backend)
+    timeout = timedelta(seconds=cfg.distributed.timeout_s) if cfg.distributed.timeout_s else None  # None: torch's
+    dist.init_process_group(dev.backend, timeout=timeout)
     try:
         with run_lock.hold(cfg, fresh=fresh, saves=cfg.checkpoint.save_interval > 0 or stop_after > 0, say=say):
             _train(cfg, dims, dev, rank, local_rank, say, stop_after)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from titan_doctor.diagnose import ascend, checkpoint, comm, devices, logs, versions
+from titan_doctor.diagnose import ascend, checkpoint, comm, devices, logs, timeouts, versions
 from titan_doctor.diagnose import distributed_env as dist
 from titan_doctor.diagnose.context import Context
 from titan_doctor.findings import Finding
@@ -94,6 +94,11 @@ CHECKS: tuple[Check, ...] = (
         "dist.hccl_env",
         "HCCL_* values in range, HCCL_IF_IP / HCCL_SOCKET_IFNAME valid",
         lambda c: dist.check_hccl_env(c.env),
+    ),
+    Check(
+        "dist.timeouts",
+        "collective timeouts (process group, HCCL_EXEC_TIMEOUT / HCCL_CONNECT_TIMEOUT) and how to raise them",
+        lambda c: timeouts.check_timeouts(c.env, c.ascend_present),
     ),
     Check(
         "dist.leftovers",

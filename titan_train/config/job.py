@@ -65,6 +65,12 @@ class DistributedConfig:
         choices=("gpipe", "1f1b", "interleaved_1f1b"),
     )
     cpu_offload: bool = setting(False, "keep sharded params and optimizer state in host memory")
+    timeout_s: float = setting(
+        0.0,
+        "how long a collective may wait for the other ranks before it fails (init_process_group's timeout; "
+        "0 = torch's default: 30 min, nccl 10 min); raise it with HCCL_EXEC_TIMEOUT (titan-doctor diagnose)",
+        ge=0,
+    )
 
 
 @dataclass

@@ -237,6 +237,7 @@ def convert(raw: dict[str, Any], world_size: int) -> Conversion:
     _training(r, dp)
     _outputs(r)
     _activation_checkpoint(r)
+    _comm(r)
     r.leftovers()
     return r.out
 
@@ -494,6 +495,24 @@ def _pp_schedule(r: _Reader) -> str:
         f"parallelism.pipeline_parallel_schedule = {name!r}: use one of GPipe, 1F1B, Interleaved1F1B "
         f"(or LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV, run as Interleaved1F1B)"
     )
+
+
+def _comm(r: _Reader) -> None:
+    """torchtitan's comm.init_timeout_seconds (init and the first step, default 300) and
+    train_timeout_seconds (after it, default 100) are one process-group timeout here
+    (distributed.timeout_s), the longer of those the file sets; unset, torch's default stays."""
+    table = r.raw.get("comm", {})
+    r.used.update({"comm.init_timeout_seconds", "comm.train_timeout_seconds"})
+    given = {k: table[k] for k in ("init_timeout_seconds", "train_timeout_seconds") if k in table}
+    if not given:
+        return
+    longest = max(given.values())
+    r.set("distributed", "timeout_s", float(longest), "comm." + "/".join(given))
+    if len(set(given.values())) > 1:
+        r.out.approximated.append(
+            f"comm.init_timeout_seconds = {given['init_timeout_seconds']}, train_timeout_seconds = "
+            f"{given['train_timeout_seconds']}: one process-group timeout here, the longer ({longest} s)"
+        )
 
 
 def _activation_checkpoint(r: _Reader) -> None:
