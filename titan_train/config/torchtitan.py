@@ -320,11 +320,13 @@ def _parallelism(r: _Reader, world: int) -> int:
             f"parallelism: data_parallel_replicate_degree ({replicate}) x data_parallel_shard_degree "
             f"({shard}) must be {dp} for {world} ranks with tp {tp} x pp {pp}; or set the shard degree to -1"
         )
-    if replicate > 1:
-        r.out.approximated.append(
-            f"data_parallel_replicate_degree = {replicate} (HSDP): runs as FSDP over all "
-            f"{dp} data-parallel ranks (same math, more all-gather traffic)"
+    if replicate > 1 and dp % replicate:
+        raise ConfigError(
+            f"parallelism.data_parallel_replicate_degree = {replicate} must divide the {dp} data-parallel ranks "
+            f"of {world} ranks with tp {tp} x pp {pp}"
         )
+    # HSDP as torchtitan's: shard within dp / replicate ranks, replicate across
+    r.set("distributed", "dp_replicate_size", replicate, "parallelism.data_parallel_replicate_degree")
     r.set("distributed", "tp_size", tp, "parallelism.tensor_parallel_degree")
     r.set("distributed", "pp_size", pp, "parallelism.pipeline_parallel_degree")
     if pp > 1:
