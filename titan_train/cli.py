@@ -470,6 +470,10 @@ def _preflight(cfg, opts, ignore_memory: bool = False, path: Path | None = None)
         from titan_train.components import metrics
 
         metrics.require_tensorboard()
+    if cfg.metrics.wandb:
+        from titan_train.components import wandb_sink
+
+        wandb_sink.require_wandb()
     initial_load.preflight(cfg)
     _check_memory(cfg, opts, dev, ignore_memory, path or cfg.name)
 

@@ -147,12 +147,17 @@ class TensorBoardSink:
 
 def open_sinks(cfg, rank: int, resumed_from: int = 0) -> list:
     """Where rank 0's records go (`cfg`: the [metrics] section): metrics.jsonl, and
-    TensorBoard when enabled. Other ranks: none."""
+    TensorBoard and W&B when enabled. Other ranks: none."""
     if rank != 0:
         return []
     sinks = [MetricsFile(cfg.output)]
     if cfg.tensorboard:
         sinks.append(TensorBoardSink(cfg.tb_folder, resumed_from))
+    if cfg.wandb:
+        from titan_train.components.wandb_sink import WandbSink
+
+        run = Path(cfg.output).parent
+        sinks.append(WandbSink(run, cfg.wandb_project, run.name, cfg.wandb_mode))
     return sinks
 
 
