@@ -19,6 +19,8 @@ def _cases(held_out: bool = False):
     (`status = "held out"`), which only benchmarks/fresh_logs.py scores."""
     out = []
     for batch in sorted(FRESH.glob("batch_*")):
+        if not (batch / "expected.toml").exists():
+            continue  # a batch still being collected
         with open(batch / "expected.toml", "rb") as fh:
             data = tomllib.load(fh)
         if (data.get("status") == "held out") == held_out:
@@ -55,4 +57,5 @@ def test_the_fresh_batches_are_sourced_and_new():
         assert case["source"] not in corpus, case["source"]  # never a thread the corpus was tuned on
     assert len([c for b, c in CASES if b.name == "batch_c"]) >= 26
     assert len([c for b, c in CASES if b.name == "batch_d" and not c.get("partial")]) >= 18
-    assert len(HELD_OUT) >= 26 and {b.name for b, _ in HELD_OUT} <= {"batch_e", "batch_f"}
+    assert len([c for b, c in CASES if b.name in ("batch_e", "batch_f") and not c.get("partial")]) >= 47
+    assert {b.name for b, _ in HELD_OUT} <= {"batch_g"}

@@ -320,3 +320,90 @@ def test_aclnn_tiling_is_the_root_only_when_no_e_code_says_more(tmp_path):
         tmp_path, "ERROR [executor.py:880]        Check NnopbaseExecutorDoTiling(executor) failed\n" + chain
     )
     assert g.code == "log.aclnn.tiling_failed" and "expert parallel" in g.fix
+
+
+# ---- classes from the fifth and sixth fresh batches (stop 25) ----------------------------------------
+
+
+def test_a_missing_cann_symbol_is_a_cann_mismatch_and_a_torch_symbol_is_not(tmp_path):
+    (f,) = explain(tmp_path, "undefined symbol: MsprofSysCycleTime\n")
+    assert f.code == "log.import.undefined_cann_symbol" and "CANN" in f.detail and "torch_npu" in f.fix
+    (g,) = explain(tmp_path, "ImportError: /x/libtorch_npu.so: undefined symbol: _ZN5torch10ValueErrorC1EPKcz\n")
+    assert g.code == "log.import.undefined_symbol"
+
+
+def test_a_cann_dtype_name_is_decoded_with_the_cast_to_make(tmp_path):
+    (f,) = explain(tmp_path, "RuntimeError: Tensor self not implemented for DT_UINT64\n")
+    assert f.code == "log.dtype.cann_dt_unsupported" and "torch.uint64" in f.detail and "int64" in f.fix
+    (g,) = explain(tmp_path, "RuntimeError: Tensor x not implemented for DT_DOUBLE\n")
+    assert "float32" in g.fix
+
+
+def test_a_shared_memory_object_that_cannot_be_opened_is_the_open_files_limit_first(tmp_path):
+    (f,) = explain(tmp_path, "RuntimeError: unable to open shared memory object </torch_1_2> in read-write mode\n")
+    assert f.code == "log.host.shm_open" and "limit of open files" in f.detail
+    assert "ulimit -n" in f.fix and "file_system" in f.fix and f.message.startswith("root cause: likely:")
+
+
+def test_the_kernel_oom_killer_line_is_host_ram(tmp_path):
+    line = "[856341.770960] Out of memory: Killed process 410126 (python) total-vm:79905000kB, anon-rss:22957108kB, file-rss:72036kB\n"
+    (f,) = explain(tmp_path, line)
+    assert f.code == "log.host.oom_killer_line" and f.data["family"] == "host_ram"
+    assert "410126 (python)" in f.detail and "21.89 GiB" in f.detail and "swap" in f.fix
+
+
+def test_a_catch_all_code_takes_the_family_of_its_reason(tmp_path):
+    line = "EE1001: [PID: 1] 2025-04-29-08:20:47.065.474 The argument is invalid.Reason: Set visible device failed, invalid device=1, input visible devices:1\n"
+    (f,) = explain(tmp_path, line)
+    assert f.code == "log.ecode.EE1001" and "ASCEND_RT_VISIBLE_DEVICES" in f.detail
+    assert "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1" in f.fix
+
+
+def test_a_setting_named_under_the_code_leads_the_fix(tmp_path):
+    text = (
+        "[PID: 1035] 2026-09-16-11:00:43.191.752 Execution_Error(EZ1008): Failed to execute operator MoeDistributeDispatchV2_4507. "
+        "Reason: Failed to execute tiling function.\n"
+        "        TraceBack (most recent call last):\n"
+        "        HCCL_BUFFSIZE_EP is too SMALL, maxBs = 64, h = 6144, NEEDED = 600MB, HCCL_BUFFSIZE=256MB.\n"
+    )
+    (f,) = explain(tmp_path, text)
+    assert f.fix.startswith("The check names HCCL_BUFFSIZE_EP: set HCCL_BUFFSIZE as it asks")
+    assert "name the setting at fault: HCCL_BUFFSIZE_EP is too SMALL" in f.detail
+
+
+def test_graph_mode_in_the_log_turns_a_generic_launch_failure_into_an_eager_check(tmp_path):
+    text = (
+        '  File "/env/lib/python3.11/site-packages/torch_npu/npu/graphs.py", line 75, in graph_task_update_end\n'
+        "EZ9903: [PID: 67556] 2025-09-02-15:23:31.178.230 rtKernelLaunchWithHandleV2 failed: 207000\n"
+    )
+    (f, *_) = explain(tmp_path, text)
+    assert "--enforce-eager" in f.fix and "contiguous" in f.fix and "graph mode in use" in f.detail
+    (g, *_) = explain(tmp_path, text.splitlines(True)[1])
+    assert "--enforce-eager" not in g.fix
+
+
+def test_nccl_cuda_failure_texts_and_remote_errors_say_what_to_change(tmp_path):
+    (f,) = explain(
+        tmp_path, "host:1:2 [0] NCCL WARN Cuda failure 217 'peer access is not supported between these two devices'\n"
+    )
+    assert f.fix.startswith("export NCCL_P2P_DISABLE=1")
+    (g,) = explain(tmp_path, "host:1:2 [0] NCCL WARN Cuda failure 'something else'\n")
+    assert "{cuda" not in g.fix + g.detail and g.fix.startswith("Rerun with CUDA_LAUNCH_BLOCKING=1")
+
+
+def test_ray_resources_zero_world_size_and_moved_npu_apis(tmp_path):
+    (f,) = explain(
+        tmp_path, "ValueError: Current node has no NPU available. current_node_resource={'CPU': 192.0, 'GPU': 8.0}\n"
+    )
+    assert f.code == "log.ray.no_accelerator_resource" and "--resources" in f.fix and "'GPU'" in f.detail
+    line = "deepspeed.runtime.zero.utils.ZeRORuntimeException: The checkpoint being loaded used a DP world size of 32 but the current world size is 128.\n"
+    (g,) = explain(tmp_path, line)
+    assert g.code == "log.deepspeed.zero_world_size_changed" and "zero_to_fp32" in g.fix and "32" in g.detail
+    (h, *_) = explain(tmp_path, "AttributeError: module 'torch_npu.npu' has no attribute 'profile'\n")
+    assert "torch_npu.profiler.profile" in h.fix
+
+
+def test_an_op_the_chip_lacks_is_named_in_the_fix(tmp_path):
+    line = "EZ9999[PID: 1] 2026-01-16-12:48:43.268.275 AclNN_Inner_Error(EZ9999):  Op MoeDistributeDispatchV2 not support soc version ascend910b.\n"
+    (f, *_) = explain(tmp_path, line)
+    assert f.fix.startswith("MoeDistributeDispatchV2 has no kernel for ascend910b")

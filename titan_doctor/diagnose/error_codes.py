@@ -140,12 +140,20 @@ def decode_ecode(code: str, message: str = "") -> Code:
     internal = int(code[2:]) >= INTERNAL_FROM
     known = t["ecode"].get(code)
     if known:
+        fix, cause = known["fix"], known["cause"]
+        reason = message.partition("Reason:")[2]
+        if known.get("catch_all") and reason:
+            # a catch-all code's Reason names the failure; its family says what to do about it
+            family = families.guess(reason)
+            if family != "other":
+                fix = families.next_step(family) + "; " + fix
+                cause += f" Here the Reason points at: {families.get(family)['title']}."
         return Code(
             f"ecode.{code}",
             code,
             f"{code}: {known['title']}",
-            known["cause"],
-            known["fix"],
+            cause,
+            fix,
             int(known.get("rank", RANK_ECODE_INTERNAL if internal else RANK_ECODE_USER)),
             bool(known.get("consequence", False)),
             known["source"],

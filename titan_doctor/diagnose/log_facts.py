@@ -32,6 +32,9 @@ _VIRTUAL = re.compile(
 _COMPILED = re.compile(
     r"torch\.compile|compile\s*=\s*[Tt]rue|--(?![\w.]*no)[\w.]*compile(?:[= ](?:[Tt]rue|1))?\b|torch/_dynamo|torch\._dynamo|_orig_mod"
 )
+_GRAPH = re.compile(
+    r"torch_npu/npu/graphs\.py|_graph_task_update|\baclgraph\b|ACL ?graph|NPUGraph|torch\.npu\.graph|torchair"
+)
 MAX_IFACES = 64
 MAX_COLLECTIVES = 4096
 
@@ -62,9 +65,12 @@ class Facts:
         default_factory=dict
     )  # (opCount, nranks) -> proc -> call
     compiled: bool = False  # the job compiles its model (torch.compile, a compile flag, dynamo frames)
+    graph_mode: bool = False  # NPU graph capture / replay is in use (torch_npu's graphs.py, ACL graph, torchair)
     _n_coll: int = 0
 
     def feed(self, text: str) -> None:
+        if not self.graph_mode and ("raph" in text or "torchair" in text):
+            self.graph_mode = bool(_GRAPH.search(text))
         if not self.compiled and ("ompile" in text or "_dynamo" in text or "_orig_mod" in text):
             self.compiled = bool(_COMPILED.search(text))
         if not self.npu:

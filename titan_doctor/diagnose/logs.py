@@ -121,6 +121,84 @@ def _oom_any(e: Event) -> dict[str, Any]:
     }
 
 
+# CANN's dtype names -> (torch dtype, what to cast to on the NPU)
+_CANN_DTYPES = {
+    "DT_UINT64": ("torch.uint64", "int64 (x.to(torch.int64); values above 2**63 need another encoding)"),
+    "DT_UINT32": ("torch.uint32", "int64 (x.to(torch.int64)) or int32 when the values fit"),
+    "DT_UINT16": ("torch.uint16", "int32 (x.to(torch.int32))"),
+    "DT_DOUBLE": ("torch.float64", "float32 (x.float()); compute in float64 on the CPU if the precision is needed"),
+    "DT_BF16": ("torch.bfloat16", "float16 or float32 (x.half() / x.float()) on chips without bfloat16 kernels"),
+    "DT_BFLOAT16": ("torch.bfloat16", "float16 or float32 (x.half() / x.float()) on chips without bfloat16 kernels"),
+    "DT_COMPLEX64": ("torch.complex64", "a real pair (torch.view_as_real(x)) and real arithmetic"),
+    "DT_COMPLEX128": ("torch.complex128", "a real pair (torch.view_as_real(x)) and real arithmetic"),
+    "DT_INT64": ("torch.int64", "int32 (x.to(torch.int32)) when the values fit"),
+    "DT_BOOL": ("torch.bool", "uint8 or int32 (x.to(torch.int32))"),
+    "DT_INT8": ("torch.int8", "int32 or float16"),
+    "DT_UINT8": ("torch.uint8", "int32 or float16"),
+}
+
+
+def _cann_dtype(e: Event) -> dict[str, Any]:
+    dt = e.groups.get("dt") or e.groups.get("dt2") or "DT_?"
+    torch_name, cast = _CANN_DTYPES.get(dt, (dt, "a dtype the operator lists (float16/float32, int32/int64)"))
+    what = e.groups.get("what")
+    return {
+        "dt_name": dt,
+        "dt_torch": torch_name,
+        "dt_cast": f"{dt} ({torch_name}) -> {cast}",
+        "what_note": f" (input '{what}')" if what else "",
+    }
+
+
+def _oom_killer(e: Event) -> dict[str, Any]:
+    rss = e.groups.get("rss")
+    return {"rss_note": f", which held {human(int(rss) * 1024)} of RAM" if rss else ""}
+
+
+# cudaError_t texts (CUDA runtime API, cudaGetErrorString) that NCCL quotes in "Cuda failure N
+# '...'", with what fixes each; the others keep the signature's general advice
+_CUDA_ERRORS = {
+    "peer access is not supported between these two devices": (
+        "the GPUs cannot access each other's memory directly (P2P over PCIe is not supported by this topology, a "
+        "virtual machine or these GPU models)",
+        "export NCCL_P2P_DISABLE=1 (NCCL then copies through host memory); nvidia-smi topo -m shows the links",
+    ),
+    "out of memory": ("the GPU had no memory left for NCCL's buffers", families.next_step("oom_device")),
+    "invalid device ordinal": (
+        "a process selected a GPU index that it cannot see",
+        families.next_step("device_visibility"),
+    ),
+    "all CUDA-capable devices are busy or unavailable": (
+        "the GPU is in exclusive-process mode and held by another process, or unavailable",
+        families.next_step("device_busy"),
+    ),
+    "CUDA driver version is insufficient for CUDA runtime version": (
+        "the NVIDIA driver is older than the CUDA runtime torch was built with",
+        "Install a driver that supports the CUDA version of your torch build (nvidia-smi shows the driver's maximum "
+        "CUDA version), or a torch build for an older CUDA",
+    ),
+}
+
+
+def _cuda_err(e: Event) -> dict[str, Any]:
+    known = _CUDA_ERRORS.get((e.groups.get("err") or "").strip())
+    if not known:
+        return {"cuda_note": "", "cuda_fix": ""}
+    return {"cuda_note": f" Here: {known[0]}.", "cuda_fix": known[1] + "; "}
+
+
+# torch_npu APIs that moved: the attribute a log says is missing -> where it lives now
+_NPU_API_MOVED = {
+    "profile": "torch_npu.npu.profile was removed: profile with torch_npu.profiler.profile(activities=["
+    "torch_npu.profiler.ProfilerActivity.CPU, torch_npu.profiler.ProfilerActivity.NPU], ...) instead",
+}
+
+
+def _npu_api(e: Event) -> dict[str, Any]:
+    moved = _NPU_API_MOVED.get(e.groups.get("attr") or e.groups.get("name") or "")
+    return {"moved_fix": moved + "; if the call is in a package, not your code: " if moved else ""}
+
+
 _KEY_LIST = re.compile(r"(Missing|Unexpected) key\(s\) in state_dict: ")
 
 
@@ -352,6 +430,8 @@ def _endpoint(e: Event) -> dict[str, Any]:
     g = e.groups
     host = g.get("host") or g.get("host2") or g.get("host3") or ""
     port = g.get("port") or g.get("port2") or g.get("port3") or ""
+    if not host and g.get("unparsed"):  # an endpoint written by hand ("(master IP, port)")
+        return {"host": g["unparsed"].strip(" ()（）"), "port": "", "addr_note": "", "addr_fix": ""}
     out = _address(host)
     out.update(host=host, port=port)
     return out
@@ -615,6 +695,10 @@ _PARSERS = {
     "soc": _soc,
     "dtype": _dtype,
     "oom_any": _oom_any,
+    "cann_dtype": _cann_dtype,
+    "oom_killer": _oom_killer,
+    "cuda_err": _cuda_err,
+    "npu_api": _npu_api,
 }
 
 
@@ -731,6 +815,23 @@ _CHECK = re.compile(
 )
 
 
+_OP_SOC = re.compile(
+    r"(?i)\bop(?:erator)?\s*\[?(?P<op>[A-Z]\w+)\]?\s+(?:is\s+)?not\s+support(?:ed)?\s+(?:on\s+|for\s+)?(?:the\s+)?soc(?:\s*version)?\s*\[?(?P<soc>\w+)"
+)
+
+
+def _op_said(message: str) -> str:
+    """An operator the message says this chip lacks, as the first step of the fix."""
+    m = _OP_SOC.search(message or "")
+    if not m:
+        return ""
+    return (
+        f"{m.group('op')} has no kernel for {m.group('soc')} in this CANN: turn off the feature that calls it (a "
+        "fused / MoE dispatch-combine or communication option of the framework) or run on a chip and CANN release "
+        f"whose operator list has {m.group('op')}. "
+    )
+
+
 def _check_said(message: str) -> str:
     """The rule a parameter check printed, as the first step of the fix ("" when none)."""
     m = _CHECK.search(message or "")
@@ -738,6 +839,42 @@ def _check_said(message: str) -> str:
         return ""
     rule = " ".join(m.group("rule").split()).lstrip(", ")
     return f"The check that failed says: {rule} (but {' '.join(m.group('got').split())}); make the call satisfy it. "
+
+
+# a line under a code that names the setting at fault: "HCCL_BUFFSIZE_EP is too SMALL ...
+# NEEDED_HCCL_BUFFSIZE = 600MB, HCCL_BUFFSIZE=256MB"
+_SETTING = re.compile(
+    r"\b(?P<var>(?:HCCL|ASCEND|ACL|NCCL|TORCH|PYTORCH|CUDA|NPU|GE|TE)_[A-Z0-9_]+)\b"
+    r".{0,80}?(?i:too small|too large|too big|exceeds?|not enough|insufficient|is invalid|out of range|must be|should be)"
+)
+
+
+def _setting_said(lines: list[str]) -> tuple[str, str]:
+    """(detail note, fix) when a line under the code names the environment setting it checked."""
+    for line in lines:
+        m = _SETTING.search(line)
+        if m:
+            var = m.group("var")
+            base = re.sub(r"_(?:EP|TP|DP|PP)$", "", var)
+            quoted = " ".join(line.split())[:240]
+            return (
+                f"\nThe lines under it name the setting at fault: {quoted}",
+                f"The check names {var}: set {base if base != var else var} as it asks (export {base}=<the value it "
+                f"says is needed>, on every rank, before the job starts) and rerun. ",
+            )
+    return "", ""
+
+
+_GRAPH_NOTE = (
+    "\nThe log shows NPU graph mode in use (torch_npu's graph capture / replay, ACL graph, torchair): an operator "
+    "that runs eagerly can fail when captured or replayed, most often because an input is not contiguous (a "
+    "slice, a transpose, a view) or its shape changes between capture and replay."
+)
+_GRAPH_FIX = (
+    "Run the same step without graph mode to confirm (vLLM-Ascend: --enforce-eager; SGLang: --disable-cuda-graph; "
+    "torchair: eager mode); if it passes, make the failing operator's inputs contiguous (x.contiguous()) before the "
+    "captured region or keep that operator out of it. "
+)
 
 
 def _finding(
@@ -769,11 +906,19 @@ def _finding(
     detail = signatures.fill(e.cause, groups)
     fix = signatures.fill(e.fix_serving if e.fix_serving and _serving(e, inc) else e.fix, groups)
     if root and e.id.startswith(_CODE_KINDS):
-        fix = _check_said(message) + fix
+        said, setting_fix = _setting_said(e.more or _same_line_more(e, inc))
+        detail_extra = said
+        fix = setting_fix + _op_said(message) + _check_said(message) + fix
+        if facts is not None and facts.graph_mode and family != "compile_graph":
+            detail_extra += _GRAPH_NOTE
+            fix = _GRAPH_FIX + fix
+    else:
+        detail_extra = ""
     if root and facts is not None and (family in ("connection", "rendezvous") or e.id.startswith("nccl.")):
         iface_note, iface_fix = _interfaces(facts)
         detail += iface_note
         fix = iface_fix + fix
+    detail += detail_extra
     if e.message and not root:
         detail += f"\nmessage: {e.message}"
     more = e.more or _same_line_more(e, inc)
