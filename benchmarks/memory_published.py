@@ -14,7 +14,8 @@ What each side counts:
   ours, `peak`: the analytic estimate on an accelerator with the nccl backend: tensors at the
     peak + ALLOCATOR_MARGIN (reserved above allocated); `tensors` is the part before the margin.
 Where the published run used what our trainer does not model (torch.compile, Float8 linears,
-async TP, torchtitan's every-second-mm op SAC), the row says so: those rows show how far the
+async TP), the row says so (torchtitan's op-level SAC, every second matmul recomputed, is
+modelled: the reader maps selective_ac_option = 'op' onto training.selective_ac_option): those rows show how far the
 estimate is from what the user will see, not an error of the estimate's own terms.
 
     .venv/bin/python benchmarks/memory_published.py
@@ -269,8 +270,8 @@ def main() -> None:
         "\npublished = torchtitan `memory:` (max reserved); ours = analytic peak incl. the allocator margin, "
         "with torchtitan's loss (loss parallel over tp, logits freed before backward; training.loss_chunks = 1 "
         "as a torchtitan TOML gives); 'ours, loss_chunks 8': the same with the loss in 8 sequence pieces (no pp).\n"
-        "Not modelled on either column: torchtitan's op-level SAC recomputes every second matmul (ours keeps "
-        "all), torch.compile, Float8 (fp8 all-gather halves the gathered params), async TP.\n"
+        "Not modelled on either column: torch.compile, Float8 (fp8 all-gather halves the gathered params), "
+        "async TP. Modelled: torchtitan's op-level SAC (every second matmul recomputed), as its rows ran it.\n"
         f"Sources: {H100_2412} ; {H200_2506} ; {ISSUE_929}"
     )
 
