@@ -66,6 +66,20 @@ def test_remedies_for_7b_on_8_cards_are_valid_re_estimated_and_ordered():
     assert top.sets == ['training.activation_checkpoint="full"'] and top.verdict.status == mr.FITS
 
 
+def test_op_level_sac_is_a_remedy_between_keeping_every_matmul_and_full_ac():
+    """7B without AC: torchtitan's op-level SAC saves more than keeping every matmul, less
+    than full AC; a config already on it is not offered it again."""
+    cfg, target = seven_b()
+    found = mr.remedies(cfg, target, mr.estimate_for(cfg, target))
+    saved = {r.title.split(" (")[0]: r.saved_bytes for r in found}
+    op = 'training.selective_ac_option="op"'
+    assert [r.sets for r in found if op in r.sets][0][0] == 'training.activation_checkpoint="selective"'
+    sel, op_sac, full = (saved[k + " activation checkpointing"] for k in ("selective", "op-level selective", "full"))
+    assert sel < op_sac < full
+    on_op = unfit("llama_7b", ['training.activation_checkpoint="selective"', op])
+    assert not any(op in r.sets for r in mr.remedies(on_op, target, mr.estimate_for(on_op, target)))
+
+
 def test_cpu_offload_is_ranked_by_what_it_saves():
     """The seed's OOM remedy is a candidate like any other: its place is its saving."""
     for name, world in (("llama_7b", 1), ("llama_7b", 8), ("llama_70b", 64)):

@@ -111,6 +111,18 @@ def _candidates(cfg: JobConfig, target: Target) -> list[_Change]:
                 (("training", "activation_checkpoint", "selective"), ("training", "ac_every", 1)),
             )
         )
+    op_sac = t.activation_checkpoint == "selective" and t.selective_ac_option == "op" and t.ac_every == 1
+    if t.activation_checkpoint != "full" and not op_sac:
+        out.append(
+            _Change(
+                "op-level selective activation checkpointing (keep attention and every second matmul, as torchtitan)",
+                (
+                    ("training", "activation_checkpoint", "selective"),
+                    ("training", "selective_ac_option", "op"),
+                    ("training", "ac_every", 1),
+                ),
+            )
+        )
     if t.activation_checkpoint != "full" or t.ac_every != 1:
         out.append(
             _Change(
