@@ -12,7 +12,6 @@ divided by dp x tp (pipeline ranks without the last stage add zero; tp ranks hol
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 
@@ -20,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from titan_train.components.loss import chunked_cross_entropy, cross_entropy, loss_context
+from titan_train.data import samples
 from titan_train.data import stream as data
 from titan_train.distributed.pipeline import PipelineStep
 from titan_train.runtime.profiling import span
@@ -35,8 +35,7 @@ class Validator:
         self.seq_len, self.batch_size, self.loss_chunks = t.seq_len, t.batch_size, t.loss_chunks
         self.layout = data.BatchLayout(t.batch_size, t.grad_accum_steps, parts.dims.dp)
         if self.enabled:
-            held_out = dataclasses.replace(cfg.data, dataset=v.dataset)
-            self.stream = data.open_dataset(held_out, cfg.model.vocab_size, t.seq_len, log=say)
+            self.stream = samples.open_held_out(cfg.data, v.dataset, cfg.model.vocab_size, t.seq_len, log=say)
             say(f"[titan-train] validation every {v.every} steps: {v.batches} batch(es) of {self.stream.description}")
 
     def due(self, step: int) -> bool:

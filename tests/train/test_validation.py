@@ -1,5 +1,6 @@
 """[validation]: the held-out loss every N steps, forward only, the same number on one rank,
-FSDP and the pipeline (real processes, fp32 on gloo), in metrics.jsonl and TensorBoard."""
+FSDP, TP (vocabulary-sharded logits under loss_parallel) and the pipeline (real processes,
+fp32 on gloo), in metrics.jsonl and TensorBoard."""
 
 from __future__ import annotations
 
@@ -8,9 +9,7 @@ import math
 
 import pytest
 
-from .conftest import parity_run
-
-pytestmark = pytest.mark.multirank  # every test here starts trainer ranks
+from .conftest import parity_run, run_in_process
 
 VALIDATION = ['validation.dataset="builtin"', "validation.every=5", "validation.batches=2", "metrics.tensorboard=true"]
 
@@ -29,10 +28,12 @@ def validated(shared_runs):
         "one": parity_run(shared_runs, "val-one", 1, VALIDATION),
         "fsdp2": parity_run(shared_runs, "val-fsdp2", 2, VALIDATION),
         "pp2": parity_run(shared_runs, "val-pp2", 2, VALIDATION + ["distributed.pp_size=2"]),
+        "tp2": parity_run(shared_runs, "val-tp2", 2, VALIDATION + ["distributed.tp_size=2"]),
     }
 
 
-def test_validation_loss_is_the_same_on_one_rank_fsdp_and_the_pipeline(validated):
+@pytest.mark.multirank
+def test_validation_loss_is_the_same_on_one_rank_fsdp_tp_and_the_pipeline(validated):
     one = _validation(validated["one"])
     assert sorted(one) == [5, 10]
     assert one[10]["validation_loss"] < one[5]["validation_loss"] < math.log(257)  # it learns
@@ -40,7 +41,8 @@ def test_validation_loss_is_the_same_on_one_rank_fsdp_and_the_pipeline(validated
         assert rec["validation_perplexity"] == pytest.approx(math.exp(rec["validation_loss"]), rel=1e-9)
         assert rec["validation_tokens"] == 2 * 8 * 64
     assert "dp 1 x pp 2 x tp 1" in validated["pp2"].stdout and "dp 2 x pp 1 x tp 1" in validated["fsdp2"].stdout
-    for name in ("fsdp2", "pp2"):
+    assert "dp 1 x pp 1 x tp 2" in validated["tp2"].stdout
+    for name in ("fsdp2", "pp2", "tp2"):
         got = _validation(validated[name])
         assert sorted(got) == [5, 10], name
         for step in (5, 10):
@@ -50,6 +52,7 @@ def test_validation_loss_is_the_same_on_one_rank_fsdp_and_the_pipeline(validated
     assert "[titan-train] validation step 5 | loss " in validated["one"].stdout
 
 
+@pytest.mark.multirank
 def test_validation_goes_to_tensorboard_too(validated):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -57,6 +60,22 @@ def test_validation_goes_to_tensorboard_too(validated):
     acc = EventAccumulator(str(run.workdir / "outputs/llama_debug/tb"))
     acc.Reload()
     want = _validation(run)
-    for key in ("validation_loss", "validation_perplexity"):
-        got = [(e.step, e.value) for e in acc.Scalars(key)]
+    for key, tag in (
+        ("validation_loss", "validation_metrics/loss"),
+        ("validation_perplexity", "validation_metrics/perplexity"),
+    ):
+        got = [(e.step, e.value) for e in acc.Scalars(tag)]  # torchtitan's tag names
         assert got == [(s, pytest.approx(want[s][key], rel=1e-6)) for s in (5, 10)]
+
+
+@pytest.mark.parametrize("missing", ["no/such/folder", "short.txt"])
+def test_a_validation_dataset_that_cannot_be_read_is_one_line_before_any_rank_starts(tmp_path, monkeypatch, missing):
+    (tmp_path / "short.txt").write_text("too short for one sample")
+    proc = run_in_process(tmp_path, monkeypatch, overrides=[f'validation.dataset="{missing}"'])
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("titan-train: error: ") and missing in line
+    if missing == "short.txt":
+        assert "fewer than training.seq_len + 1" in line
+    else:
+        assert "validation.dataset: no/such/folder not found" in line

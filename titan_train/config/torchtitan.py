@@ -236,6 +236,7 @@ def convert(raw: dict[str, Any], world_size: int) -> Conversion:
     dp = _parallelism(r, world_size)
     _training(r, dp)
     _outputs(r)
+    _validation(r)
     _activation_checkpoint(r)
     _comm(r)
     r.leftovers()
@@ -399,6 +400,33 @@ def _training(r: _Reader, dp: int) -> None:
         r.set("training", "seed", int(seed), "debug.seed")
 
 
+def _validation(r: _Reader) -> None:
+    """[validation] enable / dataset_path / freq / steps -> this trainer's dataset / every /
+    batches; a validation batch here has the training batch's shape."""
+    raw = r.raw.get("validation", {})
+    r.used.update(f"validation.{k}" for k in ("enable", "dataset", "dataset_path", "freq", "steps"))
+    if not isinstance(raw, dict) or not raw.get("enable"):
+        return
+    if raw.get("dataset_path"):
+        r.set("validation", "dataset", str(raw["dataset_path"]), "validation.dataset_path")
+    else:
+        r.set("validation", "dataset", "builtin", "validation.enable")
+        r.out.ignored.append(
+            f"validation.dataset = {raw.get('dataset', 'c4_validation')!r}: HF datasets are not downloaded here; "
+            "validating on the built-in corpus (set validation.dataset_path to a .txt / .jsonl file)"
+        )
+    if "freq" in raw:
+        r.set("validation", "every", int(raw["freq"]), "validation.freq")
+    if int(raw.get("steps", -1)) > 0:
+        r.set("validation", "batches", int(raw["steps"]), "validation.steps")
+    elif "steps" in raw:
+        r.out.ignored.append(
+            f"validation.steps = {raw['steps']!r}: the whole dataset is not read; validation.batches applies"
+        )
+    for key in ("local_batch_size", "seq_len"):
+        r.ignore(f"validation.{key}", "a validation batch has the training batch's shape here")
+
+
 def _outputs(r: _Reader) -> None:
     """torchtitan writes everything under job.dump_folder: so does the converted run."""
     dump = Path(r.get("job", "dump_folder"))
@@ -406,7 +434,7 @@ def _outputs(r: _Reader) -> None:
     r.set("metrics", "log_every", int(r.get("metrics", "log_freq")), "metrics.log_freq")
     r.set("metrics", "tensorboard", bool(r.get("metrics", "enable_tensorboard")), "metrics.enable_tensorboard")
     r.set("metrics", "tb_folder", str(dump / r.get("metrics", "save_tb_folder")), "metrics.save_tb_folder")
-    r.ignore("metrics.enable_wandb", "Weights & Biases is not supported; metrics go to metrics.jsonl / TensorBoard")
+    r.set("metrics", "wandb", bool(r.get("metrics", "enable_wandb")), "metrics.enable_wandb")  # offline here
     r.ignore("metrics.save_for_all_ranks", "rank 0 logs the global metrics")
 
     freq, warmup, active = (int(r.get("profiling", k)) for k in ("profile_freq", "profiler_warmup", "profiler_active"))

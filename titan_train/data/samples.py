@@ -12,6 +12,7 @@ order, as before.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -130,5 +131,23 @@ def check_samples(cfg, vocab_size: int, seq_len: int, validation: str = "") -> N
     """What `open_samples` would refuse, before any rank starts: the mix settings, then
     stream.check_dataset for every dataset and for the `validation` one (when set)."""
     check_mixture(cfg)
-    for d in [d for d, _ in entries(cfg)] + ([validation] if validation else []):
+    for d, _ in entries(cfg):
         stream.check_dataset(dataclasses.replace(cfg, dataset=d), vocab_size, seq_len)
+    if validation:
+        with _named_as_validation():
+            stream.check_dataset(dataclasses.replace(cfg, dataset=validation), vocab_size, seq_len)
+
+
+def open_held_out(cfg, dataset: str, vocab_size: int, seq_len: int, log=print) -> stream.TokenStream:
+    """[validation] dataset's stream, read in order, with the [data] tokenizer."""
+    with _named_as_validation():
+        return stream.open_dataset(dataclasses.replace(cfg, dataset=dataset), vocab_size, seq_len, log)
+
+
+@contextlib.contextmanager
+def _named_as_validation():
+    """A refusal of the validation dataset names validation.dataset, not data.dataset."""
+    try:
+        yield
+    except DataError as e:
+        raise DataError(str(e).replace("data.dataset", "validation.dataset")) from None
