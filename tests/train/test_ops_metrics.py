@@ -41,10 +41,13 @@ def test_tensorboard_events_carry_every_metrics_field(real_run, tmp_path):
     steps = [r for r in records if "step" in r]
     numeric = {k for r in steps for k, v in r.items() if k != "step" and isinstance(v, (int, float))}
     assert {"loss", "grad_norm", "lr", "tokens_per_s", "mfu", "peak_mem_gib"} <= numeric
-    assert set(acc.Tags()["scalars"]) == numeric
-    for key in ("loss", "lr", "tokens_per_s"):
-        got = [(e.step, e.value) for e in acc.Scalars(key)]
+    # every numeric field, under torchtitan's tag where it has one (a CPU's RSS keeps its name)
+    assert set(acc.Tags()["scalars"]) == {metrics.TB_TAGS.get(k, k) for k in numeric}
+    for key, tag in (("loss", "loss_metrics/global_avg_loss"), ("lr", "lr"), ("tokens_per_s", "tokens_per_s")):
+        got = [(e.step, e.value) for e in acc.Scalars(tag)]
         assert got == [(r["step"], pytest.approx(r[key], rel=1e-6)) for r in steps]
+    mfu = [(e.step, e.value) for e in acc.Scalars("mfu(%)")]
+    assert mfu == [(r["step"], pytest.approx(100 * r["mfu"], rel=1e-6)) for r in steps]
     assert acc.Tags()["tensors"] == ["start/text_summary"]  # the start record (config) as text
     text = acc.Tensors("start/text_summary")[0].tensor_proto.string_val[0].decode()
     assert json.loads(text.strip("`\n"))["config"]["model"]["d_model"] == 256
@@ -64,7 +67,8 @@ def test_resumed_tensorboard_run_purges_steps_after_the_checkpoint(tmp_path):
     second.close()
     acc = EventAccumulator(str(tmp_path))
     acc.Reload()
-    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(1, 9.0), (2, 8.0), (3, 103.0), (4, 104.0), (5, 105.0)]
+    got = [(e.step, e.value) for e in acc.Scalars("loss_metrics/global_avg_loss")]  # torchtitan's tag for the loss
+    assert got == [(1, 9.0), (2, 8.0), (3, 103.0), (4, 104.0), (5, 105.0)]
 
 
 def _png_size(path: Path) -> tuple[int, int]:

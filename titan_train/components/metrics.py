@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +86,15 @@ def format_line(m: dict[str, Any], eta: Eta | None = None) -> str:
     return " | ".join(parts)
 
 
+def utc_now() -> str:
+    """The wall clock as every metrics.jsonl record carries it ("time"): ISO-8601 UTC, ms."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
 class MetricsFile:
     """Appends one JSON object per logged step, flushed each time, so a crashed run keeps
-    what it measured."""
+    what it measured. Each record gets "time", the UTC wall clock when it was written, so
+    records line up with the rank logs' stamped lines and other runs."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -95,7 +102,7 @@ class MetricsFile:
         self._fh = open(self.path, "a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(record) + "\n")
+        self._fh.write(json.dumps({**record, "time": utc_now()}) + "\n")
         self._fh.flush()
 
     def close(self) -> None:
@@ -117,10 +124,43 @@ def require_tensorboard() -> None:
         ) from None
 
 
+# metrics.jsonl field -> the TensorBoard tag torchtitan v0.2.2 writes for it
+# (torchtitan/components/metrics.py, MetricsProcessor.log / log_validation), with the scale
+# torchtitan uses (mfu in percent). A field torchtitan has no tag for keeps its own name;
+# validation fields go under torchtitan's validation_metrics/.
+TB_TAGS = {
+    "loss": "loss_metrics/global_avg_loss",
+    "grad_norm": "grad_norm",
+    "lr": "lr",
+    "tokens_per_s_per_rank": "throughput(tps)",  # torchtitan's tps is per device too
+    "mfu": "mfu(%)",
+    "validation_loss": "validation_metrics/loss",
+    "validation_perplexity": "validation_metrics/perplexity",
+    "validation_tokens": "validation_metrics/tokens",
+}
+TB_SCALE = {"mfu": 100.0}
+
+
+def tb_scalars(record: dict[str, Any]) -> dict[str, float]:
+    """A step record's numeric fields as torchtitan's TensorBoard tags (TB_TAGS). The peak
+    memory is torchtitan's memory/max_active(GiB) where it is the device's tensor peak; a
+    CPU's process RSS keeps its own name."""
+    out = {}
+    for key, value in record.items():
+        if key == "step" or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if key == "peak_mem_gib" and record.get("peak_mem_kind", "tensors") == "tensors":
+            out["memory/max_active(GiB)"] = value
+        else:
+            out[TB_TAGS.get(key, key)] = value * TB_SCALE.get(key, 1.0)
+    return out
+
+
 class TensorBoardSink:
-    """The metrics.jsonl records as TensorBoard scalars: one tag per numeric field, named as
-    in the JSONL, at the record's step; the start record (config) as text. A resumed run
-    purges events past its starting step, so a crashed run's extra steps do not linger."""
+    """The metrics.jsonl records as TensorBoard scalars at the record's step, under
+    torchtitan's tag names (tb_scalars), so a torchtitan user's dashboards read them; the
+    start record (config) as text. A resumed run purges events past its starting step, so a
+    crashed run's extra steps do not linger."""
 
     def __init__(self, folder: str | Path, resumed_from: int = 0):
         require_tensorboard()
@@ -136,9 +176,8 @@ class TensorBoardSink:
                     "start", "```\n" + json.dumps(record, indent=2) + "\n```", record.get("resumed_from", 0)
                 )
             return
-        for key, value in record.items():
-            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                self._w.add_scalar(key, value, record["step"])
+        for tag, value in tb_scalars(record).items():
+            self._w.add_scalar(tag, value, record["step"])
         self._w.flush()
 
     def close(self) -> None:

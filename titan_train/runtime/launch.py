@@ -13,7 +13,10 @@ With several nodes the launchers first agree on --nnodes and --nproc (nodes.py),
 instead of ranks that wait for each other forever.
 
 Every rank writes stdout and stderr to <log_dir>/rank<N>.log (plain text for
-`titan-doctor diagnose --log`); only rank 0's stdout is echoed here. When a rank fails, the
+`titan-doctor diagnose --log`), the trainer's own lines (`[titan-train] ...`, `titan-train:
+...`, `step ...`) prefixed with the UTC wall-clock time they reached the launcher, so events
+can be ordered across ranks (tracebacks and library output stay as printed); only rank 0's
+stdout is echoed here, as printed. When a rank fails, the
 others are stopped (SIGTERM, then SIGKILL after `stop_grace_s`), and `summary()` names the
 rank that failed first, its error's last line, every log and the diagnose command, before
 any other output about the failure; the summary is also kept in
@@ -35,6 +38,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from titan_train.runtime import nodes, restarts, write_errors
@@ -54,6 +58,13 @@ _PEER_LOST = re.compile(
 )
 
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")  # torch prefixes a rank's uncaught traceback lines
+OWN_LINES = (b"[titan-train]", b"titan-train:", b"step ")  # what the trainer itself prints: stamped in rank logs
+_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
+
+
+def stamp() -> str:
+    """The UTC wall clock as a rank log prefixes the trainer's lines: 2026-12-02T04:26:35.123Z."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 class LaunchError(Exception):
@@ -364,12 +375,18 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _echo(pipe, log, out) -> None:
-    for line in iter(pipe.readline, b""):
-        log.write(line)
-        log.flush()
-        out.write(line.decode(errors="replace"))
-        out.flush()
+def _copy(pipe, log, lock: threading.Lock, out=None) -> None:
+    """One of a rank's streams into its log, the trainer's own lines stamped (OWN_LINES);
+    `out`: also echoed here as printed."""
+    try:
+        for line in iter(pipe.readline, b""):
+            with lock:
+                log.write(stamp().encode() + b" " + line if line.startswith(OWN_LINES) else line)
+            if out is not None:
+                out.write(line.decode(errors="replace"))
+                out.flush()
+    except (OSError, ValueError):  # the log was closed: a subprocess of the rank outlived it
+        pass
 
 
 class Interrupted(Exception):
@@ -465,12 +482,13 @@ def start_ranks(
                     cmd,
                     env=dict(base, RANK=str(rank), LOCAL_RANK=str(local)),
                     stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE if echo else log,
-                    stderr=log,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
                     preexec_fn=_die_with_parent,
                 )
-                if echo:
-                    t = threading.Thread(target=_echo, args=(proc.stdout, log, sys.stdout), daemon=True)
+                lock = threading.Lock()
+                for pipe, out in ((proc.stdout, sys.stdout if echo else None), (proc.stderr, None)):
+                    t = threading.Thread(target=_copy, args=(pipe, log, lock, out), daemon=True)
                     t.start()
                     threads.append(t)
                 procs.append(proc)
@@ -481,8 +499,9 @@ def start_ranks(
                 if p.poll() is None:
                     _signal_group(p, signal.SIGKILL)
                     p.wait()
+            done_by = time.monotonic() + 5  # a rank's subprocess may hold its pipes open: wait 5 s in all
             for t in threads:
-                t.join(timeout=5)
+                t.join(timeout=max(0.0, done_by - time.monotonic()))
             for f in files:
                 f.close()
             rdzv.close()
@@ -566,7 +585,7 @@ def read_log(path: Path, limit: int = 200_000) -> str:
 def last_error_line(text: str, returncode: int | None) -> str:
     """A full disk, said plainly (write_errors.in_log); else the last line of the last Python
     traceback; else the last `titan-train:` line; else how the process ended."""
-    lines = [_RANK_PREFIX.sub("", line, count=1) for line in text.splitlines()]
+    lines = [_RANK_PREFIX.sub("", _STAMP.sub("", line, count=1), count=1) for line in text.splitlines()]
     disk = write_errors.in_log(lines)  # before torch's inline_container.cc text, which hides it
     if disk:
         return disk
