@@ -135,3 +135,54 @@ def test_cuda_module_of_a_per_device_set_is_left_whole(tmp_path):
     # the same module alone is CUDA code to migrate
     alone = _run(tmp_path / "alone", {"cuda.py": CUDA_ACCELERATOR, "x.py": "y = 1\n"})
     assert b"torch.npu.set_device" in alone["cuda.py"].new
+
+
+MARKERS = """import pytest
+import torch
+
+from .utils import torch_device
+
+
+def require_non_cpu(test_case):
+    return pytest.mark.skipif(torch_device == "cpu", reason="needs an accelerator")(test_case)
+
+
+def require_non_xpu(test_case):
+    return pytest.mark.skipif(torch_device == "xpu", reason="not on XPU")(test_case)
+
+
+def require_torch_gpu(test_case):
+    return pytest.mark.skipif(not torch.cuda.is_available(), reason="test requires GPU")(test_case)
+"""
+
+GPU_TESTS = """import torch
+
+from .testing_utils import require_non_cpu, require_torch_gpu
+
+
+@require_torch_gpu
+def test_memory_is_released():
+    model = torch.nn.Linear(4, 4).cuda()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_reserved() >= 0
+
+
+@require_non_cpu
+def test_seeded():
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(0)
+"""
+
+
+def test_a_cuda_marker_of_another_module_keeps_the_tests_it_marks(tmp_path):
+    results = _run(
+        tmp_path,
+        {"tests/__init__.py": "", "tests/testing_utils.py": MARKERS, "tests/test_gpu.py": GPU_TESTS},
+    )
+    assert results["tests/testing_utils.py"].state == engine.UNCHANGED  # the marker asks for CUDA itself
+    new = results["tests/test_gpu.py"].new.decode()
+    assert "torch.nn.Linear(4, 4).cuda()" in new and "torch.cuda.memory_reserved()" in new
+    assert "torch.npu.manual_seed_all(0)" in new  # the generic test moves
+    # alone (no marker module in the tree) the same test file is CUDA's only: it moves
+    alone = _run(tmp_path / "alone", {"test_gpu.py": GPU_TESTS.replace("from .testing_utils", "from testing_utils")})
+    assert b".npu()" in alone["test_gpu.py"].new

@@ -225,6 +225,9 @@ class LineContext:
     ignore: frozenset[str] | None
     suppressed: list[Finding] | None
     report_only: str = ""  # why nothing in this file is rewritten (a CI workflow), if so
+    # the accelerators besides CUDA whose visible-devices variable the file sets (words.py):
+    # there CUDA_VISIBLE_DEVICES is CUDA's setting of several, left as it is
+    visible: frozenset[str] = frozenset()
 
     def report(self, code: str, status: Status, message: str, col: int, fix: str) -> bool:
         """Record a finding at `col` of the line; False when it is suppressed, or the file

@@ -43,6 +43,7 @@ from titan_doctor.migrate.python.facts import Place
 from titan_doctor.migrate.python.pyfile import migrate_python
 from titan_doctor.migrate.rules.kinds.add_import import ALWAYS, SCRIPTS
 from titan_doctor.migrate.rules.ruleset import RuleSet
+from titan_doctor.migrate.rules.words import visible_devices_set
 from titan_doctor.migrate.suppress import codes_on, silences
 from titan_doctor.migrate.text.formats import is_text_file
 from titan_doctor.migrate.text.lines import rewrite_line
@@ -141,6 +142,7 @@ class _Notebook:
         self._lines: dict[int, list[str]] = {}  # cell number -> its lines, as edited
         self._cells: dict[int, Cell] = {}
         self._ascii = escapes_non_ascii(raw)
+        self._visible = visible_devices_set(raw)  # %env ZE_AFFINITY_MASK beside CUDA's
         self._newlines = [m.start() for m in re.finditer("\n", raw)]
 
     @property
@@ -257,7 +259,7 @@ class _Notebook:
 
     def _rewrite_magic_line(self, cell: Cell, cell_line: int, line: str) -> str:
         found: list[Finding] = []
-        new = rewrite_line(line, self.rules, self.path, cell_line, found, self.suppressed)
+        new = rewrite_line(line, self.rules, self.path, cell_line, found, self.suppressed, self._visible)
         for f in found:
             self.findings.append(self.place(f, cell, cell_line, f.col or 1))
         if new != line:

@@ -43,6 +43,7 @@ from titan_doctor.migrate.context import Hold
 from titan_doctor.migrate.rules.ruleset import RuleSet
 from titan_doctor.migrate.rules.words import (
     CUDA,
+    CUDA_VISIBLE_DEVICES,
     GENERIC_CALLS,
     GENERIC_MODULE,
     LITERALS,
@@ -50,6 +51,8 @@ from titan_doctor.migrate.rules.words import (
     OTHER_BACKENDS,
     OTHER_DEVICES,
     OTHER_PLATFORMS,
+    VISIBLE_DEVICES_ENV,
+    visible_devices_set,
 )
 from titan_doctor.migrate.walk.astnames import flat_imports, qualified
 
@@ -75,8 +78,12 @@ _CUDA_DEF = re.compile(  # a def or call of a function named for CUDA, getattr(t
     rb"|\b(?:is|has|check|require|requires|supports|can)_\w*(?i:cuda|nccl|nvml|nvidia|rocm|hip|gpu)\w*\s*\("
     rb"|\b\w*(?i:cuda|nccl|nvml|rocm)_(?:\w+_)?(?:available|version|supported|capability)\s*\("
     rb"|\bgetattr\s*\(\s*torch\s*,"
+    rb"|@[\w.]+\([^)\n]*\b(?:\w+_)?cuda(?:_\w+)?\s*="  # @RunIf(min_cuda_gpus=1): a test marked for CUDA
+    rb"|\.MULTI_(?:GPU|CUDA)\b|\b[A-Z][A-Za-z]*[a-z][A-Za-z]*\.(?:GPU|CUDA)\b"  # DistributedType.MULTI_GPU
 )
 _DEVICE_VALUE = re.compile(r"^([a-z]+)(?::\d+)?$")
+_VISIBLE_ENV = re.compile(rb"\b(?:" + "|".join(VISIBLE_DEVICES_ENV).encode() + rb")\b")
+_FALSY = (None, False, 0, "")
 # a function whose name says it answers for CUDA: a question about CUDA (is_cuda_available,
 # check_cuda_p2p_ib_support, require_cuda), what CUDA has (cuda_version, nccl_available),
 # or the .cuda() method itself; `get_`/`setup_` names do things and are migrated
@@ -94,7 +101,7 @@ CODE = "NPU114"
 def may_hold(data: bytes) -> bool:
     """Cheap text check: does the file name another accelerator, define a function named
     for CUDA, or look a device module up with getattr?"""
-    if any(p.search(data) for p in _MENTIONS) or _CUDA_DEF.search(data):
+    if any(p.search(data) for p in _MENTIONS) or _CUDA_DEF.search(data) or _VISIBLE_ENV.search(data):
         return True
     at = data.find(_AVAILABLE)
     while at >= 0:  # is_xpu_available, pt_npu_available: the name before "_available"
@@ -118,6 +125,10 @@ class Holds:
     # the kept code would call what the rewritten import now binds (torch_npu's
     # ProfilerActivity has no .CUDA)
     bound: frozenset[str] = frozenset()
+    # functions of this file that answer for CUDA by name (is_cuda_available, a
+    # require_torch_gpu marker that tests torch.cuda beside device-generic ones): a test
+    # they mark is CUDA's, in this module or, through the tree's facts, in another
+    cuda_defs: frozenset[str] = frozenset()
 
     def at(self, line: int, col: int, code: str) -> Hold | None:
         """The innermost place holding (line, col) for a rewrite under `code`, or None."""
@@ -207,11 +218,14 @@ def scan(
     tree_names: dict[str, frozenset[str]] | None = None,
     device_names: Iterable[str] = (),
     guarded: Iterable[ast.stmt] = (),
+    markers: Iterable[str] = (),
 ) -> Holds:
     """The places of this file where CUDA stays (see the module docstring). `tree_names`:
     value names that take npu's value somewhere in the tree (python/facts.py); `guarded`:
-    statements a kept CUDA check protects (python/gates.py), which stay CUDA with it."""
-    scan = _Scan(rules, tree, lines, tree_names or {}, frozenset(device_names))
+    statements a kept CUDA check protects (python/gates.py), which stay CUDA with it;
+    `markers`: functions of the tree's other modules that answer for CUDA by name (a
+    test they decorate stays CUDA's)."""
+    scan = _Scan(rules, tree, lines, tree_names or {}, frozenset(device_names), frozenset(markers))
     holds = scan.holds
     for stmt in guarded:
         holds.regions.append((scan._start(stmt), scan._end(stmt), Hold(scan._start(stmt), guarded=True)))
@@ -227,7 +241,7 @@ def scan(
 
 
 class _Scan:
-    def __init__(self, rules, tree, lines, tree_names, device_names) -> None:
+    def __init__(self, rules, tree, lines, tree_names, device_names, markers=frozenset()) -> None:
         self.rules, self.lines = rules, lines
         self.imports = flat_imports(tree)
         self.holds = Holds()
@@ -256,11 +270,21 @@ class _Scan:
             if isinstance(body, list):
                 for block in (body, getattr(node, "orelse", []), getattr(node, "finalbody", [])):
                     self._sequence(block, covered)
+        cuda_defs: set[str] = set()
         for node in nodes:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self._function(node)
+                if self._function(node):
+                    cuda_defs.add(node.name)
             elif isinstance(node, ast.Call):
                 self._getattr_default(node)
+        self.holds.cuda_defs = frozenset(
+            n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in cuda_defs
+        )
+        self._marked(nodes, markers | cuda_defs)
+        self._try_fallbacks(nodes)
+        self._enum_members(nodes, covered)
+        self._cuda_flags(nodes, covered)
+        self._visible_devices(nodes)
         for node in nodes:
             if isinstance(node, (ast.BoolOp, ast.IfExp, ast.Compare, ast.Tuple, ast.List, ast.Set, ast.Dict)):
                 if (isinstance(node, ast.Dict) or id(node) in self._acc) and not any(
@@ -296,6 +320,9 @@ class _Scan:
         return order
 
     def _own(self, node: ast.AST) -> set[str]:
+        if isinstance(node, ast.alias):  # import torch_npu
+            head = node.name.split(".")[0]
+            return {head[6:]} if head.startswith("torch_") and head[6:] in _DEVICES else set()
         if isinstance(node, ast.Constant):
             acc = _device_of_value(node.value) if isinstance(node.value, str) else None
             return {acc} if acc else set()
@@ -503,17 +530,27 @@ class _Scan:
                 return parent or node
             node = parent
 
-    def _function(self, node: ast.FunctionDef) -> None:
+    def _function(self, node: ast.FunctionDef) -> bool:
+        """Hold a function that answers for CUDA by name (True) or already handles npu."""
         words = [w for w in node.name.lower().split("_") if w]
         asks = bool(words) and (words[0] in _QUESTIONS or words[-1] in _ANSWERS)
         if node.name == CUDA or _answers_for_cuda(node.name):
             self._add(node, self._named_for_cuda(node))  # it answers for CUDA by name
-            return
+            return node.name != CUDA
         doc = ast.get_docstring(node) or ""
         if asks and _GPU in words and re.search(r"\b(?:CUDA|NVIDIA)\b", doc):
             self._add(node, self._named_for_cuda(node))  # require_single_gpu: "requires CUDA"
-            return
+            return True
         own = [s for s in node.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        if self.mentions(self._root) and (
+            (bool(_CUDA_WORDS & set(words)) and _getter(words))  # get_cuda_rng_tracker, num_cuda_devices
+            or (asks and bool({_GPU, _GPU + "s"} & set(words)) and any(self._cuda_check(s) for s in own))
+        ):
+            # in a module that names other accelerators, a function named for CUDA is CUDA's
+            # sibling of theirs: require_torch_gpu (torch.cuda.is_available()) next to
+            # require_non_cpu (torch_device != "cpu") marks the tests that need CUDA itself
+            self._add(node, Hold(self._start(node), quiet=True))
+            return True
         accs: set[str] = set()
         for stmt in own:
             accs |= self.mentions(stmt)
@@ -533,6 +570,170 @@ class _Scan:
             for sub in ast.walk(node):
                 if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in _SAFE:
                     self._add(sub, Hold(self._start(sub)))
+        return False
+
+    def _marked(self, nodes: list[ast.AST], markers: frozenset[str]) -> None:
+        """A test (def or class) under a marker that asks for CUDA itself stays CUDA's: the
+        marker keeps it off an NPU, so its body is CUDA's too (`@require_torch_gpu` held
+        above or in another module, `@RunIf(min_cuda_gpus=1)`, `@skipif(not
+        is_cuda_available())`)."""
+        markers = markers - {CUDA}
+        marked = []
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.decorator_list:
+                if any(self._cuda_marker(d, markers) for d in node.decorator_list):
+                    self._add(node.decorator_list[0], Hold(self._start(node), quiet=True), end=node)
+                    marked.append(node)
+        if not marked:
+            return
+        # the helpers of this file only those tests use (called, or handed to a spawn) are
+        # theirs too: _run_tp(rank, ...) started from a CUDA-marked test
+        defs = [n for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        uses = [
+            (n, n.id if isinstance(n, ast.Name) else n.attr)
+            for n in nodes
+            if (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+            or (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self")
+        ]
+        inside = {id(n) for m in marked for n in ast.walk(m)}
+        while True:  # a helper of a helper (initialize_model_parallel -> initialize_distributed)
+            used_in = {name for n, name in uses if id(n) in inside}
+            used_out = {name for n, name in uses if id(n) not in inside}
+            more = [d for d in defs if id(d) not in inside and d.name in used_in and d.name not in used_out]
+            if not more:
+                return
+            for d in more:
+                self._add(d, Hold(self._start(d), quiet=True))
+                inside |= {id(n) for n in ast.walk(d)}
+
+    def _cuda_marker(self, decorator: ast.AST, markers: frozenset[str]) -> bool:
+        callee = decorator.func if isinstance(decorator, ast.Call) else decorator
+        spelled = _spelled(callee)
+        if spelled and spelled[-1] in markers:
+            return True
+        for sub in ast.walk(decorator):
+            if isinstance(sub, ast.Name) and sub.id in markers:
+                return True
+            if isinstance(sub, ast.Call):
+                for k in sub.keywords:  # RunIf(min_cuda_gpus=1), RunIf(bf16_cuda=True)
+                    on = not (isinstance(k.value, ast.Constant) and k.value.value in _FALSY)
+                    if k.arg and CUDA in k.arg.lower().split("_") and on:
+                        return True
+                if self._cuda_named_call(sub):
+                    return True
+        return False
+
+    def _try_fallbacks(self, nodes: list[ast.AST]) -> None:
+        """try/except that picks a backend: the try uses another accelerator (`import
+        torch_npu`, torch.xpu) and the except falls back to CUDA, so the except is CUDA's
+        case; or the try asks a newer torch API (torch.amp.GradScaler(device=...)) and an
+        `except (AttributeError, TypeError)` spells the older torch's CUDA one, which runs
+        only on a torch older than any torch_npu pairs with. The except stays as it is."""
+        for node in nodes:
+            if not isinstance(node, ast.Try) or not node.handlers:
+                continue
+            tried: set[str] = set()
+            for stmt in node.body:
+                tried |= self.mentions(stmt)
+            calls = {q for stmt in node.body for q in self._torch_calls(stmt)}
+            for handler in node.handlers:
+                cuda = any(self._names_cuda(s) for s in handler.body)
+                if tried and cuda:
+                    self._add(handler, self._hold(handler, tried, "this try/except"))
+                elif calls and _api_errors(handler):
+                    again = {q for stmt in handler.body for q in self._torch_calls(stmt)} & calls
+                    if cuda or again:  # torch.cuda.amp.GradScaler(), or is_autocast_enabled() bare
+                        self._add(handler, Hold(self._start(handler), quiet=True))
+
+    def _torch_calls(self, stmt: ast.AST) -> set[str]:
+        """The torch.* functions (not torch.cuda's) a statement calls."""
+        found = set()
+        for sub in ast.walk(stmt):
+            if isinstance(sub, ast.Call):
+                q = qualified(sub.func, self.imports) or ""
+                if q.startswith("torch.") and not q.startswith("torch." + CUDA):
+                    found.add(q)
+        return found
+
+    def _names_cuda(self, stmt: ast.AST) -> bool:
+        """torch.cuda or a name in it, or a CUDA device check (`device_module = torch.cuda`)."""
+        for sub in ast.walk(stmt):
+            if isinstance(sub, ast.Attribute):
+                q = qualified(sub, self.imports) or ""
+                if q == "torch." + CUDA or q.startswith("torch." + CUDA + "."):
+                    return True
+        return self._cuda_check(stmt)
+
+    def _enum_members(self, nodes: list[ast.AST], covered: list) -> None:
+        """`if state.distributed_type == DistributedType.MULTI_GPU:`: a branch on CUDA's
+        member of a device enum (MULTI_GPU beside MULTI_NPU / MULTI_XPU) never runs on an
+        NPU, which has its own member; its CUDA code stays, and the NPU member's branch
+        is what is missing."""
+        file_accs = self.mentions(self._root) & {NPU, GENERIC}
+        for node in nodes:
+            if not isinstance(node, ast.If) or any(s <= self._start(node) and self._end(node) <= e for s, e in covered):
+                continue
+            member = next((m for m in ast.walk(node.test) if _cuda_member(m)), None)
+            if member is None or not isinstance(node.test, (ast.Compare, ast.BoolOp)):
+                continue
+            shown = ".".join(_spelled(member))
+            hold = self._hold(
+                node.test,
+                set(file_accs),
+                "",
+                f"this branch is {shown}'s, CUDA's member of a device enum: its CUDA code is left as it is",
+            )
+            self._add(node, hold, end=node.body[-1])
+
+    def _cuda_flags(self, nodes: list[ast.AST], covered: list) -> None:
+        """`if self._use_cuda:` in a module that names other accelerators: a flag named for
+        CUDA picks CUDA's case there (its siblings' flags or branches pick theirs), so the
+        branch stays, and so does the flag's own CUDA check (`self._use_cuda =
+        torch.cuda.is_available()`), or it would be true on an NPU and run the kept code."""
+        if not self.mentions(self._root):
+            return
+        file_accs = self.mentions(self._root) & {NPU, GENERIC}
+        flags: set[str] = set()
+        for node in nodes:
+            if not isinstance(node, ast.If) or any(s <= self._start(node) and self._end(node) <= e for s, e in covered):
+                continue
+            named = [f for f in _flag_names(node.test) if f != "is_" + CUDA and CUDA in f.lower().split("_")]
+            if not named:
+                continue
+            flags.update(named)
+            hold = self._hold(
+                node.test,
+                set(file_accs),
+                "",
+                f"`if {ast.unparse(node.test)[:60]}` reads a flag named for CUDA: its CUDA code is left as it is",
+            )
+            self._add(node, hold, end=node.body[-1])
+            covered.append((self._start(node), self._end(node.body[-1])))
+        for node in nodes:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(_operand(t) in flags for t in targets) and self._cuda_check(node.value):
+                    self._add(node, Hold(self._start(node), quiet=True))
+
+    def _visible_devices(self, nodes: list[ast.AST]) -> None:
+        """CUDA_VISIBLE_DEVICES set beside another accelerator's variable (ZE_AFFINITY_MASK):
+        the file picks devices on each, so CUDA's setting stays and Ascend's is missing."""
+        if not any(_VISIBLE_ENV.search(line) for line in self.lines):
+            return
+        accs = visible_devices_set(b"\n".join(self.lines).decode("utf-8", "replace"))
+        for node in nodes:
+            if isinstance(node, ast.Constant) and node.value == CUDA_VISIBLE_DEVICES:
+                if NPU in accs:
+                    hold = Hold(self._start(node), quiet=True)
+                else:
+                    hold = Hold(
+                        self._start(node),
+                        CODE,
+                        f"{CUDA_VISIBLE_DEVICES} is set beside {_visible_names(accs)}: each accelerator's "
+                        "visible devices are chosen here, so CUDA's is left as it is",
+                        f"set {_ASCEND_VISIBLE} beside it for the NPU (logical ids, npu-smi info lists them)",
+                    )
+                self._add(node, hold)
 
     def _named_for_cuda(self, node: ast.FunctionDef) -> Hold:
         """A function that answers for CUDA by name stays. In a module that already names
@@ -631,6 +832,55 @@ class _Scan:
                         if held is not None:
                             self._add(node, self.holds.names[held])
                             break
+
+
+_ASCEND_VISIBLE = next(k for k, v in VISIBLE_DEVICES_ENV.items() if v == NPU)
+_CUDA_MEMBERS = frozenset({_GPU.upper(), CUDA.upper(), "MULTI_" + _GPU.upper(), "MULTI_" + CUDA.upper()})
+
+
+_GETS = frozenset({"get", "num", "count", "current", "list", "visible", "all"})
+_GOT = frozenset({"count", "devices", "memory", "properties", "state", "states", "tracker", "info", "name"})
+
+
+def _getter(words: list[str]) -> bool:
+    """get_cuda_rng_tracker, num_cuda_devices, cuda_device_count: a name that asks what
+    CUDA has (a `to_cuda` / `cuda_helper` does something and is migrated)."""
+    return words[0] in _GETS or words[-1] in _GOT
+
+
+def _visible_names(accs: frozenset[str]) -> str:
+    return ", ".join(f"{k} ({v})" for k, v in VISIBLE_DEVICES_ENV.items() if v in accs)
+
+
+def _cuda_member(node: ast.AST) -> bool:
+    """DistributedType.MULTI_GPU, DeviceType.CUDA: CUDA's member of an enum (a CamelCase
+    owner), not a module constant."""
+    if not isinstance(node, ast.Attribute) or node.attr not in _CUDA_MEMBERS:
+        return False
+    owner = _spelled(node.value)
+    return bool(owner) and owner[-1][:1].isupper() and not owner[-1].isupper()
+
+
+def _flag_names(test: ast.AST) -> list[str]:
+    """The flags an if tests directly: `use_cuda`, `not self._on_cuda`, `a and args.cuda`
+    (not names inside calls or comparisons)."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _flag_names(test.operand)
+    if isinstance(test, ast.BoolOp):
+        return [n for v in test.values for n in _flag_names(v)]
+    if isinstance(test, ast.Name):
+        return [test.id]
+    if isinstance(test, ast.Attribute):
+        return [test.attr]
+    return []
+
+
+def _api_errors(handler: ast.ExceptHandler) -> bool:
+    """`except AttributeError` / `except (AttributeError, TypeError)`: what an API a torch
+    lacks raises."""
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    names = {k.id for k in kinds if isinstance(k, ast.Name)}
+    return bool(names) and len(names) == len(kinds) and names <= {"AttributeError", "TypeError"}
 
 
 def _answers_for_cuda(name: str) -> bool:

@@ -40,6 +40,7 @@ class FileFacts:
     device_names: frozenset[str] = frozenset()
     package: str | None = None  # the top-level package the module belongs to
     kept: frozenset[str] = frozenset()  # torch.cuda.* names a package module keeps (backends.py)
+    markers: frozenset[str] = frozenset()  # top-level functions that answer for CUDA by name
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,10 @@ class TreeFacts:
     device_names: frozenset[str] = frozenset()
     cuda_re: re.Pattern | None = None  # text of a call to one of cuda.functions
     kept: frozenset[str] = frozenset()  # names the package keeps CUDA: mock.patch targets keep them too
+    # functions that answer for CUDA by name (require_torch_gpu beside require_non_cpu): a
+    # test another module decorates with one stays CUDA's; markers_re finds such a decorator
+    markers: frozenset[str] = frozenset()
+    markers_re: re.Pattern | None = None
 
     @classmethod
     def merge(cls, files: Iterable[FileFacts | None]) -> TreeFacts:
@@ -78,12 +83,20 @@ class TreeFacts:
             cuda_re = re.compile(
                 rb"(?<![\w])(?:" + b"|".join(re.escape(n.encode()) for n in sorted(functions)) + rb")\b"
             )
+        markers = frozenset().union(*(f.markers for f in files)) if files else frozenset()
+        markers_re = None
+        if markers:
+            markers_re = re.compile(
+                rb"@[\w.\s]*?(?<![\w])(?:" + b"|".join(re.escape(n.encode()) for n in sorted(markers)) + rb")\b"
+            )
         return cls(
             gates.TreeCuda(functions, frozenset(f.package for f in files if f.package)),
             {n: frozenset(d) for n, d in values.items() if NPU in d},
             frozenset().union(*(f.device_names for f in files)) if files else frozenset(),
             cuda_re,
             frozenset().union(*(f.kept for f in files)) if files else frozenset(),
+            markers,
+            markers_re,
         )
 
 
@@ -95,11 +108,12 @@ def file_facts(rules: RuleSet, data: bytes, in_package: bool, package: str | Non
         and rules.may_match(data, (PYTHON_CODE,))  # cheap: no rule word, nothing CUDA-only
         and bool(rules.kernel_re.search(data))
     )
-    values = in_package and backends.may_hold(data)
+    holds_here = backends.may_hold(data)
+    values = in_package and holds_here
     devices = flows.may_flow(rules, data)
-    if not (cuda or values or devices or package):
+    if not (cuda or holds_here or devices or package):
         return None
-    if not (cuda or values or devices):
+    if not (cuda or holds_here or devices):
         return FileFacts(package=package)
     tree = stdlib_tree(data)
     if tree is None:
@@ -109,19 +123,20 @@ def file_facts(rules: RuleSet, data: bytes, in_package: bool, package: str | Non
         cuda_only = gates.cuda_only_functions(rules, tree)
     calls = _first_party_calls(tree, package) if _DEF.search(data) else {}
     compared = backends.value_mentions(tree, compared_only=True) if values else {}
+    holds = backends.scan(rules, tree, data.split(b"\n")) if holds_here else None
     return FileFacts(
         cuda_only,
         calls,
         {n: frozenset(d) for n, d in compared.items() if rules.value_literal(n) is not None},
         flows.device_variables(rules, tree) if devices else frozenset(),
         package,
-        _kept(rules, tree, data) if values else frozenset(),
+        _kept(rules, tree, holds) if values and holds is not None else frozenset(),
+        holds.cuda_defs if holds is not None else frozenset(),
     )
 
 
-def _kept(rules: RuleSet, tree: ast.Module, data: bytes) -> frozenset[str]:
+def _kept(rules: RuleSet, tree: ast.Module, holds: backends.Holds) -> frozenset[str]:
     """The renamed names (torch.cuda.empty_cache) a module uses where they stay CUDA."""
-    holds = backends.scan(rules, tree, data.split(b"\n"))
     if not holds.regions:
         return frozenset()
     imports = flat_imports(tree)

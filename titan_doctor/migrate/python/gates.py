@@ -40,6 +40,9 @@ _FLAG_VALUES = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Call, ast.Attribute)
 
 
 _CUDA_ATTR = re.compile(rb"\btorch\s*\.\s*cuda\s*\.\s*([A-Za-z_]\w*)")
+# a module path spelled as a string: importlib.import_module("apex.optimizers"),
+# name.startswith("bitsandbytes."), an optimizer factory's "apex.FusedAdam" entry
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\.?$")
 
 
 def may_gate_kernels(rules: RuleSet, data: bytes, tree_cuda_re: re.Pattern | None = None) -> bool:
@@ -109,6 +112,13 @@ class _Scan:
         self.nodes = list(ast.walk(tree))  # walked once: the scans below read this list
         self.docstrings = {
             id(n.value) for n in self.nodes if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+        }
+        self.import_strings = {  # import_module("apex.optimizers"), name.startswith("bitsandbytes.")
+            id(a)
+            for n in self.nodes
+            if isinstance(n, ast.Call) and _imports_by_name(n.func)
+            for a in n.args
+            if isinstance(a, ast.Constant)
         }
         self.called: set[int] = set()
         self.device = LITERALS["device"]
@@ -262,6 +272,17 @@ class _Scan:
         finally:
             self._strict = False
 
+    def _kernel_string(self, value: str, id_: int) -> Hit | None:
+        """A string naming a CUDA-only library's module ("apex.", "bitsandbytes.optim"): the
+        code imports it by name (the check before it guards that import)."""
+        if "." not in value or not _DOTTED.match(value):
+            return None
+        if id_ not in self.import_strings and not value.endswith("."):
+            return None  # "triton.cudagraphs" handed to an inductor config is a key, not a module
+        path = value.rstrip(".")
+        rule = self.rules.kernel_rule(path) or self.rules.kernel_rule(path.split(".")[0])
+        return (repr(value), rule.fix) if rule is not None else None
+
     def _kernel_at(self, node: ast.AST) -> Hit | None:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and self.rules.strings:
             if id(node) in self.docstrings:
@@ -269,7 +290,7 @@ class _Scan:
             for pattern, rule in self.rules.strings:  # "nvidia-smi" handed to subprocess
                 if rule.kernel and pattern.search(node.value):
                     return repr(node.value), rule.fix
-            return None
+            return self._kernel_string(node.value, id(node))
         if (
             isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call) and not self._strict
         ):  # props(...).major
@@ -378,12 +399,16 @@ class _Scan:
                         return self.tree_cuda.functions[last]
         return None
 
-    def _walk_block(self, body: list[ast.stmt], after: list[ast.stmt], fn: ast.AST | None = None) -> None:
+    def _walk_block(
+        self, body: list[ast.stmt], after: list[ast.stmt], fn: ast.AST | None = None, chosen: tuple = ()
+    ) -> None:
         """`after`: what runs after this block in the enclosing blocks of the same function
         (an early exit or an assert in a nested block guards that too). `fn`: the function
         this block is in, through ifs only: there an `assert <check>` or `if not <check>:
         raise/return` that stays makes the whole function CUDA's (it cannot finish
-        elsewhere), so all of it is kept, its defaults too."""
+        elsewhere), so all of it is kept, its defaults too. `chosen`: the tests of the ifs
+        of this function the block sits in, which picked the branch an assert or early exit
+        guards (`if name.startswith("apex."): assert torch.cuda.is_available()`)."""
         for i, stmt in enumerate(body):
             if not self._touches(stmt):
                 continue  # no device check anywhere inside: nothing to decide here
@@ -393,7 +418,7 @@ class _Scan:
                 negative = _negated(stmt.test)
                 guarded = list(stmt.orelse if negative else stmt.body)
                 if isinstance(stmt, ast.If) and _exits(stmt):
-                    region += rest
+                    region += [*rest, *chosen]
                     if negative and stmt.body and isinstance(stmt.body[-1], _EXITS):
                         guarded = list(body[i + 1 :])
                         if fn is not None and isinstance(stmt.body[-1], (ast.Return, ast.Raise)):
@@ -401,7 +426,9 @@ class _Scan:
                 self._mark(stmt.test, region, guarded=guarded)
                 self._walk_exprs(stmt.test)
             elif isinstance(stmt, ast.Assert):
-                self._mark(stmt.test, rest, own=[stmt], guarded=[fn] if fn is not None else list(body[i + 1 :]))
+                self._mark(
+                    stmt.test, [*rest, *chosen], own=[stmt], guarded=[fn] if fn is not None else list(body[i + 1 :])
+                )
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 # @unittest.skipIf(not torch.cuda.is_available(), ...): the check guards the body
                 for decorator in stmt.decorator_list:
@@ -414,7 +441,10 @@ class _Scan:
             if not scope:
                 inner = fn if isinstance(stmt, ast.If) else None  # through ifs only
             for child in _child_blocks(stmt):
-                self._walk_block(child, [] if scope else rest, inner)
+                tests = () if scope else chosen
+                if isinstance(stmt, ast.If) and child is stmt.body:  # the else is not what the test chose
+                    tests = (*chosen, stmt.test)
+                self._walk_block(child, [] if scope else rest, inner, tests)
 
     def _walk_exprs(self, node: ast.AST, skip_bodies: bool = False) -> None:
         """Device checks outside if/while/assert tests: in a conditional expression its
@@ -425,6 +455,13 @@ class _Scan:
                     self._mark(inner.test, [inner.body, inner.orelse])
             if skip_bodies:
                 self._mark(sub, [], own=[sub])
+
+
+def _imports_by_name(func: ast.AST) -> bool:
+    """importlib.import_module, __import__, find_spec, a project's _import_class, and
+    str.startswith (a path prefix tested to pick the importer)."""
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return "import" in name.lower() or name in ("find_spec", "startswith")
 
 
 def _negated(test: ast.AST) -> bool:

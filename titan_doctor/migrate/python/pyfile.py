@@ -60,10 +60,12 @@ def migrate_python(
         device_names |= facts.device_names
     tree_values = facts.values if facts is not None and place.in_package else {}
     holds = None
-    if tree_values or protected or backends.may_hold(data):
+    markers = facts.markers if facts is not None else frozenset()
+    marked = bool(markers) and facts.markers_re is not None and facts.markers_re.search(data) is not None
+    if tree_values or protected or marked or backends.may_hold(data):
         tree = tree or stdlib_tree(data)
         if tree is not None:
-            holds = backends.scan(rules, tree, data.split(b"\n"), tree_values, device_names, protected)
+            holds = backends.scan(rules, tree, data.split(b"\n"), tree_values, device_names, protected, markers)
     if place.device_siblings:  # CUDA's module of a per-device set: all of it stays
         holds = holds or backends.Holds()
         holds.regions.append(((1, 1), (1 << 30, 1), backends.module_hold(place.device_siblings)))

@@ -80,5 +80,30 @@ OTHER_PLATFORMS = ("hip", "rocm")
 OTHER_BACKENDS = {LITERALS["backend"].npu: LITERALS["device"].npu, "xccl": "xpu", "cncl": "mlu", "mccl": "musa"}
 NPU = LITERALS["device"].npu
 CUDA = LITERALS["device"].cuda
+# The variable each accelerator's runtime reads for the devices a process may see. A file
+# that sets another accelerator's beside CUDA's (CUDA_VISIBLE_DEVICES next to Intel's
+# ZE_AFFINITY_MASK) already picks devices on each of them: CUDA's line stays and Ascend's
+# is what is missing (python/backends.py, text/lines.py). Sources: Intel oneAPI Level Zero
+# docs (ZE_AFFINITY_MASK), ROCm docs (HIP_/ROCR_VISIBLE_DEVICES), Habana docs
+# (HABANA_VISIBLE_MODULES), Cambricon (MLU_VISIBLE_DEVICES), Moore Threads
+# (MUSA_VISIBLE_DEVICES), CANN env var reference (ASCEND_RT_VISIBLE_DEVICES).
+VISIBLE_DEVICES_ENV = {
+    "ASCEND_RT_VISIBLE_DEVICES": LITERALS["device"].npu,
+    "ZE_AFFINITY_MASK": "xpu",
+    "HIP_VISIBLE_DEVICES": "hip",
+    "ROCR_VISIBLE_DEVICES": "rocm",
+    "HABANA_VISIBLE_MODULES": "hpu",
+    "MLU_VISIBLE_DEVICES": "mlu",
+    "MUSA_VISIBLE_DEVICES": "musa",
+}
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+_VISIBLE_RE = re.compile(r"\b(" + "|".join(VISIBLE_DEVICES_ENV) + r")\b")
+
+
+def visible_devices_set(text: str) -> frozenset[str]:
+    """The accelerators (other than CUDA) whose visible-devices variable `text` names."""
+    return frozenset(VISIBLE_DEVICES_ENV[m.group(1)] for m in _VISIBLE_RE.finditer(text))
+
+
 GENERIC_MODULE = ("torch", "accelerator")  # torch.accelerator: the device-generic API
 GENERIC_CALLS = ("torch.get_device_module",)  # device-generic too (answers for npu)

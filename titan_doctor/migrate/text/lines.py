@@ -19,6 +19,7 @@ from titan_doctor.findings import Finding
 from titan_doctor.migrate.context import LineContext
 from titan_doctor.migrate.rules.registry import LINE_PIECES
 from titan_doctor.migrate.rules.ruleset import RuleSet
+from titan_doctor.migrate.rules.words import visible_devices_set
 from titan_doctor.migrate.suppress import codes_on
 from titan_doctor.migrate.text.formats import CI_REASON, is_ci_config
 
@@ -26,12 +27,20 @@ SLURM_DIRECTIVE = "#SBATCH"
 
 
 def rewrite_line(
-    line: str, rules: RuleSet, path: str, lineno: int, findings: list[Finding], suppressed: list[Finding] | None = None
+    line: str,
+    rules: RuleSet,
+    path: str,
+    lineno: int,
+    findings: list[Finding],
+    suppressed: list[Finding] | None = None,
+    visible: frozenset[str] = frozenset(),
 ) -> str:
     """One line with env names (and their values) and text patterns rewritten; findings
     appended. What the line's `# titan-doctor: ignore[CODE]` comment names is left as it
-    is and goes to `suppressed` (when given) instead."""
-    ctx = LineContext(path, lineno, findings, codes_on(line), suppressed, CI_REASON if is_ci_config(path) else "")
+    is and goes to `suppressed` (when given) instead. `visible`: see LineContext."""
+    ctx = LineContext(
+        path, lineno, findings, codes_on(line), suppressed, CI_REASON if is_ci_config(path) else "", visible
+    )
     cut = None if path.endswith(".json") else comment_start(line)
     code, comment = (line, "") if cut is None else (line[:cut], line[cut:])
     if not code.strip():
@@ -67,8 +76,10 @@ def migrate_text(
     Findings silenced by `# titan-doctor: ignore` go to `suppressed` when it is given."""
     text = data.decode("utf-8")
     findings: list[Finding] = []
+    visible = visible_devices_set(text)
     out = [
-        rewrite_line(ln, rules, path, i, findings, suppressed) for i, ln in enumerate(text.splitlines(keepends=True), 1)
+        rewrite_line(ln, rules, path, i, findings, suppressed, visible)
+        for i, ln in enumerate(text.splitlines(keepends=True), 1)
     ]
     new = "".join(out)
     return (data if new == text else new.encode("utf-8")), findings

@@ -26,6 +26,9 @@ from titan_doctor.migrate.rules.kind import Family
 from titan_doctor.migrate.rules.kinds.env_rules import ENV
 from titan_doctor.migrate.rules.kinds.env_values import EnvChange, convert_env
 from titan_doctor.migrate.rules.ruleset import RuleSet
+from titan_doctor.migrate.rules.words import CUDA_VISIBLE_DEVICES, NPU, VISIBLE_DEVICES_ENV
+
+_KEPT_CODE = "NPU114"  # python/backends.py's: code that already runs beyond CUDA
 
 _WRITE_CALLS = ("setdefault", "putenv", "__setitem__")
 _NAME_ONLY_CALLS = ("pop", "unsetenv")
@@ -227,6 +230,9 @@ def rename_in_line(line: str, rules: RuleSet, ctx: LineContext) -> str:
         if value and value.group("kq") and value.group("kq") != before:
             value = None  # a closing quote with no opening one: not a key
         literal = value.group("value") if value and value.group("value") else None
+        if name == CUDA_VISIBLE_DEVICES and ctx.visible:
+            _visible_kept(ctx, m.start() + 1)
+            continue
         change = convert_env(rules, name, literal, value_known=literal is not None)
         fixed = change.status is Status.FIXED and change.new_name is not None
         shown = ctx.report(
@@ -241,6 +247,23 @@ def rename_in_line(line: str, rules: RuleSet, ctx: LineContext) -> str:
             pos = value.end("value")
     out.append(line[pos:])
     return "".join(out)
+
+
+def _visible_kept(ctx: LineContext, col: int) -> None:
+    """CUDA_VISIBLE_DEVICES in a script that sets another accelerator's variable too: CUDA's
+    setting of several stays; Ascend's is what is missing (said unless it is there)."""
+    if NPU in ctx.visible:
+        return
+    ascend = next(k for k, v in VISIBLE_DEVICES_ENV.items() if v == NPU)
+    others = ", ".join(f"{k} ({v})" for k, v in VISIBLE_DEVICES_ENV.items() if v in ctx.visible)
+    ctx.report(
+        _KEPT_CODE,
+        Status.MANUAL,
+        f"{CUDA_VISIBLE_DEVICES} is set beside {others}: each accelerator's visible devices are chosen "
+        "here, so CUDA's is left as it is",
+        col,
+        f"set {ascend} beside it for the NPU (logical ids, npu-smi info lists them)",
+    )
 
 
 FAMILY = Family(
