@@ -63,28 +63,48 @@ class Progress:
             )
 
 
+def _recorded_model(info: CheckpointInfo):
+    """The [model] a trainer step folder's titan-run.json recorded (the run's whole config),
+    or None: not a trainer step folder, or a record without a readable [model]."""
+    from titan_train.checkpoint import lineage
+    from titan_train.config import job as config_mod
+
+    rec = lineage.read_record(info.root) if Path(info.root).is_dir() else None
+    job = (rec or {}).get("config")
+    model = job.get("model") if isinstance(job, dict) else None
+    if not isinstance(model, dict):
+        return None
+    try:
+        return config_mod.from_dict({"model": model}).model
+    except config_mod.ConfigError:
+        return None
+
+
 def model_args_for(info: CheckpointInfo, config: str | Path | None, needed: bool):
-    """ModelArgs from --config's [model] (checked against the checkpoint), else from what the
-    checkpoint declares (params.json / config.json) and implies (shapes). None when not
-    needed and unknown."""
+    """ModelArgs from --config's [model], else from the trainer's titan-run.json in the step
+    folder (both checked against the checkpoint), else from what the checkpoint declares
+    (params.json / config.json) and implies (shapes). None when not needed and unknown."""
     from titan_train.config.model_args import ModelArgs
 
-    if config is not None:
+    recorded = _recorded_model(info) if config is None else None
+    if config is not None or recorded is not None:
         from titan_train.config import job as config_mod
         from titan_train.config.paths import resolve_config
 
-        try:
-            args = config_mod.load(resolve_config(str(config))).model
-        except config_mod.ConfigError as e:
-            raise CheckpointError(f"--config: {e}") from None
+        fix = f"titan-doctor diagnose --checkpoint {info.path} --config {config}"
+        if recorded is not None:
+            args = recorded
+            fix = f"pass --config FILE with the checkpoint's [model] ({Path(info.root) / 'titan-run.json'} records another)"
+        else:
+            try:
+                args = config_mod.load(resolve_config(str(config))).model
+            except config_mod.ConfigError as e:
+                raise CheckpointError(f"--config: {e}") from None
         result = fit.compare(
             info.model, args, fit.expected_shapes(args), info.declared, info.declared_by, info.unmapped
         )
         if not result.ok:
-            raise CheckpointError(
-                fit.one_line(result, args, f"{info.path}"),
-                fix=f"titan-doctor diagnose --checkpoint {info.path} --config {config}",
-            )
+            raise CheckpointError(fit.one_line(result, args, f"{info.path}"), fix=fix)
         return args
     known: dict[str, Any] = {k: v for k, v in info.declared.items() if k not in ("tie_word_embeddings",)}
     implied = fit.inferred(info.model, known.get("n_heads"))
