@@ -26,6 +26,15 @@ left undone:
                   (`backend == "hccl"` in the module that starts the process group):
                   its "cuda"/"nccl" values and the ifs that compare them stay, so a
                   default and its consumers keep agreeing across modules
+    markers       a test under a marker that asks for CUDA itself (`@require_torch_gpu`
+                  held as named for CUDA, here or in another module; `@RunIf(min_cuda_gpus=1)`)
+                  and the helpers of the file only such tests use
+    try/except    `try: import torch_npu ... except ImportError: torch.cuda`, and the
+                  older-torch spelling in `except (AttributeError, TypeError)` of a
+                  device-generic call
+    branches      on CUDA's member of a device enum (`DistributedType.MULTI_GPU`), or on a
+                  flag named for CUDA in a module that names other accelerators
+    visible       CUDA_VISIBLE_DEVICES set beside another accelerator's variable
 
 Where the place already handles npu, nothing is said (the rewrites are counted as kept);
 where it does not, one finding at the place says what is missing (an npu branch, "npu"
