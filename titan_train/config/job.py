@@ -180,7 +180,9 @@ class MetricsConfig:
         "metrics.jsonl path (default: outputs/<config name>/metrics.jsonl); its folder is "
         "the run folder (traces, rank logs, hang dumps)",
     )
-    wandb: bool = setting(False, "also log to Weights & Biases (pip install 'titan-npu[wandb]'), under <run folder>/wandb")
+    wandb: bool = setting(
+        False, "also log to Weights & Biases (pip install 'titan-npu[wandb]'), under <run folder>/wandb"
+    )
     wandb_project: str = setting("titan-npu", "the W&B project")
     wandb_mode: str = setting(
         "offline",
