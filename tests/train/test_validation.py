@@ -79,3 +79,30 @@ def test_a_validation_dataset_that_cannot_be_read_is_one_line_before_any_rank_st
         assert "fewer than training.seq_len + 1" in line
     else:
         assert "validation.dataset: no/such/folder not found" in line
+
+
+@pytest.mark.parametrize("accum", [1, 2])
+def test_the_chunked_loss_and_accumulation_give_the_same_validation_loss(world_of_one, accum):
+    """In one process: training.loss_chunks = 4 and grad_accum_steps cut the same batches
+    differently; the validation loss is the same mean token loss (and the model is untouched)."""
+    import torch
+
+    from titan_train.build import build
+    from titan_train.config import job as config
+    from titan_train.config.parallel_dims import ParallelDims
+    from titan_train.validation import Validator
+
+    from .conftest import REPO
+
+    got = []
+    for chunks in (1, 4):
+        sets = ["training.seq_len=64", "model.n_layers=2", f"training.loss_chunks={chunks}"]
+        sets += [f"training.grad_accum_steps={accum}", 'validation.dataset="builtin"', "validation.batches=2"]
+        cfg = config.load(REPO / "configs" / "llama_debug.toml", sets)
+        parts = build(cfg, ParallelDims.for_world(1), torch.device("cpu"))
+        before = [p.detach().clone() for p in parts.parameters()]
+        validator = Validator(cfg, parts, 0, torch.device("cpu"), say=lambda *a, **k: None)
+        got.append(validator.loss())
+        assert all(torch.equal(a, p) for a, p in zip(before, parts.parameters()))
+        assert all(p.grad is None for p in parts.parameters())  # forward only
+    assert got[0] == pytest.approx(got[1], abs=1e-5) and 5 < got[0] < 10  # ln(2048) = 7.6 at init
