@@ -120,3 +120,16 @@ def test_a_torchtitan_toml_runs_with_torchtitans_own_override_flags(tmp_path):
     assert "global batch 4 x 64 tokens" in proc.stdout  # local 2 x dp 2
     records = [json.loads(x) for x in (tmp_path / "outputs" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "loss" in r] == [1, 2, 3]
+
+
+def test_a_trainer_tomls_validation_section_is_not_read_as_torchtitans(tmp_path):
+    """[validation] is a section of both trainers: dataset / every / batches are this
+    trainer's, enable / freq / steps torchtitan's."""
+    ours = tmp_path / "ours.toml"
+    ours.write_text('[training]\nsteps = 2\n[validation]\ndataset = "builtin"\nevery = 5\n')
+    cfg, conversion = tt.load_either(ours, [], 1)
+    assert conversion is None and (cfg.validation.dataset, cfg.validation.every) == ("builtin", 5)
+    assert cfg.model.rope_theta == 10000.0  # the trainer's default, not llama3's 500000
+    theirs = tmp_path / "theirs.toml"
+    theirs.write_text('[model]\nname = "llama3"\n[validation]\nenable = true\nfreq = 5\n')
+    assert tt.is_torchtitan(tt.config_mod.read_toml(theirs))

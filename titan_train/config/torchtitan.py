@@ -35,7 +35,10 @@ from titan_train.config.job import ConfigError, JobConfig
 from titan_train.config.precision import SHORT_NAMES
 
 # Sections only torchtitan has; a file with any of them is read as a torchtitan config.
-MARKERS = {"job", "parallelism", "lr_scheduler", "activation_checkpoint", "compile", "quantize", "validation"}
+MARKERS = {"job", "parallelism", "lr_scheduler", "activation_checkpoint", "compile", "quantize"}
+# [validation] is both trainers' section: only torchtitan's own keys in it mark a torchtitan file
+# (this trainer's are dataset / every / batches).
+VALIDATION_MARKERS = {"enable", "freq", "steps", "dataset_path", "local_batch_size", "seq_len", "dataloader"}
 
 # torchtitan's defaults for the keys we convert (job_config.py, v0.2.2).
 DEFAULTS = {
@@ -114,8 +117,12 @@ class Conversion:
 
 
 def is_torchtitan(raw: dict[str, Any]) -> bool:
-    model = raw.get("model")
-    return bool(MARKERS & raw.keys()) or (isinstance(model, dict) and "flavor" in model)
+    model, validation = raw.get("model"), raw.get("validation")
+    return (
+        bool(MARKERS & raw.keys())
+        or (isinstance(model, dict) and "flavor" in model)
+        or (isinstance(validation, dict) and bool(VALIDATION_MARKERS & validation.keys()))
+    )
 
 
 def _flatten(raw: dict[str, Any], prefix: str = "") -> dict[str, Any]:
