@@ -407,3 +407,43 @@ def test_an_op_the_chip_lacks_is_named_in_the_fix(tmp_path):
     line = "EZ9999[PID: 1] 2026-01-16-12:48:43.268.275 AclNN_Inner_Error(EZ9999):  Op MoeDistributeDispatchV2 not support soc version ascend910b.\n"
     (f, *_) = explain(tmp_path, line)
     assert f.fix.startswith("MoeDistributeDispatchV2 has no kernel for ascend910b")
+
+
+# ---- classes from the seventh fresh batch (stop 25) -----------------------------------------------
+
+
+def test_a_line_that_names_a_family_in_words_beats_no_finding(tmp_path):
+    text = (
+        "(raylet) store_runner.cc:83: System memory request exceeds memory available in /dev/shm. The request is "
+        "for 10200547328 bytes, and the amount available is 9663676416 bytes.\n"
+    )
+    (f,) = explain(tmp_path, "starting\n" + text)
+    assert f.code == "log.exception" and f.data["family"] == "host_shm" and f.line == 2
+    assert "--shm-size" in f.fix and "likely" in f.message
+    (g,) = explain(tmp_path, "all good\nstep 3 loss 2.1\n")
+    assert g.code == "log.none"
+
+
+def test_sigkill_spelled_by_other_launchers_is_host_ram(tmp_path):
+    for line in ("exits with return code = -9", "subprocess died with <Signals.SIGKILL: 9>"):
+        (f,) = explain(tmp_path, line + "\n")
+        assert f.code == "log.dist.worker_killed" and "offload" in f.fix, line
+
+
+def test_runtime_lookups_and_builds_that_name_two_versions(tmp_path):
+    (f,) = explain(tmp_path, "RuntimeError: Failed to find function HcclCommInitRootInfoConfig\n")
+    assert f.code == "log.torch_npu.cann_function_missing" and "CANN" in f.detail
+    line = (
+        "Exception: >- DeepSpeed Op Builder: Installed CUDA version 12.0 does not match the version torch was "
+        "compiled with 11.8, unable to compile cuda/cpp extensions without a matching cuda version.\n"
+    )
+    (g,) = explain(tmp_path, line)
+    assert g.code == "log.deepspeed.cuda_version_mismatch" and "CUDA 11.8 toolkit" in g.fix
+
+
+def test_gloo_connect_to_a_loopback_address_and_hccl_device_ip(tmp_path):
+    line = "  what():  [/work/third_party/gloo/gloo/transport/tcp/pair.cc:724] connect [127.0.1.1]:3210: Connection refused\n"
+    (f,) = explain(tmp_path, line)
+    assert f.code == "log.gloo.connect_failed" and "127.0.1.1:3210" in f.detail and "GLOO_SOCKET_IFNAME" in f.fix
+    (g,) = explain(tmp_path, "[RanktablCheck] 'device ip' is not set correctly, must be set when multi Server\n")
+    assert g.code == "log.hccl.device_ip_not_set" and "/etc/hccn.conf" in g.fix

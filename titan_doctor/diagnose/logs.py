@@ -1065,6 +1065,9 @@ def _extracted(
             "this is the error it raised: the last exception of the first traceback that is not the launcher's."
             if kind == "exception"
             else "it raises no Python exception; this is the first line that reports an error."
+            if kind == "error line"
+            else "it raises no Python exception and reports no error in words; this is the first line that names a "
+            "kind of failure, so the finding is a likely cause to confirm."
         )
         + (f"\nraised from {raised.frame}" if raised.frame else "")
         + f"\nTo confirm the family: {fam['confirm']}\n> {raised.text[:300]}",
@@ -1129,6 +1132,13 @@ def explain(paths: list[Path]) -> list[Finding]:
         if raised:
             return [_extracted(raised, paths, lines)]
         reported = tracebacks.first_error_line(paths)
+        if reported and families.guess(reported[0].text + " " + " ".join(reported[1])) != "other":
+            return [_extracted(reported[0], paths, lines, advice=reported[1], kind="error line")]
+        # the most specific evidence: a line that names a family of failure in words beats an
+        # error line that names none
+        named = tracebacks.first_line_where(paths, lambda t: families.guess(t) != "other")
+        if named:
+            return [_extracted(named, paths, lines, kind="family line")]
         if reported:
             return [_extracted(reported[0], paths, lines, advice=reported[1], kind="error line")]
         return [

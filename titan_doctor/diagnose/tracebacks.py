@@ -15,7 +15,7 @@ has an error line: `first_error_line` finds it, with the advice a runtime prints
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,6 +141,22 @@ def _after_prefix(text: str) -> str:
     """The message of a glog / runtime log line: the text after its bracketed prefix."""
     head, sep, rest = text.rpartition("] ")
     return rest.strip() if sep and len(rest.strip()) > 3 and "[" in head else text.strip()
+
+
+MAX_FAMILY_SCAN = 20000  # lines read for a family line when nothing else matched
+
+
+def first_line_where(paths: Iterable[Path], says: Callable[[str], bool]) -> Raised | None:
+    """The first line (not a comment or an INFO/DEBUG line) for which `says` is true: the line
+    in a log with no error line and no known error that names a family of failure in words
+    ("System memory request exceeds memory available in /dev/shm")."""
+    for path in paths:
+        for no, text, _ in raw_lines(path):
+            if no > MAX_FAMILY_SCAN:
+                break
+            if len(text.strip()) > 8 and not _QUIET.search(text) and says(text):
+                return Raised(_after_prefix(text)[:300], str(path), no, rank=parse(str(path), no, text).rank)
+    return None
 
 
 def first_error_line(paths: Iterable[Path]) -> tuple[Raised, list[str]] | None:
