@@ -447,3 +447,28 @@ def test_gloo_connect_to_a_loopback_address_and_hccl_device_ip(tmp_path):
     assert f.code == "log.gloo.connect_failed" and "127.0.1.1:3210" in f.detail and "GLOO_SOCKET_IFNAME" in f.fix
     (g,) = explain(tmp_path, "[RanktablCheck] 'device ip' is not set correctly, must be set when multi Server\n")
     assert g.code == "log.hccl.device_ip_not_set" and "/etc/hccn.conf" in g.fix
+
+
+def test_torchrun_error_files_root_the_rank_that_raised_not_the_peer_that_saw_it(tmp_path):
+    """torchrun's per-rank error.json: rank 0 only saw rank 1 go (gloo's 'Connection closed by
+    peer'); rank 1 raised its own error, which no signature knows. Rank 1's error is the root."""
+    import json
+
+    def write(rank, message):
+        d = tmp_path / "logs" / "run_x" / "attempt_0" / str(rank)
+        d.mkdir(parents=True)
+        stack = (
+            f'Traceback (most recent call last):\n  File "/work/train.py", line 160, in _train\n    step()\n{message}\n'
+        )
+        body = {"message": {"message": message, "extraInfo": {"py_callstack": stack, "timestamp": "1796187787"}}}
+        (d / "error.json").write_text(json.dumps(body))
+
+    write(
+        0,
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:55978",
+    )
+    write(1, "RuntimeError: the loss went negative in my own check at step 2")
+    found = logs.explain([tmp_path / "logs"])
+    assert found[0].code == "log.exception" and found[0].data["rank"] == 1
+    assert "loss went negative" in found[0].message and "failing rank raised" in found[0].detail
+    assert any("consequence" in f.message and f.data["rank"] == 0 for f in found[1:])

@@ -15,7 +15,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-from titan_doctor.diagnose import error_codes, families, incidents, signatures, state_dict_errors, tracebacks
+from titan_doctor.diagnose import (
+    error_codes,
+    families,
+    incidents,
+    log_lines,
+    signatures,
+    state_dict_errors,
+    tracebacks,
+)
 from titan_doctor.diagnose.incidents import Event, Incident
 from titan_doctor.diagnose.log_facts import Facts, classify_address
 from titan_doctor.diagnose.log_lines import expand, raw_lines
@@ -1060,9 +1068,17 @@ def _extracted(
         "log.exception",
         Status.FAIL,
         f"root cause (not in titan-doctor's list{likely}): {raised.text[:200]} — at {raised.path}:{raised.line}{who}",
-        detail=f"No signature or error code of titan-doctor matches this log ({len(paths)} file(s), {lines} lines); "
+        detail=(
+            f"What titan-doctor recognises in this log ({len(paths)} file(s), {lines} lines) is only what the other "
+            "ranks saw when one failed (a peer closing its connection); this is the error the failing rank raised "
+            "itself, the last exception of its traceback."
+            if kind == "own error"
+            else f"No signature or error code of titan-doctor matches this log ({len(paths)} file(s), {lines} lines); "
+        )
         + (
-            "this is the error it raised: the last exception of the first traceback that is not the launcher's."
+            ""
+            if kind == "own error"
+            else "this is the error it raised: the last exception of the first traceback that is not the launcher's."
             if kind == "exception"
             else "it raises no Python exception; this is the first line that reports an error."
             if kind == "error line"
@@ -1088,6 +1104,21 @@ def _extracted(
             "lines": lines,
         },
     )
+
+
+def _own_error_elsewhere(paths: list[Path], found: list[Incident], root: Incident) -> tracebacks.Raised | None:
+    """An exception raised in a file or on a rank other than the root incident's, on a line no
+    incident covers: what the failing rank raised, when the known events are all consequences."""
+    covered = {(ln.path, ln.no) for inc in found for e in inc.events for ln in e.lines}
+    for r in tracebacks.scan(paths):
+        if r.launcher or (r.path, r.line) in covered:
+            continue
+        rank = r.rank if r.rank is not None else log_lines.file_rank(r.path)
+        if r.path != root.path and (rank is None or rank != root.rank):
+            if r.rank is None:
+                r.rank = rank
+            return r
+    return None
 
 
 def _collective_mismatch(facts: Facts) -> Finding | None:
@@ -1164,6 +1195,17 @@ def explain(paths: list[Path]) -> list[Finding]:
             rank_of[id(e)] = r
     cause = root.cause
     exc = exception_behind(root) if cause.rank >= incidents.WRAPPER_RANK else None
+    own = _own_error_elsewhere(paths, found, root) if cause.consequence and not exc else None
+    if own is not None:
+        # every known event is what a rank saw when another one failed; the error another rank
+        # raised itself (torchrun's error.json of the failing rank) is the root cause
+        also = {inc.cause.id: inc for inc in found}
+        return [_extracted(own, paths, lines, kind="own error")] + [
+            _finding(
+                inc.cause, inc, "also", seen, rank_of, " (a consequence: this rank saw the failing one go)", facts=facts
+            )
+            for inc in also.values()
+        ]
     if mismatch and cause.rank > signatures.analysis("nccl.collective_mismatch")["rank"]:
         out = [mismatch, _finding(cause, root, "also", seen, rank_of, facts=facts)]
     elif exc:
