@@ -87,9 +87,10 @@ _CUDA_DEF = re.compile(  # a def or call of a function named for CUDA, getattr(t
     rb"|\b(?:is|has|check|require|requires|supports|can)_\w*(?i:cuda|nccl|nvml|nvidia|rocm|hip|gpu)\w*\s*\("
     rb"|\b\w*(?i:cuda|nccl|nvml|rocm)_(?:\w+_)?(?:available|version|supported|capability)\s*\("
     rb"|\bgetattr\s*\(\s*torch\s*,"
-    rb"|@[\w.]+\([^)\n]*\b(?:\w+_)?cuda(?:_\w+)?\s*="  # @RunIf(min_cuda_gpus=1): a test marked for CUDA
-    rb"|\.MULTI_(?:GPU|CUDA)\b|\b[A-Z][A-Za-z]*[a-z][A-Za-z]*\.(?:GPU|CUDA)\b"  # DistributedType.MULTI_GPU
 )
+# asked only when a cheap `in` finds their words (these scans run on every file of a tree)
+_MARKED = re.compile(rb"(?m)^\s*@[\w.]+\([^)\n]*\b(?:\w+_)?cuda(?:_\w+)?\s*=")  # @RunIf(min_cuda_gpus=1)
+_MEMBER = re.compile(rb"\.MULTI_(?:GPU|CUDA)\b|\b[A-Z][A-Za-z]*[a-z][A-Za-z]*\.(?:GPU|CUDA)\b")
 _DEVICE_VALUE = re.compile(r"^([a-z]+)(?::\d+)?$")
 _VISIBLE_ENV = re.compile(rb"\b(?:" + "|".join(VISIBLE_DEVICES_ENV).encode() + rb")\b")
 _FALSY = (None, False, 0, "")
@@ -110,7 +111,13 @@ CODE = "NPU114"
 def may_hold(data: bytes) -> bool:
     """Cheap text check: does the file name another accelerator, define a function named
     for CUDA, or look a device module up with getattr?"""
-    if any(p.search(data) for p in _MENTIONS) or _CUDA_DEF.search(data) or _VISIBLE_ENV.search(data):
+    if any(p.search(data) for p in _MENTIONS) or _CUDA_DEF.search(data):
+        return True
+    if (b"VISIBLE_" in data or b"ZE_AFFINITY" in data) and _VISIBLE_ENV.search(data):
+        return True
+    if (b"cuda_" in data or b"_cuda" in data) and b"@" in data and _MARKED.search(data):
+        return True
+    if (b".GPU" in data or b".CUDA" in data or b".MULTI_" in data) and _MEMBER.search(data):
         return True
     at = data.find(_AVAILABLE)
     while at >= 0:  # is_xpu_available, pt_npu_available: the name before "_available"
@@ -727,9 +734,10 @@ class _Scan:
     def _visible_devices(self, nodes: list[ast.AST]) -> None:
         """CUDA_VISIBLE_DEVICES set beside another accelerator's variable (ZE_AFFINITY_MASK):
         the file picks devices on each, so CUDA's setting stays and Ascend's is missing."""
-        if not any(_VISIBLE_ENV.search(line) for line in self.lines):
+        text = b"\n".join(self.lines)
+        if not ((b"VISIBLE_" in text or b"ZE_AFFINITY" in text) and _VISIBLE_ENV.search(text)):
             return
-        accs = visible_devices_set(b"\n".join(self.lines).decode("utf-8", "replace"))
+        accs = visible_devices_set(text.decode("utf-8", "replace"))
         for node in nodes:
             if isinstance(node, ast.Constant) and node.value == CUDA_VISIBLE_DEVICES:
                 if NPU in accs:
