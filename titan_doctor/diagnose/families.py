@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 import titan_knowledge as knowledge
+from titan_doctor.diagnose import signatures
 
 
 @functools.cache
@@ -52,13 +53,32 @@ def _strerrors() -> tuple[tuple[str, str], ...]:
 _WRITING = re.compile(r"(?i)\bwrite\b|\bwrit(?:ing|e\(\))|\bsave|\bflush|\bfsync|streamwriter")
 
 
+@functools.cache
+def _prefilter() -> tuple[tuple[str, ...], tuple[re.Pattern, ...]]:
+    """Lower-case literals of which a hint's every match contains one, and the hints that have
+    none (those always run): most lines contain no literal, and a substring test says so
+    (guess runs on every line of a log in which nothing else was found)."""
+    literals: list[str] = [err for err, _ in _strerrors()]
+    always = []
+    for rx, _ in _data()[1]:
+        found = signatures.needles(rx.pattern)
+        if found:
+            literals.extend(n.lower() for n in found)
+        else:
+            always.append(rx)
+    return tuple(literals), tuple(always)
+
+
 def guess(text: str) -> str:
     """The likely family of an error text ('other' when no hint fits): the hints first, then
     the strerror text of an errno the message quotes ("... failed with Input/output error")."""
+    literals, always = _prefilter()
+    low = text.lower()
+    if not any(n in low for n in literals) and not any(rx.search(text) for rx in always):
+        return "other"
     for rx, family in _data()[1]:
         if rx.search(text):
             return family
-    low = text.lower()
     for err, family in _strerrors():
         if err in low:
             if family == "hardware" and _WRITING.search(text):

@@ -146,10 +146,14 @@ _CANN_DTYPES = {
 }
 
 
+_DT_INPUT = re.compile(r"(\w+) not (?:implemented|supported) for DT_")
+
+
 def _cann_dtype(e: Event) -> dict[str, Any]:
-    dt = e.groups.get("dt") or e.groups.get("dt2") or "DT_?"
+    dt = "DT_" + (e.groups.get("dt") or e.groups.get("dt2") or "?")
     torch_name, cast = _CANN_DTYPES.get(dt, (dt, "a dtype the operator lists (float16/float32, int32/int64)"))
-    what = e.groups.get("what")
+    named = _DT_INPUT.search(e.line.text)
+    what = named.group(1) if named else ""
     return {
         "dt_name": dt,
         "dt_torch": torch_name,
