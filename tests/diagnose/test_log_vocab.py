@@ -181,3 +181,11 @@ def test_every_rendezvous_exception_of_the_installed_torch_has_a_signature():
         m = signatures.best_match(f"torch.distributed.elastic.rendezvous.api.{name}")
         assert m is not None, name
         assert m.sig.family == "rendezvous" and name in m.sig.source, name
+
+
+def test_no_signature_prefilters_on_an_everyday_word():
+    """A signature whose pre-filter literal is a common word (' for ', 'not ') runs its regex
+    on most lines of every log: 200,000 lines took 28 s instead of 2 with one such row."""
+    common = {"for", "not", "the", "and", "to", "of", "is", "in", "at", "on"}
+    for s in signatures.load():
+        assert not any(n.strip(" ,.:").lower() in common for n in s.needles), (s.id, s.needles)
