@@ -472,3 +472,47 @@ def test_torchrun_error_files_root_the_rank_that_raised_not_the_peer_that_saw_it
     assert found[0].code == "log.exception" and found[0].data["rank"] == 1
     assert "loss went negative" in found[0].message and "failing rank raised" in found[0].detail
     assert any("consequence" in f.message and f.data["rank"] == 0 for f in found[1:])
+
+
+# ---- classes from the eighth fresh batch (stop 25) -------------------------------------------------
+
+
+def test_signal_exit_codes_sigbus_is_shared_memory_and_sigkill_without_a_colon(tmp_path):
+    (f,) = explain(tmp_path, "[launch.py:315:sigkill_handler] exits with return code = -7\n")
+    assert f.code == "log.dist.worker_bus_error" and "--shm-size" in f.fix
+    (g,) = explain(tmp_path, "ERROR:torch.distributed.elastic: failed (exitcode -9) local_rank: 0\n")
+    assert g.code == "log.dist.worker_killed"
+
+
+def test_mismatched_collectives_tp_divisibility_and_the_driver_library(tmp_path):
+    line = "init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls at and around rank 39.\n"
+    (f,) = explain(tmp_path, line)
+    assert f.code == "log.nccl.mismatched_collective" and "rank 39" in f.detail and "same collectives" in f.fix
+    (g,) = explain(
+        tmp_path, "ValueError: Total number of attention heads (40) must be divisible by tensor parallel size (6).\n"
+    )
+    assert g.code == "log.config.heads_not_divisible_by_tp" and "divides 40" in g.fix
+    (h,) = explain(tmp_path, "gpustack_runtime.detector.pydcmi.DCMIError_LibraryNotFound: Library Not Found\n")
+    assert h.code == "log.ascend.dcmi_library_missing" and "/usr/local/dcmi" in h.fix
+
+
+def test_shm_open_refused_is_permissions_not_size(tmp_path):
+    (f, *_) = explain(
+        tmp_path, "node08:1:2 [0] include/shm.h:27 NCCL WARN Call to shm_open failed : Permission denied\n"
+    )
+    assert "ls -ld /dev/shm" in f.fix and "refused, not out of room" in f.detail
+    (g, *_) = explain(
+        tmp_path, "node08:1:2 [0] include/shm.h:27 NCCL WARN Call to posix_fallocate failed : No space left on device\n"
+    )
+    assert "--shm-size=16g" in g.fix and "ls -ld" not in g.fix
+
+
+def test_a_serving_engine_anywhere_in_the_log_gets_the_serving_oom_advice(tmp_path):
+    oom = (
+        "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.96 GiB total capacity; 55.91 GiB "
+        "already allocated; 55.91 GiB current active; 1.80 GiB free; 58.73 GiB reserved in total by PyTorch)\n"
+    )
+    (f, *_) = explain(tmp_path, "INFO vllm serve Qwen/Qwen3 --gpu-memory-utilization 0.95\n" + "x\n" * 60 + oom)
+    assert "--gpu-memory-utilization" in f.fix
+    (g, *_) = explain(tmp_path, oom)
+    assert "--gpu-memory-utilization" not in g.fix

@@ -65,10 +65,13 @@ class Facts:
         default_factory=dict
     )  # (opCount, nranks) -> proc -> call
     compiled: bool = False  # the job compiles its model (torch.compile, a compile flag, dynamo frames)
+    serving: bool = False  # a serving engine's process printed in this log (vLLM / SGLang workers)
     graph_mode: bool = False  # NPU graph capture / replay is in use (torch_npu's graphs.py, ACL graph, torchair)
     _n_coll: int = 0
 
     def feed(self, text: str) -> None:
+        if not self.serving and ("vllm" in text or "vLLM" in text or "sglang" in text or "EngineCore" in text):
+            self.serving = True
         if not self.graph_mode and ("raph" in text or "torchair" in text):
             self.graph_mode = bool(_GRAPH.search(text))
         if not self.compiled and ("ompile" in text or "_dynamo" in text or "_orig_mod" in text):

@@ -401,6 +401,14 @@ _CALL_NOTE = {
         "with medium: Memory at /dev/shm; check df -h /dev/shm), or NCCL_SHM_DISABLE=1 (slower); ",
     ),
     "socket": (" It is a socket call of NCCL's network transport.", "NCCL_SOCKET_IFNAME=<iface the nodes share>; "),
+    # refused, not full: /dev/shm is not writable for this user, or a segment of that name is another user's
+    "shm_denied": (
+        " It is one of the calls that create NCCL's shared memory segment in /dev/shm, and it was refused, not out "
+        "of room: /dev/shm is not writable for this user (mounted read-only or with other permissions), or a "
+        "stale nccl-shm-* file of another user holds the name.",
+        "ls -ld /dev/shm must show drwxrwxrwt (mount a writable tmpfs there: docker --ipc=host or --shm-size); "
+        "remove stale /dev/shm/nccl-* files of other users; or NCCL_SHM_DISABLE=1 (slower); ",
+    ),
 }
 
 
@@ -417,7 +425,9 @@ def _sockerr(e: Event) -> dict[str, Any]:
         if re.search(r"socket|bind|listen|accept|connect|poll|send|recv", call)
         else ""
     )
-    note, fix = _CALL_NOTE.get(kind, ("", ""))
+    note, fix = _CALL_NOTE.get(
+        "shm_denied" if kind == "shm" and out.get("errno_name") in ("EACCES", "EPERM") else kind, ("", "")
+    )
     out["call_note"], out["call_fix"] = note, fix
     err = g.get("err")
     out["err_note"] = f" ({err.strip()})" if err else ""
@@ -916,7 +926,8 @@ def _finding(
     if facts is not None and facts.compiled and e.parse in _KEY_PARSERS:
         groups = _compiled_keys(groups)
     detail = signatures.fill(e.cause, groups)
-    fix = signatures.fill(e.fix_serving if e.fix_serving and _serving(e, inc) else e.fix, groups)
+    serving = _serving(e, inc) or (facts is not None and facts.serving)
+    fix = signatures.fill(e.fix_serving if e.fix_serving and serving else e.fix, groups)
     if root and e.id.startswith(_CODE_KINDS):
         said, setting_fix = _setting_said(e.more or _same_line_more(e, inc))
         detail_extra = said
