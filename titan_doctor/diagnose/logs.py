@@ -175,14 +175,14 @@ _CUDA_ERRORS = {
         "virtual machine or these GPU models)",
         "export NCCL_P2P_DISABLE=1 (NCCL then copies through host memory); nvidia-smi topo -m shows the links",
     ),
-    "out of memory": ("the GPU had no memory left for NCCL's buffers", families.next_step("oom_device")),
+    "out of memory": ("the GPU had no memory left for NCCL's buffers", "oom_device"),
     "invalid device ordinal": (
         "a process selected a GPU index that it cannot see",
-        families.next_step("device_visibility"),
+        "device_visibility",
     ),
     "all CUDA-capable devices are busy or unavailable": (
         "the GPU is in exclusive-process mode and held by another process, or unavailable",
-        families.next_step("device_busy"),
+        "device_busy",
     ),
     "CUDA driver version is insufficient for CUDA runtime version": (
         "the NVIDIA driver is older than the CUDA runtime torch was built with",
@@ -196,7 +196,8 @@ def _cuda_err(e: Event) -> dict[str, Any]:
     known = _CUDA_ERRORS.get((e.groups.get("err") or "").strip())
     if not known:
         return {"cuda_note": "", "cuda_fix": ""}
-    return {"cuda_note": f" Here: {known[0]}.", "cuda_fix": known[1] + "; "}
+    fix = families.next_step(known[1]) if known[1] in families.ids() else known[1]  # a family: its next step
+    return {"cuda_note": f" Here: {known[0]}.", "cuda_fix": fix + "; "}
 
 
 # torch_npu APIs that moved: the attribute a log says is missing -> where it lives now
