@@ -142,12 +142,10 @@ def decode_ecode(code: str, message: str = "") -> Code:
     if known:
         fix, cause = known["fix"], known["cause"]
         reason = message.partition("Reason:")[2]
-        if known.get("catch_all") and reason:
-            # a catch-all code's Reason names the failure; its family says what to do about it
-            family = families.guess(reason)
-            if family != "other":
-                fix = families.next_step(family) + "; " + fix
-                cause += f" Here the Reason points at: {families.get(family)['title']}."
+        named = families.named_by(reason) if known.get("catch_all") else None
+        if named:  # a catch-all code's Reason names the failure; its family says what to do
+            fix = named["next_step"] + "; " + fix
+            cause += f" Here the Reason points at: {named['title']}."
         return Code(
             f"ecode.{code}",
             code,
@@ -196,12 +194,12 @@ def _from_catalogue(code: str, ref: dict[str, Any], comp: dict[str, Any] | None,
         cause += f" Possible cause (CANN): {ref['possible_cause']}"
     # the catalogue's message template names the kind of failure ("Failed to bind the IP
     # port. Reason: %s"); the text the log filled in says which family it is
-    family = families.guess(message) if message else "other"
+    named = families.named_by(message)
     fix = "; ".join(
         x
         for x in (
             ref.get("solution", "").rstrip("."),
-            families.next_step(family) if family != "other" else "",
+            named["next_step"] if named else "",
             comp["fix"] if comp else "Read the message after the code and the plog",
         )
         if x

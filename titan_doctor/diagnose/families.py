@@ -39,6 +39,13 @@ def next_step(family: str) -> str:
     return get(family)["next_step"]
 
 
+def named_by(text: str) -> dict[str, Any] | None:
+    """The family a code's message names ("Reason: Set visible device failed ..."), or None:
+    what a generic code adds to its own advice."""
+    family = guess(text) if text else "other"
+    return None if family == "other" else get(family)
+
+
 @functools.cache
 def _strerrors() -> tuple[tuple[str, str], ...]:
     """(strerror text, family) of every errno rules/errno.toml gives a family, longest first

@@ -1179,7 +1179,7 @@ def explain(paths: list[Path]) -> list[Finding]:
         if raised:
             return [_extracted(raised, paths, lines)]
         reported = tracebacks.first_error_line(paths)
-        if reported and families.guess(reported[0].text + " " + " ".join(reported[1])) != "other":
+        if reported and families.named_by(reported[0].text + " " + " ".join(reported[1])):
             return [_extracted(reported[0], paths, lines, advice=reported[1], kind="error line")]
         # the most specific evidence: a line that names a family of failure in words beats an
         # error line that names none
