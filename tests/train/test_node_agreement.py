@@ -241,3 +241,14 @@ def test_a_store_whose_host_left_after_the_verdict_still_gives_the_one_line():
 
     with pytest.raises(nodes.Disagreement, match="^node 1 started with --nproc 2"):
         nodes._fail_everywhere(HostLeft(), "node 1 started with --nproc 2, node 0 with --nproc 1", 1)
+
+
+def test_a_store_lost_with_an_empty_message_still_gives_the_one_line():
+    """torch's c10d store can raise a RuntimeError with no text when its host is gone; quoting
+    its first line raised an IndexError traceback (seen in CI) instead of the one-line error."""
+    from titan_train.runtime import launch
+
+    opts = launch.LaunchOptions(nproc=2, nnodes=2, rdzv_endpoint="127.0.0.1:29400")
+    err = launch._store_went_away(opts, RuntimeError(), "start every node again")
+    assert str(err).startswith("rendezvous at 127.0.0.1:29400 broke off:")
+    assert "(RuntimeError); start every node again" in str(err)

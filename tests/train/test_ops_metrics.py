@@ -40,17 +40,29 @@ def test_tensorboard_events_carry_every_metrics_field(real_run, tmp_path):
     acc.Reload()
     steps = [r for r in records if "step" in r]
     numeric = {k for r in steps for k, v in r.items() if k != "step" and isinstance(v, (int, float))}
-    assert {"loss", "grad_norm", "lr", "tokens_per_s", "mfu", "peak_mem_gib"} <= numeric
+    assert {"loss", "grad_norm", "lr", "tokens_per_s", "peak_mem_gib"} <= numeric
+    # a step whose clock says >= 100% of peak keeps its figure as mfu_over_peak, never as mfu
+    assert numeric & {"mfu", "mfu_over_peak"}
     # every numeric field, under torchtitan's tag where it has one (a CPU's RSS keeps its name)
     assert set(acc.Tags()["scalars"]) == {metrics.TB_TAGS.get(k, k) for k in numeric}
     for key, tag in (("loss", "loss_metrics/global_avg_loss"), ("lr", "lr"), ("tokens_per_s", "tokens_per_s")):
         got = [(e.step, e.value) for e in acc.Scalars(tag)]
         assert got == [(r["step"], pytest.approx(r[key], rel=1e-6)) for r in steps]
-    mfu = [(e.step, e.value) for e in acc.Scalars("mfu(%)")]
-    assert mfu == [(r["step"], pytest.approx(100 * r["mfu"], rel=1e-6)) for r in steps]
+    for key, tag, scale in (("mfu", "mfu(%)", 100.0), ("mfu_over_peak", "mfu_over_peak", 1.0)):
+        want = [(r["step"], pytest.approx(scale * r[key], rel=1e-6)) for r in steps if r.get(key) is not None]
+        got = [(e.step, e.value) for e in acc.Scalars(tag)] if want else []
+        assert got == want
     assert acc.Tags()["tensors"] == ["start/text_summary"]  # the start record (config) as text
     text = acc.Tensors("start/text_summary")[0].tensor_proto.string_val[0].decode()
     assert json.loads(text.strip("`\n"))["config"]["model"]["d_model"] == 256
+
+
+def test_tb_scalars_put_a_figure_over_peak_apart_from_mfu():
+    rec = {"step": 3, "loss": 2.0, "mfu": 0.25, "peak_mem_gib": 1.5, "peak_mem_kind": "tensors"}
+    assert metrics.tb_scalars(rec) == {
+        "loss_metrics/global_avg_loss": 2.0, "mfu(%)": 25.0, "memory/max_active(GiB)": 1.5}
+    over = {"step": 3, **metrics.mfu_fields(2.5), "peak_mem_gib": 1.5, "peak_mem_kind": "rss"}
+    assert metrics.tb_scalars(over) == {"mfu_over_peak": 2.5, "peak_mem_gib": 1.5}
 
 
 def test_resumed_tensorboard_run_purges_steps_after_the_checkpoint(tmp_path):

@@ -42,6 +42,7 @@ from titan_train.checkpoint import lineage, resume_compare, resume_plan
 from titan_train.checkpoint.formats import CheckpointError  # noqa: F401  (one error type for every checkpoint problem)
 from titan_train.config.job import to_dict
 from titan_train.runtime import faults, write_errors
+from titan_train.runtime.messages import first_line
 
 
 class ModelState(Stateful):
@@ -133,7 +134,7 @@ class Checkpointer:
                 load(candidate.path, self.states)
             except CheckpointException as e:  # damage the index check could not see
                 if dist.get_rank() == 0:
-                    resume_plan.set_aside(candidate.path, f"failed to load ({_first_line(e)})", self.say)
+                    resume_plan.set_aside(candidate.path, f"failed to load ({first_line(e)})", self.say)
                 dist.barrier()
                 continue
             self.last_saved, self.lineage = candidate.step, candidate.lineage

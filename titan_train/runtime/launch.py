@@ -43,6 +43,7 @@ from pathlib import Path
 
 from titan_train.runtime import nodes, restarts, write_errors
 from titan_train.runtime.finite_guard import EXIT_NON_FINITE
+from titan_train.runtime.messages import first_line
 from titan_train.runtime.signals import EXIT_SIGINT, EXIT_SIGTERM, HANDLED, Handlers, exit_code
 from titan_train.runtime.watchdog import EXIT_HANG, diagnose_command, read_dumps, stuck_ranks
 
@@ -322,7 +323,7 @@ def _c10d_rendezvous(opts: LaunchOptions) -> Rendezvous:
 def _store_went_away(opts: LaunchOptions, e: Exception, same: str) -> LaunchError:
     return LaunchError(
         f"rendezvous at {opts.rdzv_endpoint} broke off: the node hosting its store (the first one started) "
-        f"went away, which says why in its own line ({str(e).splitlines()[0][:120]}); {same}"
+        f"went away, which says why in its own line ({first_line(e, 120)}); {same}"
     )
 
 

@@ -25,6 +25,7 @@ from torch.distributed.checkpoint.metadata import StorageMeta
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
 from titan_train.checkpoint.formats import CheckpointError, UnsafeCheckpoint, pickles
+from titan_train.runtime.messages import first_line
 
 
 class SafeFileSystemReader(FileSystemReader):
@@ -86,7 +87,7 @@ def _translate(err: BaseException, path: Path) -> CheckpointError:
     if isinstance(err, CheckpointError):
         return err
     if isinstance(err, FileNotFoundError) or "No such file" in text:
-        return CheckpointError(f"{path}: a file of the DCP checkpoint is missing ({text.splitlines()[0][:160]})")
+        return CheckpointError(f"{path}: a file of the DCP checkpoint is missing ({first_line(err, 160)})")
     return CheckpointError(
         f"{path}: cannot read the DCP checkpoint: {type(err).__name__}: "
         f"{text.strip().splitlines()[-1][:200] if text.strip() else ''}"

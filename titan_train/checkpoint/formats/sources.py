@@ -17,6 +17,7 @@ import torch
 from titan_train.checkpoint.formats import CheckpointError, UnsafeCheckpoint, detect, naming, pickles
 from titan_train.checkpoint.formats.detect import CheckpointInfo
 from titan_train.checkpoint.formats.dtypes import torch_dtype
+from titan_train.runtime.messages import first_line
 
 Index = tuple  # of slices, one per dim
 
@@ -30,7 +31,7 @@ def safe_torch_load(path: Path) -> Any:
         raise UnsafeCheckpoint(f"{path}: torch.load(weights_only=True) refused it ({first})") from None
     except (RuntimeError, OSError, EOFError, ValueError) as e:
         raise CheckpointError(
-            f"{path}: truncated or damaged torch.save file ({str(e).strip().splitlines()[0][:160]})"
+            f"{path}: truncated or damaged torch.save file ({first_line(e, 160)})"
         ) from None
 
 
