@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from titan_doctor.diagnose import (
+    build_and_dispatch,
     error_codes,
     families,
     incidents,
@@ -722,6 +723,9 @@ _PARSERS = {
     "oom_killer": _oom_killer,
     "cuda_err": _cuda_err,
     "npu_api": _npu_api,
+    "backend_kernel": lambda e: build_and_dispatch.backend_kernel(e.groups, e.line.text),
+    "feature_device": lambda e: build_and_dispatch.feature_device(e.groups, e.line.text),
+    "link_error": lambda e: build_and_dispatch.link_error(e.groups, e.line.text),
 }
 
 

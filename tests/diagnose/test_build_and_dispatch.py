@@ -1,0 +1,108 @@
+"""Three classes read from their own text (titan_doctor/diagnose/build_and_dispatch.py): the
+dispatcher's 'Could not run <op> with arguments from the <backend> backend', a torch feature that
+lists the devices it runs on, and a C/C++ link that leaves a symbol undefined. Each case is a
+spelling from the source its signature cites, in the contexts users meet it."""
+
+import pytest
+
+from titan_doctor.diagnose import logs
+
+_DISPATCH = (
+    "NotImplementedError: Could not run '{op}' with arguments from the '{backend}' backend. This could be "
+    "because the operator doesn't exist for this backend, or was omitted during the selective/custom build "
+    "process (if using custom build). '{op}' is only available for these backends: [{avail}]."
+)
+
+
+def root(tmp_path, text):
+    p = tmp_path / "run.log"
+    p.write_text(text)
+    return logs.explain([p])[0]
+
+
+@pytest.mark.parametrize(
+    "op,backend,avail,says,fix",
+    [
+        ("aten::_fused_rms_norm", "PrivateUse1", "CPU, CUDA, Meta", "torch_npu registers no kernel", "torch_npu.npu_*"),
+        ("aten::_fused_rms_norm", "NPU", "CPU, CUDA", "torch_npu registers no kernel", "CPU"),
+        (
+            "xformers::efficient_attention_forward_cutlass",
+            "PrivateUse1",
+            "CUDA",
+            "xformers extension",
+            "scaled_dot_product_attention",
+        ),
+        ("npu::npu_fusion_attention", "CPU", "PrivateUse1, Meta", "inputs are on the CPU", ".to('npu')"),
+        ("aten::_flash_attention_forward", "CPU", "CUDA, Meta", "cpu tensors", "CUDA"),
+        ("aten::nonzero", "Meta", "CPU, CUDA, PrivateUse1", "meta (shape-only) kernel", "torch.compiler.disable"),
+        ("aten::mm", "SparseCsrPrivateUse1", "CPU, CUDA", "SparseCsrPrivateUse1 kind", "dense"),
+    ],
+)
+def test_dispatcher_errors_say_which_mistake_the_backend_shows(tmp_path, op, backend, avail, says, fix):
+    f = root(tmp_path, "[rank0]: " + _DISPATCH.format(op=op, backend=backend, avail=avail) + "\n")
+    assert f.code == "log.op.no_kernel_for_backend"
+    assert op in f.detail and says in f.detail
+    assert fix in f.fix
+
+
+def test_dispatcher_error_lists_only_the_device_backends_it_has(tmp_path):
+    f = root(
+        tmp_path, _DISPATCH.format(op="aten::foo", backend="PrivateUse1", avail="CPU, AutogradCPU, Python, CUDA") + "\n"
+    )
+    assert "it has kernels only for: CPU, CUDA." in f.detail
+
+
+@pytest.mark.parametrize(
+    "line,feature,npu_fix",
+    [
+        (
+            "ValueError: FlexAttention is only supported on CUDA, CPU, HPU, or MPS devices. Found input tensors on npu device.",
+            "FlexAttention",
+            True,
+        ),
+        ("RuntimeError: Jiterator is only supported on CUDA and ROCm GPUs, none are available.", "Jiterator", False),
+        ("RuntimeError: out_dtype is only supported for CUDA or XPU", "out_dtype", False),
+    ],
+)
+def test_a_feature_that_lists_its_devices_is_named_with_them(tmp_path, line, feature, npu_fix):
+    f = root(tmp_path, line + "\n")
+    assert f.code == "log.op.feature_not_on_device"
+    assert f.detail.startswith(f"{feature} runs only on ")
+    assert ("npu_fusion_attention" in f.fix) is npu_fix
+    if npu_fix:
+        assert "the inputs are on npu" in f.detail
+
+
+def test_a_device_list_that_includes_no_device_is_not_this_class(tmp_path):
+    f = root(tmp_path, "ValueError: reshape is only supported on NHWC tensors if the target size is [X, -1].\n")
+    assert f.code != "log.op.feature_not_on_device"
+
+
+@pytest.mark.parametrize(
+    "line,says,fix",
+    [
+        (
+            "main.cpp:(.text+0x2a): undefined reference to `torch_npu::init_npu(std::string const&)'",
+            "C++ API of torch_npu",
+            "build_libtorch_npu.py",
+        ),
+        (
+            "op.cpp:(.text+0x1f): undefined reference to `c10::detail::torchCheckFail(char const*, char const*, unsigned int, std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&)'",
+            "C++ string ABI",
+            "_GLIBCXX_USE_CXX11_ABI",
+        ),
+        ("demo.cc:(.text+0x10): undefined reference to `aclrtSetDevice'", "CANN library", "-lascendcl"),
+        (
+            "model.cpp:(.text+0x88): undefined reference to `at::_ops::add_Tensor::call(at::Tensor const&)'",
+            "defined by libtorch",
+            "find_package(Torch)",
+        ),
+        ("/usr/bin/ld: cannot find -lhccl: No such file or directory", "libhccl.so", "set_env.sh"),
+        ("x.c:(.text+0x5): undefined reference to `my_helper'", "no library on the link line", "nm -DC"),
+        ("x.c:(.text+0x5): undefined reference to `oracle_connect'", "no library on the link line", "nm -DC"),
+    ],
+)
+def test_link_errors_name_who_defines_the_symbol(tmp_path, line, says, fix):
+    f = root(tmp_path, "[ 50%] Linking CXX executable demo\n" + line + "\ncollect2: error: ld returned 1 exit status\n")
+    assert f.code == "log.build.undefined_reference"
+    assert says in f.detail and fix in f.fix
