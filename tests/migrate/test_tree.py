@@ -186,3 +186,33 @@ def test_a_cuda_marker_of_another_module_keeps_the_tests_it_marks(tmp_path):
     # alone (no marker module in the tree) the same test file is CUDA's only: it moves
     alone = _run(tmp_path / "alone", {"test_gpu.py": GPU_TESTS.replace("from .testing_utils", "from testing_utils")})
     assert b".npu()" in alone["test_gpu.py"].new
+
+
+TRAINER = """def device_name(device):
+    if device == "npu":
+        return "Ascend"
+    return str(device)
+"""
+
+TEST_MODEL = """import torch
+
+
+class TestModel:
+    def setup_method(self):
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.model = torch.nn.Linear(2, 2).to(self.device)
+"""
+
+
+def test_a_device_value_held_by_another_module_keeps_the_check_that_chooses_it(tmp_path):
+    """The package compares `device` with "npu", so its tests' "cuda" stays CUDA's case; the
+    check choosing it stays too, or on an NPU the test would pick "cuda" (trl's tests)."""
+    files = {
+        "lib/__init__.py": "",
+        "lib/trainer.py": TRAINER,
+        "lib/tests/__init__.py": "",
+        "lib/tests/test_model.py": TEST_MODEL,
+    }
+    result = _run(tmp_path, files)["lib/tests/test_model.py"]
+    assert result.state == engine.UNCHANGED
+    assert result.findings == [] and result.kept == 2

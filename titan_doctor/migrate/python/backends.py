@@ -24,8 +24,9 @@ left undone:
     value names   a device or backend name (`device`, `backend`) that also takes another
                   accelerator's value in this file, or npu's anywhere in the tree
                   (`backend == "hccl"` in the module that starts the process group):
-                  its "cuda"/"nccl" values and the ifs that compare them stay, so a
-                  default and its consumers keep agreeing across modules
+                  its "cuda"/"nccl" values, the ifs that compare them and the checks
+                  that choose them (`device = "cuda" if torch.cuda.is_available() else
+                  "cpu"`) stay, so a default and its consumers keep agreeing across modules
     markers       a test under a marker that asks for CUDA itself (`@require_torch_gpu`
                   held as named for CUDA, here or in another module; `@RunIf(min_cuda_gpus=1)`)
                   and the helpers of the file only such tests use
@@ -849,6 +850,16 @@ class _Scan:
                         if held is not None:
                             self._add(node, self.holds.names[held])
                             break
+                else:  # no held name compared: `if torch.cuda.is_available(): device = "cuda"`
+                    held = next((n for n in _cuda_bound(node.body + node.orelse) if n in self.holds.names), None)
+                    if held is not None and self._cuda_check(node.test):
+                        self._add(node, self.holds.names[held])
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.IfExp):
+                # device = "cuda" if torch.cuda.is_available() else "cpu": the value stays, so
+                # does the check that chooses it, or it would pick "cuda" on an NPU
+                held = next((n for n in _cuda_bound([node]) if n in self.holds.names), None)
+                if held is not None:
+                    self._add(node.value, self.holds.names[held])
 
 
 _ASCEND_VISIBLE = next(k for k, v in VISIBLE_DEVICES_ENV.items() if v == NPU)
@@ -945,6 +956,28 @@ def _constants(node: ast.AST, shallow: bool = False) -> list[str]:
     if shallow:
         return [e.value for e in getattr(node, "elts", []) if isinstance(e, ast.Constant) and isinstance(e.value, str)]
     return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def _cuda_bound(stmts: list[ast.stmt]) -> list[str]:
+    """The names these statements (not their nested blocks) bind to a CUDA device value:
+    `device = "cuda"`, `self.device = f"cuda:{rank}"`, `device = "cuda" if ok else "cpu"`."""
+    names = []
+    for stmt in stmts:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and _cuda_value(stmt.value):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            names += [n for t in targets if (n := _operand(t)) is not None]
+    return names
+
+
+def _cuda_value(node: ast.AST) -> bool:
+    """A CUDA device string, or a conditional expression choosing one."""
+    if isinstance(node, ast.IfExp):
+        return _cuda_value(node.body) or _cuda_value(node.orelse)
+    if isinstance(node, ast.JoinedStr):
+        return bool(node.values) and _cuda_value(node.values[0])
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value == CUDA or node.value.startswith(CUDA + ":")
+    return False
 
 
 def _operand(node: ast.AST) -> str | None:
