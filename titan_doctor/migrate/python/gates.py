@@ -18,10 +18,11 @@ CUDA-only means: a name under a `kernel = true` report rule (resolved through th
 imports), a name imported from a module whose path matches the kernel_gate rule's
 `module_globs` (`from .ops.triton.layer_norm import rms_norm_fn`), a function or method of
 this file that uses one (`self._triton_forward(x)`, `kernel[grid](...)`, or hands one on:
-`run_tuned(_kernel, x)`, `local_map(...)(_fused)`), or an object
-built by torch.utils.cpp_extension.load. Name resolution here is flat (every import in the
-file counts everywhere): an over-approximation, which errs on the safe side (a manual
-finding, never a wrong rewrite).
+`run_tuned(_kernel, x)`, `local_map(...)(_fused)`), an object
+built by torch.utils.cpp_extension.load, or another library's switch named for CUDA that the
+check is handed to (`MergeOptions(cuda=torch.cuda.is_available())`). Name resolution here
+is flat (every import in the file counts everywhere): an over-approximation, which errs on
+the safe side (a manual finding, never a wrong rewrite).
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ from titan_doctor.migrate.rules.words import LITERALS
 from titan_doctor.migrate.walk.astnames import flat_imports, qualified
 
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+_CUDA_WORD = LITERALS["device"].cuda
+_OPTION_FIX = (
+    "on Ascend pass False (or that library's own NPU option, where it has one): a true switch runs its CUDA path"
+)
+# a keyword named for CUDA handed a value (`cuda=`, `use_cuda=`): see _Scan._cuda_option
+_CUDA_KEYWORD = re.compile(rb"[(,]\s*(?:\w+_)?cuda(?:_\w+)?\s*=(?!=)")
 _FLAG_VALUES = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Call, ast.Attribute)
 
 
@@ -54,6 +61,8 @@ def may_gate_kernels(rules: RuleSet, data: bytes, tree_cuda_re: re.Pattern | Non
     if not rules.gate_re.search(data):
         return False
     if rules.kernel_re.search(data) or (tree_cuda_re is not None and tree_cuda_re.search(data)):
+        return True
+    if _CUDA_KEYWORD.search(data):
         return True
     return any(m.group(1).decode() not in rules.npu_names for m in _CUDA_ATTR.finditer(data))
 
@@ -377,11 +386,36 @@ class _Scan:
         lines = self._gate_lines(expr)
         if not lines:
             return
-        hit = self._uses_kernel(region) or self._uses_kernel(own, strict=True) or self._tree_call_in(expr)
+        hit = (
+            self._uses_kernel(region)
+            or self._uses_kernel(own, strict=True)
+            or self._tree_call_in(expr)
+            or self._cuda_option(expr)
+        )
         if hit:
             for line in lines:
                 self.lines.setdefault(line, hit)
             self.protected.extend(guarded)
+
+    def _cuda_option(self, expr: ast.AST) -> Hit | None:
+        """A check handed to another library's switch named for CUDA
+        (`MergeOptions(cuda=torch.cuda.is_available())`): that library runs its CUDA code
+        when the switch is on, which the flipped check would turn on on an NPU. A callee of
+        this file or its tree is migrated with it, so its switch moves with the check."""
+        for node in ast.walk(expr):
+            if not isinstance(node, ast.Call):
+                continue
+            for kw in node.keywords:
+                if kw.arg is None or _CUDA_WORD not in kw.arg.lower().split("_") or not self._gate_lines(kw.value):
+                    continue
+                q = self._qname(node.func)
+                if q is None or q.startswith(".") or q.split(".")[0] in self._first_party():
+                    continue
+                return f"{q.rsplit('.', 1)[-1]}({kw.arg}=...), {q.split('.')[0]}'s switch for CUDA", _OPTION_FIX
+        return None
+
+    def _first_party(self) -> frozenset[str]:
+        return self.tree_cuda.packages if self.tree_cuda is not None else frozenset()
 
     def _tree_call_in(self, expr: ast.AST) -> Hit | None:
         """A CUDA-only function of another module called in the check itself
