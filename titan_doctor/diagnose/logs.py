@@ -21,6 +21,7 @@ from titan_doctor.diagnose import (
     families,
     incidents,
     log_lines,
+    programming_errors,
     signatures,
     state_dict_errors,
     tracebacks,
@@ -482,6 +483,11 @@ _IB_STATUS = {
 }
 
 
+def _peer(e: Event) -> dict[str, Any]:
+    peer = e.groups.get("peer")
+    return {"peer_note": f" (peer {peer})" if peer else ""}
+
+
 def _ib_status(e: Event) -> dict[str, Any]:
     status = int(e.groups.get("status", "-1"))
     name, meaning = _IB_STATUS.get(status, (f"ibv_wc_status {status}", "see ibv_wc_status_str"))
@@ -700,6 +706,7 @@ _PARSERS = {
     "endpoint": _endpoint,
     "port": _port,
     "ib_status": _ib_status,
+    "peer": _peer,
     "memcpy": _memcpy,
     "buffsize": _buffsize,
     "soc_pair": _soc_pair,
@@ -726,6 +733,10 @@ _PARSERS = {
     "backend_kernel": lambda e: build_and_dispatch.backend_kernel(e.groups, e.line.text),
     "feature_device": lambda e: build_and_dispatch.feature_device(e.groups, e.line.text),
     "link_error": lambda e: build_and_dispatch.link_error(e.groups, e.line.text),
+    "dtype_pair": lambda e: programming_errors.dtype_pair(e.groups, e.line.text),
+    "view_size": lambda e: programming_errors.view_size(e.groups, e.line.text),
+    "matmul_dims": lambda e: programming_errors.matmul_dims(e.groups, e.line.text),
+    "inplace": lambda e: programming_errors.inplace(e.groups, e.line.text),
 }
 
 
@@ -930,6 +941,7 @@ def _finding(
     )
     if facts is not None and facts.compiled and e.parse in _KEY_PARSERS:
         groups = _compiled_keys(groups)
+    groups = signatures.unmatched_blank(e.id, groups)
     detail = signatures.fill(e.cause, groups)
     serving = _serving(e, inc) or (facts is not None and facts.serving)
     fix = signatures.fill(e.fix_serving if e.fix_serving and serving else e.fix, groups)

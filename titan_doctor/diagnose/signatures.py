@@ -147,6 +147,17 @@ def analysis(id_: str) -> dict[str, Any]:
     return _analyses()[id_]
 
 
+@functools.cache
+def _group_names() -> dict[str, tuple[str, ...]]:
+    return {sig.id: tuple(sig.regex.groupindex) for sig in load()}
+
+
+def unmatched_blank(id_: str, groups: dict[str, Any]) -> dict[str, Any]:
+    """`groups` with the signature's named groups that took no part in the match as "", so a
+    template naming an alternative's group ({exc}{exc2}) never prints the bare field."""
+    return {**dict.fromkeys(_group_names().get(id_, ()), ""), **groups}
+
+
 def match_line(line: str, section: str = "") -> list[Match]:
     """Every signature that matches this line; `section` is the part of the log it is in
     (signatures with `only_in` match only there)."""
