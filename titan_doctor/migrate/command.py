@@ -23,6 +23,8 @@ from titan_doctor.findings import (
 )
 
 PROGRESS_MIN_FILES = 100
+# rules/words.py's TARGETS, spelled here so that --help loads no rules (a test compares them)
+TARGETS = ("npu", "portable")
 
 # What --check exits 1 for, said once: --help, README and .pre-commit-hooks.yaml carry this
 # sentence word for word (tests/migrate/test_cli.py compares them).
@@ -43,7 +45,8 @@ def _codes(values: tuple[str, ...]) -> list[str]:
     return [c.strip() for v in values for c in v.split(",") if c.strip()]
 
 
-HELP = f"""Rewrite CUDA PyTorch code in PATH... (files or folders) for Ascend NPU.
+HELP = f"""Rewrite CUDA PyTorch code in PATH... (files or folders) for Ascend NPU, or
+(--target portable) for any device.
 
 \b
 Modes:
@@ -53,6 +56,20 @@ Modes:
   --diff         print a unified diff, write nothing
   --check        write nothing; for CI and pre-commit
   --output DIR   write a migrated copy of the tree to DIR
+
+\b
+Targets (--target):
+  npu (default)  for Ascend NPU: torch.cuda.* -> torch.npu.*, "cuda" -> "npu",
+                 nccl -> hccl, CUDA settings to their Ascend names, `import torch_npu`
+                 where rewrites need it
+  portable       device-generic PyTorch that runs unchanged on CUDA, NPU and CPU:
+                 torch.cuda.X -> torch.accelerator.X where torch 2.13 has it,
+                 torch.cuda.amp's autocast / GradScaler -> torch.autocast /
+                 torch.amp.GradScaler with the device type, a bare "cuda" / "nccl"
+                 given to a call -> the current accelerator's type / its default
+                 backend (CPU / gloo without one); never adds `import torch_npu`.
+                 Whatever has no device-generic form stays and is reported [manual]
+                 (rules/migrate/portable.toml lists what is mapped)
 
 \b
 Files read: Python (.py), Jupyter notebooks (.ipynb: the code cells, IPython magics
@@ -135,6 +152,14 @@ Exit codes:
     "torch 2.5+ loads torch_npu by itself and a library that imports it no longer imports "
     "without it; always = every module that needs it; never.",
 )
+@click.option(
+    "--target",
+    type=click.Choice(TARGETS),
+    default=TARGETS[0],
+    show_default=True,
+    help="npu: rewrite for Ascend NPU; portable: rewrite to device-generic PyTorch "
+    "(torch.accelerator, torch.autocast) that runs on CUDA, NPU and CPU alike (see above).",
+)
 @click.option("--list-rules", is_flag=True, help="Print the rule codes and exit.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for tool errors.")
 def migrate(
@@ -151,6 +176,7 @@ def migrate(
     ignore,
     rule_files,
     torch_npu_import,
+    target,
     list_rules,
     debug,
 ):
@@ -170,6 +196,7 @@ def migrate(
             rule_files,
             list_rules,
             torch_npu_import,
+            target,
         )
     except MigrateError as e:
         click.echo(f"titan-doctor migrate: error: {e}", err=True)
@@ -208,6 +235,7 @@ def _run(
     rule_files,
     list_rules,
     torch_npu_import="scripts",
+    target=TARGETS[0],
 ) -> int:
     from titan_doctor.migrate.engine import discovery, writes
     from titan_doctor.migrate.engine import runner as engine
@@ -216,7 +244,9 @@ def _run(
     for p in [*paths, *rule_files]:
         if not p.exists() and not p.is_symlink():
             raise MigrateError(f"{p}: no such file or directory")
-    rules = load_rules(rule_files, _codes(select), _codes(ignore))
+    rules = load_rules(rule_files, _codes(select), _codes(ignore), target)
+    if target == TARGETS[1]:
+        torch_npu_import = "never"  # device-generic code does not depend on torch_npu
     if list_rules:
         for c, msg in sorted(rules.help.items()):
             click.echo(f"{c}  {msg}")

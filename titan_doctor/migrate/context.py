@@ -68,8 +68,10 @@ class Context:
         suppressed_lines: dict[int, frozenset[str]] | None = None,
         trace: bool = False,
         hold: Callable[[int, int, str], Hold | None] | None = None,
+        report_only: dict[str, str] | None = None,
     ) -> None:
         self.path = path
+        self._report_only = report_only or {}  # code -> why its rewrites are not made (a target)
         self._where, self._lookup = where, lookup
         self._hold = hold  # (line, column, code) -> why a rewrite there stays, or None
         self.kept = 0  # rewrites not made because the code there already runs beyond CUDA
@@ -141,6 +143,19 @@ class Context:
             if hold is not None and status is Status.MANUAL and (hold.quiet or (note and not hold.guarded)):
                 self.kept += 1
                 return True
+        if rewrite and code in self._report_only:  # --target portable: reported, not made
+            finding = Finding(
+                code=code,
+                status=Status.MANUAL,
+                message=f"{message}: not rewritten, {self._report_only[code]}",
+                fix=fix,
+                path=self.path,
+                line=line,
+                col=col,
+            )
+            self.findings.append(finding)
+            self.block(node, message, fix)
+            return False
         if status is Status.MANUAL and not rewrite:
             key = (code, line, col, message)
             if key in self._manual_seen:
@@ -228,16 +243,18 @@ class LineContext:
     # the accelerators besides CUDA whose visible-devices variable the file sets (words.py):
     # there CUDA_VISIBLE_DEVICES is CUDA's setting of several, left as it is
     visible: frozenset[str] = frozenset()
+    report_codes: dict[str, str] | None = None  # code -> why its changes are not made (a target)
 
     def report(self, code: str, status: Status, message: str, col: int, fix: str) -> bool:
         """Record a finding at `col` of the line; False when it is suppressed, or the file
         is only reported (`report_only`), and the text must stay as it is."""
-        if self.report_only and status is Status.FIXED:
-            status, message = Status.MANUAL, f"{message}: not rewritten, {self.report_only}"
+        only = self.report_only or (self.report_codes or {}).get(code, "")
+        if only and status is Status.FIXED:
+            status, message = Status.MANUAL, f"{message}: not rewritten, {only}"
         finding = Finding(code=code, status=status, message=message, fix=fix, path=self.path, line=self.line, col=col)
         if silences(self.ignore, code):
             if self.suppressed is not None:
                 self.suppressed.append(finding)
             return False
         self.findings.append(finding)
-        return not self.report_only
+        return not only

@@ -48,7 +48,7 @@ def build(
     stays because the code already runs on more than CUDA (python/backends.py)."""
     positions, scopes = Positions(source, statements), Scopes()
     hold = holds.at if holds is not None and holds.regions else None
-    ctx = Context(path, positions.of, scopes.lookup, suppressed_lines, trace, hold)
+    ctx = Context(path, positions.of, scopes.lookup, suppressed_lines, trace, hold, rules.report_only)
     file = PythonFile(
         positions,
         scopes,

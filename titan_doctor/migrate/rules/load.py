@@ -8,19 +8,20 @@ import functools
 from collections.abc import Iterable
 from pathlib import Path
 
-from titan_doctor.migrate.rules import prefilter
+from titan_doctor.migrate.rules import portable, prefilter
 from titan_doctor.migrate.rules.kind import CODE_RE, REWRITERS, Rule
 from titan_doctor.migrate.rules.registry import FAMILIES, FAMILY_OF, FIELDS, KINDS
 from titan_doctor.migrate.rules.ruleset import RuleSet
-from titan_doctor.migrate.rules.words import NPU_MODULE
+from titan_doctor.migrate.rules.words import NPU_MODULE, TARGETS
 from titan_knowledge import KnowledgeError, load_toml, rules_dir, typed_entry
 
 NPU_API_FILE = "npu_api.toml"
+NOT_RULES = (NPU_API_FILE, portable.FILE)  # tables read by their own code, not [[rule]] files
 
 
 def builtin_files() -> list[Path]:
     folder = rules_dir() / "migrate"
-    return sorted(p for p in folder.glob("*.toml") if p.name != NPU_API_FILE)
+    return sorted(p for p in folder.glob("*.toml") if p.name not in NOT_RULES)
 
 
 @functools.lru_cache(maxsize=1)
@@ -47,9 +48,15 @@ def parse_rule(entry: object, where: str) -> tuple[Rule | None, list[str]]:
     return (rule if not errors else None), errors
 
 
-def load_rules(extra: Iterable[Path | str] = (), select: Iterable[str] = (), ignore: Iterable[str] = ()) -> RuleSet:
+def load_rules(
+    extra: Iterable[Path | str] = (),
+    select: Iterable[str] = (),
+    ignore: Iterable[str] = (),
+    target: str = TARGETS[0],
+) -> RuleSet:
     """Built-in rules, then each `--rules FILE` (later entries win on the same name).
-    Every problem in every file is collected first and raised together, one line each."""
+    Every problem in every file is collected first and raised together, one line each.
+    target = "portable": the rules laid over by rules/migrate/portable.toml (portable.py)."""
     api = load_toml(rules_dir() / "migrate" / NPU_API_FILE).get("torch_npu", {})
     # npu_api.toml lists torch.npu's names under the module's own name
     rs = RuleSet(
@@ -76,6 +83,10 @@ def load_rules(extra: Iterable[Path | str] = (), select: Iterable[str] = (), ign
                 rules.append(rule)
     if errors:
         raise KnowledgeError("\n".join(errors))
+    if target == portable.TARGET:
+        table = portable.table()
+        rules = [r for r in portable.overlay(rules, table) if _selected(r.code, select, ignore)]
+        portable.finish(rs, rules, table)
     for rule in rules:
         kind = KINDS[rule.kind]
         rs.help.setdefault(rule.code, kind.describe(rule))

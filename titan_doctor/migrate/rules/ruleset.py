@@ -14,6 +14,7 @@ import fnmatch
 from collections.abc import Callable, Iterable
 
 from titan_doctor.migrate.rules.prefilter import Prefilter
+from titan_doctor.migrate.rules.words import TARGETS
 
 
 class RuleSet:
@@ -32,6 +33,11 @@ class RuleSet:
         self.help: dict[str, str] = {}  # code -> one line (--list-rules, SARIF)
         self.prefilters: dict[str, Prefilter] = {}  # rewriter -> its pre-filter
         self._name_rules: dict[str, object] = {}  # qname -> name_rule's answer (asked per use)
+        # --target portable (rules/portable.py): codes reported and not rewritten -> why,
+        # and the device / backend expressions a "cuda" / "nccl" string becomes
+        self.target = TARGETS[0]
+        self.report_only: dict[str, str] = {}
+        self.portable_exprs: dict[str, str] = {}
         for name, empty in fields.items():
             setattr(self, name, empty())
 
@@ -118,6 +124,12 @@ class RuleSet:
         if cap is not None and not cap.attrs:
             return qname, cap.fix
         return None
+
+    def portable_text(self, kind: str, torch: str) -> str:
+        """--target portable: the expression a bare "cuda" device (kind "device") or "nccl"
+        backend ("backend") becomes, spelled with `torch`, the file's name for torch."""
+        device = self.portable_exprs["device"].format(torch=torch)
+        return device if kind == "device" else self.portable_exprs["backend"].format(torch=torch, device=device)
 
     def value_literal(self, name: str) -> str | None:
         """The literal kind a name holds when a producer binds it (`device`,

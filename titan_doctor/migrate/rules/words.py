@@ -52,6 +52,10 @@ LITERALS: dict[str, Literal] = {
         "backend", "nccl", "hccl", re.compile(r"^(?=.*\bnccl\b)(?:\w+:)?\w+(?:,(?:\w+:)?\w+)*$"), re.compile(r"^nccl$")
     ),
 }
+# `migrate --target`: for Ascend NPU (the default), or device-generic PyTorch
+# (rules/portable.py). command.py spells them again (its --help loads no rules):
+# tests/migrate/test_portable.py checks both agree.
+TARGETS = ("npu", "portable")
 GATE_NPU = "npu"  # a rename rule's gate = "npu": the next name must be one torch.npu provides
 
 # The other accelerators torch knows by device type (a device string, `torch.<name>`, an

@@ -39,7 +39,14 @@ def rewrite_line(
     appended. What the line's `# titan-doctor: ignore[CODE]` comment names is left as it
     is and goes to `suppressed` (when given) instead. `visible`: see LineContext."""
     ctx = LineContext(
-        path, lineno, findings, codes_on(line), suppressed, CI_REASON if is_ci_config(path) else "", visible
+        path,
+        lineno,
+        findings,
+        codes_on(line),
+        suppressed,
+        CI_REASON if is_ci_config(path) else "",
+        visible,
+        rules.report_only,
     )
     cut = None if path.endswith(".json") else comment_start(line)
     code, comment = (line, "") if cut is None else (line[:cut], line[cut:])

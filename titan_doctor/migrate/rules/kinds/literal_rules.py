@@ -29,6 +29,7 @@ class LiteralArg(Rule):
     keywords: tuple[str, ...] = ()
     any_arg: bool = False
     implicit: bool = False
+    keywords_only: bool = False  # implicit only for a call passing keyword arguments alone
     report_only: bool = False
 
 

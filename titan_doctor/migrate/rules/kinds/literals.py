@@ -30,7 +30,15 @@ from titan_doctor.findings import Status
 from titan_doctor.migrate.context import Context, Hold
 from titan_doctor.migrate.cstutil import operand_name, plain_text, string_value, with_text
 from titan_doctor.migrate.rules.kind import Family, PythonFile, fill, glob_re
-from titan_doctor.migrate.rules.kinds.literal_rules import AMBIGUOUS, ASSIGN, COMPARE, LITERAL_ARG, Assign, Compare
+from titan_doctor.migrate.rules.kinds.literal_rules import (
+    AMBIGUOUS,
+    ASSIGN,
+    COMPARE,
+    LITERAL_ARG,
+    Assign,
+    Compare,
+    LiteralArg,
+)
 from titan_doctor.migrate.rules.ruleset import RuleSet
 from titan_doctor.migrate.rules.words import LITERALS
 
@@ -69,6 +77,7 @@ class Literals:
         self._implicit: dict[int, object] = {}  # id(call) -> rule whose CUDA default is made explicit
         self._device_compare = next((r for r in rules.compares if r.literal == "device"), None)
         self._held_names = file.held_names  # device/backend names whose CUDA values stay
+        self._scopes = file.scopes  # --target portable spells its expressions with torch's name
 
     # -- marking (pre-order): which strings are in a device/backend position ----------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -87,7 +96,12 @@ class Literals:
                 if rule.any_arg or (a.keyword is not None and a.keyword.value in rule.keywords):
                     self._mark(a.value, rule)
                     given = given or a.keyword is not None
-            if rule.implicit and not given and not any(a.star for a in node.args):
+            if (
+                rule.implicit
+                and not given
+                and not any(a.star for a in node.args)
+                and not (rule.keywords_only and positional)
+            ):
                 self._implicit[id(node)] = rule
         for a in node.args:
             if a.keyword is None:
@@ -263,9 +277,15 @@ class Literals:
         if rule is None:
             return updated
         literal = LITERALS[rule.literal]
-        msg = fill(
-            rule.message, old=f"(default {literal.cuda!r})", new=repr(literal.npu), version=self.rules.npu_version
-        )
+        value: cst.BaseExpression = cst.SimpleString(f'"{literal.npu}"')
+        new = repr(literal.npu)
+        if self.rules.portable_exprs:
+            portable = self._portable(rule.literal)
+            if portable is None:
+                self._not_portable(rule, original.func, f"(default {literal.cuda!r})", "no torch binding here")
+                return updated
+            new, value = portable
+        msg = fill(rule.message, old=f"(default {literal.cuda!r})", new=new, version=self.rules.npu_version)
         if not self.ctx.emit(rule.code, Status.FIXED, original.func, msg, rule.fix, rewrite=True):
             return updated
         args = list(updated.args)
@@ -274,7 +294,7 @@ class Literals:
         args.append(
             cst.Arg(
                 keyword=cst.Name(rule.keywords[0]),
-                value=cst.SimpleString(f'"{literal.npu}"'),
+                value=value,
                 equal=cst.AssignEqual(
                     whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
                 ),
@@ -317,9 +337,45 @@ class Literals:
         if plain_text(original) is None or getattr(rule, "report_only", False):  # escapes inside: a person
             self.ctx.emit(rule.code, Status.MANUAL, original, msg, rule.fix)
             return updated
+        if self.rules.portable_exprs and isinstance(rule, LiteralArg):
+            return self._rewrite_portable(rule, original, updated, value)
         if not self.ctx.emit(rule.code, Status.FIXED, original, msg, rule.fix, rewrite=True):
             return updated
         return with_text(updated, new)
+
+    # -- --target portable: a bare "cuda" / "nccl" given to a call becomes an expression ---
+    def _portable(self, kind: str) -> tuple[str, cst.BaseExpression] | None:
+        """(text, node) of the device-type (or backend) expression (rules/portable.py),
+        spelled with this file's name for torch; None when nothing here binds torch."""
+        torch = self._scopes.torch_alias
+        if torch is None:
+            return None
+        text = self.rules.portable_text(kind, torch)
+        return text, cst.parse_expression(text)
+
+    def _rewrite_portable(self, rule, original: cst.SimpleString, updated: cst.SimpleString, value: str):
+        literal = LITERALS[rule.literal]
+        if value != literal.cuda:
+            why = (
+                f"--target portable rewrites a bare {literal.cuda!r} only (an index or a list is the code's own choice)"
+            )
+            self._not_portable(rule, original, repr(value), why)
+            return updated
+        portable = self._portable(rule.literal)
+        if portable is None:
+            self._not_portable(rule, original, repr(value), "no torch binding here")
+            return updated
+        text, node = portable
+        msg = fill(rule.message, old=repr(value), new=text, version=self.rules.npu_version)
+        if not self.ctx.emit(rule.code, Status.FIXED, original, msg, rule.fix, rewrite=True):
+            return updated
+        return node.with_changes(lpar=updated.lpar, rpar=updated.rpar)
+
+    def _not_portable(self, rule, node: cst.CSTNode, shown: str, why: str) -> None:
+        """A device / backend the portable target leaves as it is: reported, with why."""
+        self.ctx.emit(
+            rule.code, Status.MANUAL, node, f"{rule.literal} {shown}: not rewritten, {why}", rule.fix, note=True
+        )
 
     def _kernel_gate(self, rule, node: cst.CSTNode, shown: str) -> bool:
         """A device comparison that selects a CUDA-only kernel stays (NPU110)."""
@@ -353,6 +409,9 @@ class Literals:
             return updated
         rule = entry[0]
         if self._kernel_gate(rule, original, shown):
+            return updated
+        if self.rules.portable_exprs:
+            self._not_portable(rule, original, shown, "--target portable rewrites a bare 'cuda' only")
             return updated
         new_node = updated.with_changes(parts=[updated.parts[0].with_changes(value=head), *updated.parts[1:]])
         msg = fill(rule.message, old=shown, new=cst.Module([]).code_for_node(new_node), version=self.rules.npu_version)

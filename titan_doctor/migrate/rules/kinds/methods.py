@@ -1,6 +1,7 @@
 """Method rules (`kind = "method"`): `.cuda()` -> `.npu()` and `.is_cuda` -> `.is_npu` on
 any object that is not the torch module itself (`torch.cuda` is a module, handled by the
-names family)."""
+names family). --target portable (rules/portable.py): `.cuda()` -> `.to(<the current
+accelerator's type>)`, only with no device argument (`.cuda(rank)` is reported)."""
 
 from __future__ import annotations
 
@@ -31,13 +32,15 @@ class Methods:
     def __init__(self, ctx: Context, rules: RuleSet, file: PythonFile) -> None:
         self.ctx, self.rules = ctx, rules
         self._kernel_check = file.kernel_gate
-        self._called: set[int] = set()  # attribute nodes that are the func of a call
+        self._called: dict[int, cst.Call] = {}  # attribute nodes that are the func of a call
+        self._scopes = file.scopes
+        self._to: dict[int, cst.BaseExpression] = {}  # id(call) -> portable .to() device
         gate = rules.kernel_gate
         self._gates = {g[1:] for g in gate.gates if g.startswith(".")} if gate else set()
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Attribute):
-            self._called.add(id(node.func))
+            self._called[id(node.func)] = node
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute):
         ctx = self.ctx
@@ -52,10 +55,42 @@ class Methods:
                 return updated  # torch.cuda itself, not a tensor/module method
         if rule.old in self._gates and self._kernel_check(original.attr, "." + rule.old):
             return updated
+        if rule.call and self.rules.portable_exprs:
+            return self._portable(rule, original, updated)
         msg = fill(rule.message, old=rule.old, new=rule.new, version=self.rules.npu_version)
         if not ctx.emit(rule.code, Status.FIXED, original.attr, msg, rule.fix, rewrite=True):
             return updated
         return updated.with_changes(attr=cst.Name(rule.new))
+
+    def _portable(self, rule: Method, original: cst.Attribute, updated: cst.Attribute):
+        """.cuda() -> .to(<device type>); the call's leave adds the argument."""
+        call = self._called[id(original)]
+        torch = self._scopes.torch_alias
+        why = ""
+        if any(a.keyword is None or a.keyword.value == "device" for a in call.args):
+            why = f".{rule.old}(...) names a device index (--target portable rewrites .{rule.old}() only)"
+        elif torch is None:
+            why = "no torch binding here"
+        if why:
+            msg = f".{rule.old}(...): not rewritten, {why}"
+            self.ctx.emit(rule.code, Status.MANUAL, original.attr, msg, rule.fix, note=True)
+            return updated
+        text = self.rules.portable_text("device", torch)
+        msg = f".{rule.old}() -> .to({text})"
+        if not self.ctx.emit(rule.code, Status.FIXED, original.attr, msg, rule.fix, rewrite=True):
+            return updated
+        self._to[id(call)] = cst.parse_expression(text)
+        return updated.with_changes(attr=cst.Name("to"))
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call):
+        device = self._to.pop(id(original), None)
+        if device is None:
+            return updated
+        first = cst.Arg(
+            device,
+            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if updated.args else cst.MaybeSentinel.DEFAULT,
+        )
+        return updated.with_changes(args=[first, *updated.args])
 
 
 def _index(rules: RuleSet, rule: Method) -> None:

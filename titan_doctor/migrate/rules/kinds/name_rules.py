@@ -16,7 +16,9 @@ class Rename(Rule):
     """A qualified name (longest `old` wins) renamed to `new`. gate = "npu": the next name
     must be one torch.npu provides, else gate_code/gate_message is reported; gate =
     "members": the next name must be in `members`. status = "manual": rewritten, but a
-    person must review it."""
+    person must review it. args = "positional" / "keywords": a call passing an argument
+    the other way is reported under gate_code instead (--target portable's torch.accelerator
+    functions take the device positionally; rules/portable.py)."""
 
     old: str
     new: str
@@ -25,6 +27,7 @@ class Rename(Rule):
     gate_message: str = ""
     gate_fix: str = ""
     members: tuple[str, ...] = ()
+    args: str = ""
     status: str = "fixed"
     provided_by: str = ""  # registered at import time: the file that does it ...
     evidence: str = ""  # ... and the text there that proves it (tests check both)
@@ -59,6 +62,10 @@ def _check_rename(rule: Rename) -> list[str]:
         errors.append("gate = \"members\" needs a non-empty 'members' list")
     if rule.new.split(".")[0] not in ("torch", NPU_PACKAGE):
         errors.append("'new' must start with torch. or torch_npu.")
+    if rule.args not in ("", "positional", "keywords"):
+        errors.append('\'args\' must be "positional" or "keywords"')
+    if rule.args and not (rule.gate_code and rule.gate_message):
+        errors.append("'args' needs 'gate_code' and 'gate_message'")
     if rule.status not in ("fixed", "manual"):
         errors.append('\'status\' must be "fixed" or "manual"')
     return errors

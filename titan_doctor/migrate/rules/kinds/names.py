@@ -234,8 +234,23 @@ class Names:
             )
             self.ctx.block(node, old, rule.gate_fix)
             return None
+        if rule.args and self._args_differ(rule.args, node):
+            msg = fill(rule.gate_message, old=qname, version=self.rules.npu_version)
+            self.ctx.emit(rule.gate_code, Status.MANUAL, node, msg, rule.gate_fix, note=True)
+            self.ctx.block(node, qname, rule.gate_fix)
+            return None
         status = Status.MANUAL if rule.status == "manual" else Status.FIXED
         return rule, k, parts, rule.new.split(".") + parts[k:], status
+
+    def _args_differ(self, args: str, node: cst.CSTNode) -> bool:
+        """A call at `node` passing an argument the way a rename's `args` rules out (a
+        keyword to a positional-only function, a positional one whose place differs)."""
+        call = self._calls.get(id(node))
+        if call is None:
+            return False
+        if args == "positional":
+            return any(a.keyword is not None or a.star == "**" for a in call.args)
+        return any(a.keyword is None and a.star != "**" for a in call.args)
 
     def _applies(self, rule: Report, node: cst.CSTNode) -> bool:
         """A conditional report rule fires only for a call whose arguments show it
