@@ -854,12 +854,53 @@ class _Scan:
                     held = next((n for n in _cuda_bound(node.body + node.orelse) if n in self.holds.names), None)
                     if held is not None and self._cuda_check(node.test):
                         self._add(node, self.holds.names[held])
+                if not self._is_elif(node):
+                    self._chain_choice(node)
             elif isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.IfExp):
                 # device = "cuda" if torch.cuda.is_available() else "cpu": the value stays, so
                 # does the check that chooses it, or it would pick "cuda" on an NPU
                 held = next((n for n in _cuda_bound([node]) if n in self.holds.names), None)
                 if held is not None:
                     self._add(node.value, self.holds.names[held])
+                    self._own_choice(node.value, self.mentions(node.value), [node.value], self.holds.names[held])
+
+
+    def _chain_choice(self, node: ast.If) -> None:
+        """`if is_xpu_available(): device = "xpu" else: device = "cuda"`: see _own_choice."""
+        accs: set[str] = set()
+        values, hold = [], None
+        for test in self._tests(node):
+            accs |= self.mentions(test)
+        branch: ast.AST = node
+        while isinstance(branch, ast.If):
+            blocks = [branch.body, branch.orelse]
+            for block in blocks:
+                for stmt in block:
+                    names = [n for n in _cuda_bound([stmt]) if n in self.holds.names]
+                    if names:
+                        values.append(stmt.value)
+                        hold = hold or self.holds.names[names[0]]
+            nxt = branch.orelse
+            branch = nxt[0] if len(nxt) == 1 and isinstance(nxt[0], ast.If) else None
+        if hold is not None:
+            self._own_choice(node.test, frozenset(accs), values, hold, "this if/elif chain")
+
+    def _own_choice(
+        self, place: ast.AST, own: frozenset[str], values: list, hold: Hold, what: str = "this expression"
+    ) -> None:
+        """A choice of a held name's value between accelerators, npu not among them, where
+        the name takes npu's value elsewhere (its hold is silent): `device = "xpu" if
+        is_xpu_available() else "cuda"`. The choice's own finding (the one its place says,
+        at the same anchor) is said by its CUDA values, through a hold for the value rules
+        alone (rules/kinds/literals.py)."""
+        if not hold.quiet or not own or own & {NPU, GENERIC}:
+            return
+        said = self._hold(place, set(own), what)
+        codes = frozenset(r.code for r in self.rules.assigns)
+        for value in values:
+            for node in ast.walk(value):
+                if isinstance(node, (ast.Constant, ast.JoinedStr)) and _cuda_value(node):
+                    self._add(node, Hold(said.anchor, said.code, said.message, said.fix, codes))
 
 
 _ASCEND_VISIBLE = next(k for k, v in VISIBLE_DEVICES_ENV.items() if v == NPU)

@@ -256,6 +256,13 @@ class Literals:
         hold = self._held_names.get(name) if rule is not None and self._held_names else None
         return rule if hold is None else _Held(rule, hold)
 
+    def _keep(self, held: _Held, node: cst.CSTNode) -> None:
+        """A held name's CUDA value stays, said by the name's hold, or by the value's own
+        where python/backends.py gave it one (a hold for these codes alone: `device = "xpu"
+        if is_xpu() else "cuda"` lacks npu although the name takes npu's value elsewhere)."""
+        own = self.ctx.held(node, held.rule.code)
+        self.ctx.keep(own if own is not None and own.codes is not None and own.message else held.hold)
+
     def _mark(self, node: cst.BaseExpression, rule, composed: bool = False) -> None:
         if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
             for el in node.elements:
@@ -309,7 +316,7 @@ class Literals:
         entry = self._lits.get(id(original))
         if entry is not None and isinstance(entry[0], _Held):
             if LITERALS[entry[0].literal].rewrite(value) or LITERALS[entry[0].literal].rewrite_head(value):
-                self.ctx.keep(entry[0].hold)
+                self._keep(entry[0], original)
             return updated
         if entry is not None:
             rule, composed = entry
@@ -393,7 +400,7 @@ class Literals:
         entry = self._lits.get(id(original))
         shown = cst.Module([]).code_for_node(original)
         if entry is not None and isinstance(entry[0], _Held):
-            self.ctx.keep(entry[0].hold)
+            self._keep(entry[0], original)
             return updated
         if entry is None or entry[0].literal != "device":
             amb = self.rules.ambiguous.get("device")
