@@ -864,24 +864,21 @@ class _Scan:
                     self._add(node.value, self.holds.names[held])
                     self._own_choice(node.value, self.mentions(node.value), [node.value], self.holds.names[held])
 
-
     def _chain_choice(self, node: ast.If) -> None:
         """`if is_xpu_available(): device = "xpu" else: device = "cuda"`: see _own_choice."""
         accs: set[str] = set()
         values, hold = [], None
         for test in self._tests(node):
             accs |= self.mentions(test)
-        branch: ast.AST = node
-        while isinstance(branch, ast.If):
-            blocks = [branch.body, branch.orelse]
-            for block in blocks:
-                for stmt in block:
-                    names = [n for n in _cuda_bound([stmt]) if n in self.holds.names]
-                    if names:
-                        values.append(stmt.value)
-                        hold = hold or self.holds.names[names[0]]
-            nxt = branch.orelse
-            branch = nxt[0] if len(nxt) == 1 and isinstance(nxt[0], ast.If) else None
+        branch: ast.AST | None = node
+        while isinstance(branch, ast.If):  # its own branches, each elif's too
+            for stmt in [*branch.body, *branch.orelse]:
+                names = [n for n in _cuda_bound([stmt]) if n in self.holds.names]
+                if names:
+                    values.append(stmt.value)
+                    hold = hold or self.holds.names[names[0]]
+            rest = branch.orelse
+            branch = rest[0] if len(rest) == 1 and isinstance(rest[0], ast.If) else None
         if hold is not None:
             self._own_choice(node.test, frozenset(accs), values, hold, "this if/elif chain")
 
