@@ -21,7 +21,7 @@ from titan_train.config.paths import resolve_config
 from titan_train.runtime import error_file, write_errors
 from titan_train.runtime.device import disable_backend_autoload
 from titan_train.runtime.finite_guard import EXIT_NON_FINITE, NonFinite
-from titan_train.runtime.signals import EXIT_SIGINT, EXIT_SIGTERM, Stopped
+from titan_train.runtime.signals import EXIT_SIGINT, EXIT_SIGTERM, Stopped, Terminated, raise_on_sigterm
 
 EXIT_USAGE = 2
 
@@ -223,10 +223,14 @@ def run(
     disable_backend_autoload()
     from titan_train.runtime import launch
 
+    if launch.under_torchrun():
+        raise_on_sigterm()  # a rank: SIGTERM in start-up exits 143 with one line (signals.Terminated)
+
     config_spec, overrides = _torchtitan_spellings(config_spec, overrides, torchtitan_args, debug)
 
     path = resolve_config(config_spec)
-    # the launcher notes Ctrl-C / SIGTERM during start-up (never raised mid-import); ranks keep Python's default
+    # the launcher notes Ctrl-C / SIGTERM during start-up (never raised mid-import); ranks keep Python's
+    # default for Ctrl-C and raise Terminated for SIGTERM
     early = contextlib.nullcontext() if launch.under_torchrun() else launch.StopSignals()
     try:
         with early:
@@ -274,6 +278,11 @@ def run(
         click.echo("titan-train: interrupted (Ctrl-C); nothing was saved after the last checkpoint", err=True)
         error_file.note("titan-train: interrupted (Ctrl-C); nothing was saved after the last checkpoint")
         sys.exit(EXIT_SIGINT)
+    except Terminated as e:  # SIGTERM before (or after) the loop's graceful stop: nothing half-saved
+        if os.environ.get("RANK", "0") == "0" or os.environ.get("TITAN_TRAIN_LAUNCHED"):  # each rank log says why
+            click.echo(f"titan-train: {e}", err=True)
+        error_file.note(f"titan-train: {e}")
+        sys.exit(e.exit_code)
     except launch.Interrupted as e:
         click.echo(f"titan-train: {e}", err=True)
         sys.exit(e.exit_code)

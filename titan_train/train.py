@@ -30,7 +30,7 @@ from titan_train.config.parallel_dims import ParallelDims
 from titan_train.data import samples as data_samples
 from titan_train.data import stream as data
 from titan_train.distributed import same_job
-from titan_train.runtime import device, finite_guard, profiling, signals, watchdog
+from titan_train.runtime import device, faults, finite_guard, profiling, signals, watchdog
 from titan_train.runtime.profiling import span
 from titan_train.step import Progress, train_step
 from titan_train.validation import Validator
@@ -86,6 +86,7 @@ def _train(
     cfg: JobConfig, dims: ParallelDims, dev: device.Device, rank: int, local_rank: int, say, stop_after: int
 ) -> None:
     _quiet_known_warnings()
+    faults.maybe_inject(0, rank, site="start")  # tests only: a slow start-up (TITAN_TRAIN_FAULT=slow_start@R:0)
     t = cfg.training
     torch_dev = device.torch_device(dev, local_rank)
     tokens = data_samples.open_samples(cfg.data, cfg.model.vocab_size, t.seq_len, log=say)  # too short: refused

@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,81 @@ def test_sigterm_to_torchrun_stops_every_rank_with_143_and_the_step_saved(tmp_pa
     assert error_files(logs)[0]["message"]["message"].startswith(
         f"titan-train: stopped by SIGTERM after step {stopped}"
     )
+
+
+def test_sigterm_to_torchrun_during_start_up_exits_143_with_nothing_saved(tmp_path):
+    """scancel while the ranks still start (rank 0 slowed after taking the run lock, rank 1
+    waiting for it in a collective): no step to finish, so each rank unwinds at once and exits
+    143 with one line and no traceback; the run lock is released and no step-N was written."""
+    logs = tmp_path / "torchrun"
+    exits = tmp_path / "exits"
+    exits.mkdir()
+    folder = tmp_path / "outputs" / "llama_debug" / "checkpoints"
+    cmd = torchrun(
+        logs,
+        "tests.train.exit_code_worker",
+        [*COMMON, "training.steps=40", "checkpoint.save_interval=100"],
+        "--tee",
+        "3",
+    )
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env={**trainer_env(), "TITAN_TEST_EXIT_DIR": str(exits), faults.ENV: "slow_start@0:0:600"},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        while not (folder / "run.lock").exists():  # rank 0 holds the lock: both ranks are past init_process_group
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    codes = {p.stem: int(p.read_text()) for p in exits.glob("rank*")}
+    assert codes == {"rank0": EXIT_SIGTERM, "rank1": EXIT_SIGTERM}, (codes, err[-3000:])
+    assert not folder.exists()  # the lock released, and the folder it made removed: no step-N, no step-N.tmp
+    rank_err = {int(p.parent.name): p.read_text() for p in logs.rglob("attempt_0/*/stderr.log")}
+    assert "Traceback" not in rank_err[0] + rank_err[1], rank_err
+    line = "titan-train: stopped by SIGTERM outside the training loop (start-up, or the end of the run)"
+    assert line in rank_err[0], rank_err[0]
+    for data in error_files(logs).values():  # what torchrun's summary and diagnose --log read
+        assert data["message"]["message"].startswith(line)
+
+
+BLOCKED_RANK = """
+import sys
+from datetime import timedelta
+import torch.distributed as dist
+from titan_train.runtime import signals
+signals.raise_on_sigterm(backstop_s=1)
+store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+print("waiting", flush=True)
+store.wait(["a-peer-that-is-gone"], timedelta(seconds=600))  # C++: runs no Python handler until it returns
+"""
+
+
+def test_a_rank_blocked_in_a_c_call_still_ends_143_soon_after_sigterm(tmp_path):
+    """A store wait (or a collective) whose peer is gone runs no Python handler until it times
+    out; the backstop thread, woken by the signal itself, ends the rank with its line and 143."""
+    err_file = tmp_path / "error.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BLOCKED_RANK],
+        env={**trainer_env(), "TORCHELASTIC_ERROR_FILE": str(err_file)},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout.readline() == "waiting\n"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=300)  # far below the wait's own 600 s
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == EXIT_SIGTERM, err
+    assert "titan-train: stopped by SIGTERM outside the training loop" in err and "Traceback" not in err, err
+    assert "still inside a call 1 s after the signal" in json.loads(err_file.read_text())["message"]["message"]

@@ -16,6 +16,8 @@
            before step-N.tmp is renamed: the next run must keep that checkpoint
     kill_after_rename    SIGKILL rank 0 right after its async save of STEP was renamed to
            step-N, while training goes on: the next run must resume from it
+    slow_start     sleep SECONDS in this rank's start-up (STEP 0: process group and run lock
+           held, model not built yet): a SIGTERM there must end every rank with 143
     enospc raise the real OSError(ENOSPC) in this rank's checkpoint save of STEP, after it wrote
            its files (a disk that filled up during the write): the run must end with one
            line, the partial step-N.tmp removed and the previous checkpoint untouched
@@ -24,7 +26,7 @@ A fault fires in a job's first attempt only (TORCHELASTIC_RESTART_COUNT unset or
 run restarted by `--max-restarts` (or torchrun's) meets it once, as a real crash is met;
 TITAN_TRAIN_FAULT_EVERY_ATTEMPT=1 injects it in every attempt (restarts that run out).
 
-Called at the start of every watched step (`Watchdog.watch`), in the checkpoint writer and
+Called at the end of a rank's start-up (train.py, STEP 0), at the start of every watched step (`Watchdog.watch`), in the checkpoint writer and
 where an async save completes (checkpoint/manager.py), so the loop carries no hook of its own. Unset (always, outside tests) it
 costs one dict lookup.
 """
@@ -49,6 +51,7 @@ KINDS = (
     "kill_after_rename",
     "enospc",
     "stop",
+    "slow_start",
 )
 # where a kind is injected; the others at the start of a step
 SITES = {
@@ -57,6 +60,7 @@ SITES = {
     "enospc": "save",
     "kill_before_rename": "written",
     "kill_after_rename": "renamed",
+    "slow_start": "start",
 }
 
 
@@ -75,7 +79,7 @@ def parse(spec: str) -> tuple[str, int, int, float]:
 
 
 def maybe_inject(step: int, rank: int, site: str = "step", where: str | None = None) -> None:
-    """`site`: "step" (the start of a training step), "save" (inside a checkpoint write),
+    """`site`: "start" (the end of start-up), "step" (the start of a training step), "save" (inside a checkpoint write),
     "written" / "renamed" (an async save complete, before / after its rename); `where`: the
     file an injected write error names."""
     spec = os.environ.get(ENV)
@@ -87,7 +91,7 @@ def maybe_inject(step: int, rank: int, site: str = "step", where: str | None = N
     every_save = kind == "slow_save" and at_step == 0
     if rank != at_rank or (step != at_step and not every_save) or SITES.get(kind, "step") != site:
         return
-    if kind in ("hang", "slow_save"):
+    if kind in ("hang", "slow_save", "slow_start"):
         time.sleep(seconds)
     elif kind in ("kill", "kill_in_save", "kill_before_rename", "kill_after_rename"):
         os.kill(os.getpid(), signal.SIGKILL)

@@ -13,14 +13,23 @@ same step. The flag travels as a host tensor on a gloo group, so asking costs no
 the accelerator's queue. The CLI turns `Stopped` into one line and the exit code below, so a job script
 can tell "preempted, resume me" from "failed".
 
+Outside that block (a rank's start-up: imports, process group, model build, checkpoint load;
+and after the loop) there is no step to finish: a rank's SIGTERM raises `Terminated` at once,
+as Python raises KeyboardInterrupt for SIGINT, so the rank unwinds (its run lock released, no
+step saved half) and the CLI exits 143 with one line, under torchrun too, where a rank killed
+by the signal itself would leave a stale lock and no line in torchrun's error file.
+
 Exit codes (128 + signal number, the shell's convention): SIGTERM -> 143, SIGINT -> 130.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
 import threading
+import time
 
 HANDLED = (signal.SIGTERM, signal.SIGINT)
 EXIT_SIGTERM = 128 + signal.SIGTERM  # 143: preempted (scancel, kill, the launcher forwarding it)
@@ -66,6 +75,72 @@ class Stopped(Exception):
         return exit_code(self.signum)
 
 
+class Terminated(BaseException):
+    """SIGTERM outside GracefulStop: raised where the rank is, like KeyboardInterrupt (a
+    BaseException, so no `except Exception` on the way, torch's @record included, takes it
+    for a crash)."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        self.signum = int(signum)
+        super().__init__(
+            f"stopped by {signal.Signals(self.signum).name} outside the training loop (start-up, or the end of "
+            "the run): no step was saved by this stop; the same command resumes from the newest complete checkpoint"
+        )
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.signum)
+
+
+BACKSTOP_S = 10.0  # how long a rank may take to unwind after a SIGTERM outside the loop
+_graceful = threading.Event()  # set while a GracefulStop block is in place: a SIGTERM then means "finish the step"
+
+
+def _raise_terminated(signum, _frame) -> None:
+    signal.signal(
+        signum, signal.SIG_IGN
+    )  # a repeat (the launcher and a terminal both sent it) cannot interrupt the unwinding
+    raise Terminated(signum)
+
+
+def raise_on_sigterm(backstop_s: float = BACKSTOP_S) -> None:
+    """A rank's SIGTERM handler outside the loop (GracefulStop puts it back when it ends).
+
+    Python runs a handler only between bytecodes: a rank blocked in a C call (a store wait or
+    a collective whose peer is gone, an HCCL / NCCL wait) would not raise until that call
+    timed out, minutes later, where the default handler ended it at once. So the signal also
+    wakes a thread (signal.set_wakeup_fd), which ends the rank with the same line and exit code
+    when it is still there `backstop_s` later. Only the main thread can install either."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    threading.Thread(target=_backstop, args=(read, backstop_s), name="titan-sigterm-backstop", daemon=True).start()
+
+
+def _backstop(read: int, backstop_s: float) -> None:
+    while True:
+        got = os.read(read, 64)
+        if signal.SIGTERM in got and not _graceful.is_set():
+            break
+    time.sleep(backstop_s)  # the main thread unwinds meanwhile; exiting ends this daemon thread
+    if _graceful.is_set():
+        return  # the loop's graceful stop began meanwhile: it finishes the step and saves
+    from titan_train.runtime import error_file
+
+    line = (
+        f"titan-train: {Terminated()} (the rank was still inside a call {backstop_s:g} s after the signal, "
+        "waiting for a peer that had gone: ended there)"
+    )
+    with contextlib.suppress(OSError):
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    error_file.note(line)
+    os._exit(EXIT_SIGTERM)
+
+
 class GracefulStop:
     """Installs flag-setting handlers for SIGTERM and SIGINT while in the `with` block and
     restores the previous ones after. Only the main thread can install handlers; elsewhere
@@ -96,9 +171,11 @@ class GracefulStop:
         if dist.is_available() and dist.is_initialized() and dist.get_backend() != "gloo":
             self.group = dist.new_group(backend="gloo")
         self._handlers.__enter__()
+        _graceful.set()
         return self
 
     def __exit__(self, *exc) -> None:
+        _graceful.clear()
         self._handlers.__exit__(*exc)
 
     def agreed(self) -> int:
