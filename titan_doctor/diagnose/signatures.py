@@ -52,38 +52,47 @@ FILES = ("log_signatures", "log_nccl", "log_torch", "log_ascend")
 _REQUIRED = ("id", "title", "pattern", "cause", "fix")
 
 
-def _runs(items: list) -> list[str]:
-    """Literal text the sequence `items` must contain (groups looked into, alternations not)."""
-    runs, cur = [], ""
+def _need(items: list) -> tuple[str, ...] | None:
+    """The best needle set of the sequence `items`: one of its literal runs, or the needles of
+    one part it cannot match without (a group, a repeat of at least one, an alternation: each
+    alternative's needles). The set whose shortest needle is longest wins, then the smaller one."""
+    options: list[tuple[str, ...]] = []
+    cur = ""
     for op, av in items:
         if op is _C.LITERAL:
             cur += chr(av)
             continue
         if cur:
-            runs.append(cur)
+            options.append((cur,))
         cur = ""
-        if op is _C.SUBPATTERN and not (len(av[-1]) == 1 and list(av[-1])[0][0] is _C.BRANCH):
-            runs += _runs(list(av[-1]))
-    return runs + ([cur] if cur else [])
+        inner = None
+        if op is _C.SUBPATTERN and not av[1] & re.IGNORECASE:  # (?i:...) matches other spellings
+            inner = _need(list(av[-1]))
+        elif op in (_C.MAX_REPEAT, _C.MIN_REPEAT, _C.POSSESSIVE_REPEAT) and av[0] >= 1:
+            inner = _need(list(av[2]))
+        elif op is _C.ATOMIC_GROUP:
+            inner = _need(list(av))
+        elif op is _C.BRANCH:
+            alts = [_need(list(b)) for b in av[1]]
+            inner = tuple(sorted({n for a in alts for n in a})) if all(alts) else None  # type: ignore[union-attr]
+        if inner:
+            options.append(inner)
+    if cur:
+        options.append((cur,))
+    if not options:
+        return None
+    return max(options, key=lambda o: (min(min(map(len, o)), 8), -len(o), min(map(len, o))))
 
 
 def needles(pattern: str, flags: int = 0) -> tuple[str, ...] | None:
-    """Substrings of which every match contains one: the longest literal of the pattern,
-    or of each top-level alternative. None when there is no useful one (then the regex
-    runs on every line). This keeps the explainer at a substring test per signature
-    for the lines that report nothing."""
+    """Substrings of which every match contains one, derived from the pattern (a literal run,
+    or one per alternative where it alternates, however deep). None when there is no useful
+    one, shorter than 3 characters (then the regex runs on every line). This keeps the
+    explainer at a substring test per signature for the lines that report nothing."""
     if flags & re.IGNORECASE:
         return None
-    items = list(_sre.parse(pattern))
-    branches = [list(b) for b in items[0][1][1]] if len(items) == 1 and items[0][0] is _C.BRANCH else [items]
-    out = []
-    for b in branches:
-        runs = _runs(b)
-        best = max(runs, key=len, default="")
-        if len(best) < 3:
-            return None
-        out.append(best)
-    return tuple(out)
+    best = _need(list(_sre.parse(pattern)))
+    return best if best and min(map(len, best)) >= 3 else None
 
 
 @dataclass(frozen=True)
