@@ -1,7 +1,7 @@
 """Speed of `titan-doctor migrate` over a tree, side by side with the floor: a plain libcst
 parse + codegen of the same Python files, single process. Figures, not pass/fail.
 
-    python benchmarks/migrate_speed.py TREE [-j N]
+    python benchmarks/migrate_speed.py TREE [-j N] [--target npu|portable]
 
 Nothing is written: migrate runs in memory (like --check). Discovery (the walk, git's
 ignore list or the .gitignore reader, file kinds) is timed on its own row. Wall and CPU
@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from titan_doctor.migrate.engine import discovery  # noqa: E402
 from titan_doctor.migrate.engine import runner as engine  # noqa: E402
 from titan_doctor.migrate.rules import load_rules  # noqa: E402
+from titan_doctor.migrate.rules.words import TARGETS  # noqa: E402
 
 TORCHFIX_REFERENCE = (476, 112.0)  # files, seconds (-j 2), measured separately
 
@@ -48,8 +49,8 @@ def parse_floor(files: list[Path]) -> tuple[float, float]:
     return time.perf_counter() - start, _cpu() - cpu
 
 
-def migrate(files: list[Path], jobs: int) -> tuple[float, float, list]:
-    rules = load_rules()
+def migrate(files: list[Path], jobs: int, target: str) -> tuple[float, float, list]:
+    rules = load_rules(target=target)
     start, cpu = time.perf_counter(), _cpu()
     results = engine.run([(p, str(p)) for p in files], rules, jobs)
     return time.perf_counter() - start, _cpu() - cpu, results
@@ -59,6 +60,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("tree", type=Path)
     ap.add_argument("-j", "--jobs", type=int, default=2, help="also time migrate with N workers")
+    ap.add_argument("--target", choices=TARGETS, default=TARGETS[0], help="migrate's --target")
     args = ap.parse_args()
     if not args.tree.exists():
         print(f"migrate_speed: {args.tree}: no such file or directory", file=sys.stderr)
@@ -75,13 +77,13 @@ def main() -> int:
         ("libcst parse+codegen (floor)", len(py), floor, floor_cpu),
         ("discovery (walk, ignores, kinds)", len(files), walk, walk_cpu),
     ]
-    t1, c1, results = migrate(files, 1)
+    t1, c1, results = migrate(files, 1, args.target)
     rows.append(("titan-doctor migrate -j 1", len(files), t1, c1))
     if args.jobs > 1:
-        tj, cj, _ = migrate(files, args.jobs)
+        tj, cj, _ = migrate(files, args.jobs, args.target)
         rows.append((f"titan-doctor migrate -j {args.jobs}", len(files), tj, cj))
 
-    print(f"tree: {args.tree}  ({len(py)} Python files, {len(files)} files in all)")
+    print(f"tree: {args.tree}  ({len(py)} Python files, {len(files)} files in all)  --target {args.target}")
     print(
         f"{'run':34} {'files':>6} {'wall s':>8} {'files/s':>8} {'vs floor':>9} {'cpu s':>7} "
         f"{'cpu vs floor':>12} {'TorchFix/this':>14}"

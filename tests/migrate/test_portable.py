@@ -37,7 +37,13 @@ def _resolve(qname: str):
 
 def test_there_are_portable_fixtures_of_each_class():
     names = {p.name for p in CASES}
-    assert {"train_script.in.py", "ddp_script.in.py", "device_utils.in.py", "cuda_only.in.py"} <= names
+    assert {
+        "train_script.in.py",
+        "ddp_script.in.py",
+        "amp_positional.in.py",
+        "device_utils.in.py",
+        "cuda_only.in.py",
+    } <= names
 
 
 @pytest.mark.parametrize("src", CASES, ids=IDS)
@@ -92,9 +98,11 @@ def test_every_accelerator_row_names_functions_torch_has(old, new):
 
 
 @pytest.mark.parametrize("row", TABLE.amp, ids=[r["old"] for r in TABLE.amp])
-def test_every_amp_row_names_a_class_taking_the_device_keyword(row):
-    assert _resolve(row["old"]) is not None
-    assert row["keyword"] in inspect.signature(_resolve(row["new"])).parameters
+def test_every_amp_row_names_its_parameters_as_torch_has_them(row):
+    old = [n for n in inspect.signature(_resolve(row["old"]).__init__).parameters if n != "self"]
+    new = list(inspect.signature(_resolve(row["new"]).__init__).parameters)
+    assert row["params"] == old  # positional arguments are passed by these names
+    assert set(old) <= set(new) and row["keyword"] in new
 
 
 def test_the_expressions_resolve_to_cpu_and_gloo_here():
@@ -172,6 +180,14 @@ def _python(script, cwd, env=None, *args):
 def test_portable_training_script_runs_on_cpu(tmp_path):
     out = _python(SCRIPTS / "train_script.portable.out.py", tmp_path, None, "--steps", "2")
     assert out.count("step ") == 2 and "peak 0.0 MiB" in out and (tmp_path / "model.pt").exists()
+
+
+def test_portable_amp_module_runs_on_cpu():
+    code = (SCRIPTS / "amp_positional.portable.out.py").read_text()
+    space: dict = {}
+    exec(compile(code, "amp_positional.portable.out.py", "exec"), space)  # noqa: S102 - our fixture
+    assert space["scaler"]._device == "cpu" and not space["scaler"].is_enabled()  # no accelerator here
+    assert space["forward"](torch.nn.Linear(2, 2), torch.ones(1, 2)).dtype == torch.bfloat16
 
 
 def test_portable_ddp_script_runs_on_cpu_with_gloo(tmp_path):

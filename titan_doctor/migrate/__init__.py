@@ -16,7 +16,9 @@ Imports inside functions count too (command.py defers its imports, downwards onl
                                     words, prefilter < ruleset < kind < kinds/ (one
                                     module per family of kinds: schema, checks,
                                     examples, RuleSet fields, derive, pieces) <
-                                    registry (the one list, in walk order) < load
+                                    registry (the one list, in walk order) <
+                                    portable (--target portable: its table laid
+                                    over the npu rules) < load
     5  python/, text/               one Python file (statement skipping, the pre-walk
                                     scans: kernel gates, device flows, backends (code
                                     already running beyond CUDA), setup.py requirements,

@@ -43,7 +43,7 @@ class Portable:
     device: str  # the device-type expression, {torch}: the file's name for torch
     backend: str  # the backend expression, {device}: the one above
     accelerator: tuple[dict, ...]  # name (torch.cuda's), accelerator, memory, source
-    amp: tuple[dict, ...]  # old, new, keyword, source
+    amp: tuple[dict, ...]  # old, new, keyword, params, source
 
 
 def table() -> Portable:
@@ -111,12 +111,12 @@ def overlay(rules: list[Rule], t: Portable) -> list[Rule]:
                 kind="rename",
                 old=row["old"],
                 new=row["new"],
-                args="keywords",
+                args="named",
                 gate_code=AMP_CODE,
-                gate_message="{old}(...) passes a positional argument, which "
+                gate_message="{old}(...) passes *args or **kwargs, which "
                 + row["new"]
                 + " reads differently: not rewritten",
-                gate_fix=f"pass its arguments by keyword, then {row['new']}({row['keyword']}=...)",
+                gate_fix=f"pass its arguments one by one, then {row['new']}(..., {row['keyword']}=...)",
                 message="{old} -> {new}",
                 source=f"rules/migrate/{FILE}",
             )
@@ -129,7 +129,7 @@ def overlay(rules: list[Rule], t: Portable) -> list[Rule]:
                 callee=row["old"],
                 keywords=(row["keyword"],),
                 implicit=True,
-                keywords_only=True,
+                positional_names=tuple(row["params"]),
                 message=f"{row['new']} device {{old}} -> {{new}}",
                 source=f"rules/migrate/{FILE}",
             )

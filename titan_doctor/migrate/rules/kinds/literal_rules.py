@@ -29,7 +29,9 @@ class LiteralArg(Rule):
     keywords: tuple[str, ...] = ()
     any_arg: bool = False
     implicit: bool = False
-    keywords_only: bool = False  # implicit only for a call passing keyword arguments alone
+    # implicit: the callee's positional parameters, by name; the explicit device goes in as
+    # a keyword, so positional arguments are passed by these names (--target portable's amp)
+    positional_names: tuple[str, ...] = ()
     report_only: bool = False
 
 

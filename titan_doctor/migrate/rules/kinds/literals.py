@@ -100,7 +100,7 @@ class Literals:
                 rule.implicit
                 and not given
                 and not any(a.star for a in node.args)
-                and not (rule.keywords_only and positional)
+                and len(positional) <= len(rule.positional_names or positional)
             ):
                 self._implicit[id(node)] = rule
         for a in node.args:
@@ -295,7 +295,7 @@ class Literals:
         msg = fill(rule.message, old=f"(default {literal.cuda!r})", new=new, version=self.rules.npu_version)
         if not self.ctx.emit(rule.code, Status.FIXED, original.func, msg, rule.fix, rewrite=True):
             return updated
-        args = list(updated.args)
+        args = _by_name(list(updated.args), rule.positional_names)
         if args and args[-1].comma is cst.MaybeSentinel.DEFAULT:
             args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         args.append(
@@ -428,6 +428,20 @@ class Literals:
         if not self.ctx.emit(rule.code, Status.FIXED, original, msg, rule.fix, rewrite=True):
             return updated
         return new_node
+
+
+def _by_name(args: list[cst.Arg], names: tuple[str, ...]) -> list[cst.Arg]:
+    """Positional arguments passed by their parameter names instead (`names`, in order)."""
+    if not names:
+        return args
+    equal = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+    out, i = [], 0
+    for a in args:
+        if a.keyword is None and not a.star:
+            a = a.with_changes(keyword=cst.Name(names[i]), equal=equal)
+            i += 1
+        out.append(a)
+    return out
 
 
 def _subscripts(node: cst.BaseExpression) -> list[cst.Subscript]:

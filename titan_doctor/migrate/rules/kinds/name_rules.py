@@ -16,9 +16,10 @@ class Rename(Rule):
     """A qualified name (longest `old` wins) renamed to `new`. gate = "npu": the next name
     must be one torch.npu provides, else gate_code/gate_message is reported; gate =
     "members": the next name must be in `members`. status = "manual": rewritten, but a
-    person must review it. args = "positional" / "keywords": a call passing an argument
-    the other way is reported under gate_code instead (--target portable's torch.accelerator
-    functions take the device positionally; rules/portable.py)."""
+    person must review it. args = "positional" (no argument by keyword) / "named" (no *args
+    or **kwargs): a call passing its arguments otherwise is reported under gate_code
+    instead (--target portable's torch.accelerator functions take the device positionally;
+    rules/portable.py)."""
 
     old: str
     new: str
@@ -62,8 +63,8 @@ def _check_rename(rule: Rename) -> list[str]:
         errors.append("gate = \"members\" needs a non-empty 'members' list")
     if rule.new.split(".")[0] not in ("torch", NPU_PACKAGE):
         errors.append("'new' must start with torch. or torch_npu.")
-    if rule.args not in ("", "positional", "keywords"):
-        errors.append('\'args\' must be "positional" or "keywords"')
+    if rule.args not in ("", "positional", "named"):
+        errors.append('\'args\' must be "positional" or "named"')
     if rule.args and not (rule.gate_code and rule.gate_message):
         errors.append("'args' needs 'gate_code' and 'gate_message'")
     if rule.status not in ("fixed", "manual"):

@@ -244,13 +244,13 @@ class Names:
 
     def _args_differ(self, args: str, node: cst.CSTNode) -> bool:
         """A call at `node` passing an argument the way a rename's `args` rules out (a
-        keyword to a positional-only function, a positional one whose place differs)."""
+        keyword to a positional-only function; *args or **kwargs whose names are unknown)."""
         call = self._calls.get(id(node))
         if call is None:
             return False
         if args == "positional":
             return any(a.keyword is not None or a.star == "**" for a in call.args)
-        return any(a.keyword is None and a.star != "**" for a in call.args)
+        return any(a.star for a in call.args)
 
     def _applies(self, rule: Report, node: cst.CSTNode) -> bool:
         """A conditional report rule fires only for a call whose arguments show it
