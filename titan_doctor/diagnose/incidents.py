@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from titan_doctor.diagnose import error_codes, log_lines, log_prefilter, signatures
+from titan_doctor.diagnose import error_codes, log_facts, log_lines, log_prefilter, signatures
 from titan_doctor.diagnose.log_facts import Facts
 from titan_doctor.diagnose.log_lines import Line
 
@@ -337,6 +337,11 @@ def _follow(line: Line, cur: Incident | None, coded: Event | None) -> Event | No
     return coded
 
 
+# What, beside the needles and codes log_prefilter knows, makes the loop below do anything with
+# a line: the job-wide facts, torchrun's summary blocks, NCCL's "Last error:"
+KEYS = (*log_facts.KEYS, "Fail", "Root Cause", "=====", "Last error:")
+
+
 def incidents(paths: Iterable[Path], facts: Facts | None = None) -> tuple[list[Incident], int]:
     """Every incident in the logs, in file order, and the number of lines read; `facts`
     (when given) collects what the logs say about the job as a whole in the same pass."""
@@ -349,7 +354,13 @@ def incidents(paths: Iterable[Path], facts: Facts | None = None) -> tuple[list[I
         coded: Event | None = None  # the last E-code event, collecting its message lines
         last_error: Event | None = None  # an event whose message continues on the next line
         section = ""  # the block of torchrun's failure summary we are in
-        for no, text, parent in log_lines.raw_lines(path):
+        skim = log_prefilter.Skim(path, KEYS, keep=CONTEXT) if log_prefilter.skimmed(path) else None
+        for item in skim if skim is not None else log_lines.raw_lines(path):
+            if isinstance(item, log_prefilter.Skipped):  # lines none of the tests below can care about
+                total += item.count
+                recent.extend(item.tail)
+                continue
+            no, text, parent = item
             total += 1
             facts.feed(text)
             if section or "Fail" in text or "Root Cause" in text:
@@ -390,6 +401,10 @@ def incidents(paths: Iterable[Path], facts: Facts | None = None) -> tuple[list[I
             ):
                 coded = _follow(log_lines.parse(str(path), no, text, parent), cur, coded)
             recent.append((no, text, parent))
+            if skim is not None:  # the next line must be read whatever it holds
+                skim.hot = (
+                    last_error is not None or coded is not None or (cur is not None and no + 1 - cur.last_no <= NEAR)
+                )
     for inc in out:
         inc.events = [e for e in _dedupe(_merge(inc.events)) if e.only_on != "npu" or facts.npu]
         _promote_reasons(inc)

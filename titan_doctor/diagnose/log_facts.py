@@ -36,6 +36,13 @@ _GRAPH = re.compile(
     r"torch_npu/npu/graphs\.py|_graph_task_update|\baclgraph\b|ACL ?graph|NPUGraph|torch\.npu\.graph|torchair"
 )
 MAX_IFACES = 64
+# every text Facts.feed looks for: a line with none of them tells it nothing (log_prefilter
+# skims past such lines; tests/diagnose/test_log_prefilter.py checks feed asks for no other)
+KEYS = (
+    *("vllm", "vLLM", "sglang", "EngineCore", "raph", "torchair", "ompile", "_dynamo", "_orig_mod"),
+    *_NPU,
+    *("<0>", "opCount"),
+)
 MAX_COLLECTIVES = 4096
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,24 +135,29 @@ def raw_lines(path: Path) -> Iterator[tuple[int, str, str | None]]:
     with open(path, encoding="utf-8", errors="replace") as fh:
         held: tuple[int, str] | None = None  # a line cut inside parentheses, waiting for its rest
         for no, line in enumerate(fh, 1):
-            line = line.rstrip("\n")
-            if held is not None:
-                if _WRAPPED_REST.match(line):
-                    line, no = held[1] + line.strip(), held[0]  # "(172.17.0.2" + ", 44737)."
-                else:
-                    yield from _parts(*held)
-                held = None
-            if "(" in line and line.count("(") > line.count(")") and len(line) < 2000:
-                held = (no, line)
-            elif "\\n" in line:
-                yield from _parts(no, line)
-            else:
-                yield no, line, None
+            held = yield from step(held, no, line.rstrip("\n"))
         if held is not None:
-            yield from _parts(*held)
+            yield from parts(*held)
 
 
-def _parts(no: int, line: str) -> Iterator[tuple[int, str, str | None]]:
+def step(held: tuple[int, str] | None, no: int, line: str) -> Generator[tuple[int, str, str | None], None, Any]:
+    """One physical line through raw_lines: the lines it completes, then (as the generator's
+    value) the line now held, waiting for its rest (None when none)."""
+    if held is not None:
+        if _WRAPPED_REST.match(line):
+            line, no = held[1] + line.strip(), held[0]  # "(172.17.0.2" + ", 44737)."
+        else:
+            yield from parts(*held)
+    if "(" in line and line.count("(") > line.count(")") and len(line) < 2000:
+        return (no, line)
+    if "\\n" in line:
+        yield from parts(no, line)
+    else:
+        yield no, line, None
+    return None
+
+
+def parts(no: int, line: str) -> Iterator[tuple[int, str, str | None]]:
     if "\\n" in line:
         for part in line.split("\\n"):
             yield no, part, line

@@ -16,8 +16,13 @@ from __future__ import annotations
 
 import collections
 import functools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from titan_doctor.diagnose import error_codes, signatures
+from titan_doctor.diagnose import error_codes, log_lines, signatures
 
 _ZERO = bytes.maketrans(b"123456789", b"000000000")
 ZERO_STR = str.maketrans("123456789", "000000000")
@@ -126,3 +131,164 @@ def best_match(text: str, section: str = "") -> signatures.Match | None:
         if m:
             best = signatures.Match(sig, {k: v for k, v in m.groupdict().items() if v is not None}, text.strip())
     return best
+
+
+# ---- skimming a large log: only the lines a test could care about are read one by one ------
+#
+# A chunk of the log is read at once and the lines that hold any of the keys (the needles, an
+# E-code, and the caller's own keys) are found with numpy: each key stands for one of its
+# 4-byte pieces, and a line is a candidate when one of those pieces is in it (digits read as
+# 0). A line with more "(" than ")" (raw_lines may join it with the next) and an escaped "\n"
+# are candidates too. The other lines are counted, and the last few of each run kept, not
+# read one by one: for a log of distinct lines that is the whole cost.
+
+SKIM_BYTES = 4 << 20  # files at least this large are skimmed (numpy's import costs ~0.1 s)
+CHUNK = 1 << 20
+KEEP = 80  # lines kept from the end of each skipped run, by default (the caller's look-back)
+_BITS = 18
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A run of lines no key is on: how many, and the last KEEP as raw_lines gives them."""
+
+    count: int
+    tail: list[tuple[int, str, None]]
+
+
+# How often a byte is in log text, roughly: English letter frequencies (k, q, w raised: "worker",
+# "request", "task" are everywhere in logs), a digit read as 0; a capital or a sign is rare. A space
+# inside a piece is rare too: the end of one word and the start of the next go together seldom.
+_FREQ = dict(
+    zip(
+        b"etaoinshrdlcumwfgypbvkjxqz",
+        (127, 91, 82, 75, 70, 67, 63, 61, 60, 43, 40, 28, 28, 24, 30, 22, 20, 20, 19, 15, 10, 20, 2, 2, 10, 1),
+    )
+)
+_FREQ[48] = 60
+
+
+def _likely(g: bytes) -> float:
+    return math.prod((10 if 0 < i < 3 else 150) if c == 32 else _FREQ.get(c, 5) for i, c in enumerate(g))
+
+
+def _grams(np: Any, z: bytes) -> Any:
+    """Every 4-byte window of `z` as uint32, by offset: windows k, k+4, ... for k = 0..3."""
+    pad = z + b"\n\n\n\n"
+    return [np.frombuffer(pad, "<u4", count=(len(z) - k) // 4 + 1, offset=k) for k in range(4)]
+
+
+def _table(np: Any, keys: tuple[str, ...], sample: bytes, reports: bool) -> tuple[Any, Any]:
+    """(a bit table of the pieces' hashes, the pieces as sorted uint32) for these keys, the
+    needles and the E-codes when `reports`. A key's piece is the one of its 4-byte windows least often in
+    `sample` (the start of the log being read, digits as 0), then least likely by _likely."""
+    seen = np.bincount(np.concatenate([_hash(np, v) for v in _grams(np, sample)]), minlength=1 << _BITS)
+
+    def often(g: bytes) -> tuple[int, float]:
+        return int(seen[_hash(np, np.frombuffer(g, "<u4"))[0]]), _likely(g)
+
+    pieces: set[bytes] = set()
+    for k in {*keys, *(needles() if reports else ())}:
+        b = k.translate(ZERO_STR).encode("utf-8")
+        if len(b) < 3:
+            raise ValueError(f"skim key {k!r} is shorter than 3 bytes")
+        if len(b) >= 4:
+            pieces.add(min((b[i : i + 4] for i in range(len(b) - 3)), key=often))
+        else:  # a 3-byte key stands for itself and each byte that can follow it (a line end too)
+            pieces.update(b + bytes([c]) for c in range(256))
+    # error_codes' E-code: "E" + [0-9A-Z] + digits, read as "E?00"
+    if reports:
+        pieces.update(b"E" + bytes([c]) + b"00" for c in b"0ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    words = np.unique(np.frombuffer(b"".join(sorted(pieces)), "<u4"))
+    table = np.zeros(1 << _BITS, dtype=bool)
+    table[_hash(np, words)] = True
+    return table, words
+
+
+def _hash(np: Any, v: Any) -> Any:
+    return (v * np.uint32(2654435761)) >> np.uint32(32 - _BITS)
+
+
+def _candidates(np: Any, b: bytes, nl: Any, table: tuple[Any, Any]) -> list[int]:
+    """Indexes of the lines of `b` (complete lines; `nl` their ends) a key may be on."""
+    bits, words = table
+    hits = []
+    for k, v in enumerate(_grams(np, b.translate(_ZERO))):
+        pos = np.flatnonzero(bits[_hash(np, v)])
+        pos = pos[np.isin(v[pos], words)]
+        hits.append(pos * 4 + k)
+    a = np.frombuffer(b, np.uint8)
+    opens, closes = np.flatnonzero(a == 40), np.flatnonzero(a == 41)
+    per_line = np.diff(np.searchsorted(opens, nl), prepend=0) - np.diff(np.searchsorted(closes, nl), prepend=0)
+    lines = [np.searchsorted(nl, np.concatenate(hits)), np.flatnonzero(per_line > 0)]
+    at = b.find(b"\\n")
+    while at >= 0:
+        lines.append(np.searchsorted(nl, np.array([at])))
+        at = b.find(b"\\n", at + 2)
+    found = np.unique(np.concatenate(lines))
+    return found[found < len(nl)].tolist()
+
+
+def skimmed(path: Path) -> bool:
+    """Whether `path` is read through Skim: a large plain log (error.json is read whole)."""
+    try:
+        return path.suffix != ".json" and path.stat().st_size >= SKIM_BYTES
+    except OSError:
+        return False
+
+
+class Skim:
+    """raw_lines(path), with the runs of lines no key (nor, when `reports`, a needle or an
+    E-code) is on given as Skipped. The caller sets
+    `hot` after each line it is given when the next line must be given to it whatever it holds
+    (it continues a message, or it may name the rank of an incident just above)."""
+
+    def __init__(self, path: Path, keys: tuple[str, ...] = (), reports: bool = True, keep: int = KEEP):
+        self.path, self.keys, self.reports, self.keep, self.hot = path, keys, reports, keep, False
+
+    def __iter__(self) -> Iterator[tuple[int, str, str | None] | Skipped]:
+        import numpy as np
+
+        held: tuple[int, str] | None = None
+        table = None
+        no = 0  # physical lines read before this chunk
+        rest = ""
+        with open(self.path, encoding="utf-8", errors="replace") as fh:
+            while True:
+                chunk = fh.read(CHUNK)
+                if not chunk:
+                    break
+                buf = rest + chunk
+                cut = buf.rfind("\n") + 1
+                buf, rest = buf[:cut], buf[cut:]
+                if not buf:
+                    continue
+                b = buf.encode("utf-8")
+                nl = np.flatnonzero(np.frombuffer(b, np.uint8) == 10)
+                if table is None:
+                    table = _table(np, self.keys, b[: 1 << 20].translate(_ZERO), self.reports)
+                cands = _candidates(np, b, nl, table)
+                ends = nl.tolist()
+                n, i, c = len(ends), 0, 0  # line index, next candidate's position in cands
+                while i < n:
+                    if held is None and not self.hot:
+                        while c < len(cands) and cands[c] < i:
+                            c += 1
+                        nxt = cands[c] if c < len(cands) else n
+                        if nxt > i:  # lines i .. nxt-1 hold no key
+                            lo = max(i, nxt - self.keep)
+                            tail = [
+                                (no + j + 1, b[(ends[j - 1] + 1 if j else 0) : ends[j]].decode("utf-8"), None)
+                                for j in range(lo, nxt)
+                            ]
+                            yield Skipped(nxt - i, tail)
+                            i = nxt
+                            continue
+                    line = b[(ends[i - 1] + 1 if i else 0) : ends[i]].decode("utf-8")
+                    i += 1
+                    held = yield from log_lines.step(held, no + i, line)
+                no += n
+            if rest:
+                held = yield from log_lines.step(held, no + 1, rest)
+            if held is not None:
+                yield from log_lines.parts(*held)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from titan_doctor.diagnose import log_prefilter
 from titan_doctor.diagnose.log_lines import parse, raw_lines
 
 # the name may follow a prefix, a space or prose in another script ("出现AttributeError: ...")
@@ -39,6 +40,15 @@ LAUNCHER = re.compile(
     r"ChildFailedError|ProcessRaisedException|ProcessExitedException|CalledProcessError|SystemExit|WorkerExit"
 )
 MAX_FRAMES = 200  # frames kept per traceback (the innermost ones)
+# the text a line scan() acts on holds one of (exception_of's, a frame's, a traceback's start)
+SCAN_KEYS = (
+    "Error",
+    "Exception",
+    "Failed",
+    "Exit",
+    'File "',
+    "Traceback (most recent call last)",
+)
 
 
 @dataclass
@@ -81,7 +91,11 @@ def scan(paths: Iterable[Path]) -> list[Raised]:
     out: list[Raised] = []
     for path in paths:
         frames: list[tuple[str, str, str]] = []
-        for no, text, _ in raw_lines(path):
+        lines = log_prefilter.Skim(path, SCAN_KEYS, reports=False) if log_prefilter.skimmed(path) else raw_lines(path)
+        for item in lines:
+            if isinstance(item, log_prefilter.Skipped):  # no frame, exception or traceback start
+                continue
+            no, text, _ = item
             if 'File "' in text:
                 f = _FRAME.search(text)
                 if f:
