@@ -885,12 +885,12 @@ class _Scan:
     def _own_choice(
         self, place: ast.AST, own: frozenset[str], values: list, hold: Hold, what: str = "this expression"
     ) -> None:
-        """A choice of a held name's value between accelerators, npu not among them, where
-        the name takes npu's value elsewhere (its hold is silent): `device = "xpu" if
-        is_xpu_available() else "cuda"`. The choice's own finding (the one its place says,
-        at the same anchor) is said by its CUDA values, through a hold for the value rules
-        alone (rules/kinds/literals.py)."""
-        if not hold.quiet or not own or own & {NPU, GENERIC}:
+        """A choice of a held name's value between accelerators, npu not among them:
+        `device = "xpu" if is_xpu_available() else "cuda"`. The name's own hold says once
+        what the name lacks (nothing, where the tree gives it npu's value elsewhere); each
+        such choice says it too, at its own place (the anchor its place's hold has), through
+        a hold on its CUDA values for the value rules alone (rules/kinds/literals.py)."""
+        if not own or own & {NPU, GENERIC}:
             return
         said = self._hold(place, set(own), what)
         codes = frozenset(r.code for r in self.rules.assigns)
