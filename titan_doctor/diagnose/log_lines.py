@@ -95,14 +95,44 @@ class Line:
 
 def expand(paths: Iterable[Path]) -> list[Path]:
     """Files as given; a directory stands for the logs under it (a job's log folder,
-    torchrun's per-rank attempt_*/<rank>/error.json tree)."""
+    torchrun's per-rank attempt_*/<rank>/error.json tree), of a titan-train run restarted by
+    --max-restarts only its last failed attempt's (last_failed_attempt)."""
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            out.extend(sorted({f for g in LOG_GLOBS for f in p.rglob(g) if f.is_file()}))
+            out.extend(last_failed_attempt(p, sorted({f for g in LOG_GLOBS for f in p.rglob(g) if f.is_file()})))
         else:
             out.append(p)
     return out
+
+
+_ATTEMPT_DIR = re.compile(r"attempt-(\d+)")
+
+
+def last_failed_attempt(folder: Path, files: list[Path]) -> list[Path]:
+    """`files` (under `folder`) without the attempts a titan-train restart made moot. Before a
+    restart the launcher moves the died attempt's rank logs and its failure summary to
+    logs/attempt-K/ (titan_train/runtime/restarts.py); the attempt now in logs/ has a summary
+    (launcher_node<N>.log) only if it failed too. So of such a logs folder the last failed
+    attempt is read: logs/ itself when it has a summary, else the newest attempt-K (the
+    attempts after it finished or still run): an earlier attempt's error is not the cause."""
+    attempts: dict[Path, dict[int, Path]] = {}
+    for d in folder.rglob("attempt-*"):
+        m = _ATTEMPT_DIR.fullmatch(d.name)
+        if m and d.is_dir():
+            attempts.setdefault(d.parent, {})[int(m.group(1))] = d
+    if not attempts:
+        return files
+    keep = {logs: logs if any(logs.glob("launcher_node*.log")) else kept[max(kept)] for logs, kept in attempts.items()}
+
+    def wanted(f: Path) -> bool:
+        for logs, chosen in keep.items():
+            if logs in f.parents:
+                inside = next((d for d in attempts[logs].values() if d in f.parents), None)
+                return inside is chosen if inside is not None else chosen is logs
+        return True
+
+    return [f for f in files if wanted(f)]
 
 
 def _json_strings(doc: Any) -> list[str]:
