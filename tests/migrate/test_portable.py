@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -81,7 +82,7 @@ def test_multi_backend_module_is_unchanged_under_both_targets():
 
 def test_portable_codes_are_shown_by_fixtures():
     shown = {line.split()[1] for p in CASES for line in expected_paths(p, PORTABLE)[1].read_text().splitlines()}
-    assert {portable.ACCELERATOR_CODE, portable.AMP_CODE} | set(portable.REWRITTEN) <= shown
+    assert {portable.ACCELERATOR_CODE, portable.CLASS_CODE} | set(portable.REWRITTEN) <= shown
 
 
 # -- the table against the installed torch ------------------------------------------------
@@ -97,12 +98,26 @@ def test_every_accelerator_row_names_functions_torch_has(old, new):
     assert all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in acc)
 
 
-@pytest.mark.parametrize("row", TABLE.amp, ids=[r["old"] for r in TABLE.amp])
-def test_every_amp_row_names_its_parameters_as_torch_has_them(row):
-    old = [n for n in inspect.signature(_resolve(row["old"]).__init__).parameters if n != "self"]
-    new = list(inspect.signature(_resolve(row["new"]).__init__).parameters)
-    assert row["params"] == old  # positional arguments are passed by these names
-    assert set(old) <= set(new) and row["keyword"] in new
+@pytest.mark.parametrize("row", TABLE.classes, ids=[r["old"] for r in TABLE.classes])
+def test_every_device_class_row_names_its_parameters_as_torch_has_them(row):
+    old = [n for n in inspect.signature(_resolve(row["old"])).parameters if n != "self"]
+    assert row["params"] == old[: len(row["params"])]  # positional arguments go by these names
+    # the new class takes them by those names, with the device (here: cpu); each with the
+    # old class's default, so nothing but the names is tested
+    defaults = {p.name: p.default for p in inspect.signature(_resolve(row["old"])).parameters.values()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # CPU autocast warns about float16
+        _resolve(row["new"])(**{row["keyword"]: "cpu"}, **{n: defaults[n] for n in row["params"]})
+    assert row["code"] in portable.REWRITTEN
+
+
+@pytest.mark.parametrize("name", [n for row in TABLE.kept for n in row["names"]])
+def test_every_kept_name_is_torch_cudas_and_torch_npus_but_not_the_cpu_modules(name):
+    rs = load_rules(target=PORTABLE)
+    assert callable(getattr(torch.cuda, name)) and name in load_rules().npu_names
+    assert not hasattr(torch.get_device_module("cpu"), name)  # why it is not rewritten
+    rule = rs.name_rule(f"torch.cuda.{name}")[0]
+    assert rule.kernel and rule.code == "NPU102" and "<name>" not in rule.fix
 
 
 def test_the_expressions_resolve_to_cpu_and_gloo_here():
@@ -115,7 +130,7 @@ def test_the_expressions_resolve_to_cpu_and_gloo_here():
 def test_the_overlay_rules_pass_the_rename_checks():
     rules = portable.overlay([], TABLE)
     renames = [r for r in rules if isinstance(r, Rename)]
-    assert len(renames) == len(portable.accelerator_names(TABLE)) + len(TABLE.amp)
+    assert len(renames) == len(portable.accelerator_names(TABLE)) + len(TABLE.classes)
     for r in renames:
         assert _check_rename(r) == [], r.old
 

@@ -2,7 +2,8 @@
 CUDA code becomes device-generic PyTorch that runs unchanged on CUDA, NPU and CPU.
 
 What the table maps is rewritten (torch.cuda.X -> torch.accelerator.Y; torch.cuda.amp's
-autocast / GradScaler -> torch.autocast / torch.amp.GradScaler given the device type; a
+autocast / GradScaler and torch.cuda.Event -> torch.autocast / torch.amp.GradScaler /
+torch.Event given the device type, positional arguments passed by name; a
 bare "cuda" device string or "nccl" backend in a call -> an expression that resolves the
 device type where it runs). Everything else keeps its npu rule and finding but is not
 rewritten (RuleSet.report_only: code -> why), and what stays CUDA counts as CUDA-only for
@@ -26,12 +27,11 @@ FILE = "portable.toml"
 TARGET = TARGETS[1]
 CUDA = "torch.cuda"
 ACCELERATOR_CODE = "NPU150"  # torch.cuda.X -> torch.accelerator.Y
-AMP_CODE = "NPU151"  # torch.cuda.amp.autocast / GradScaler -> torch.autocast / torch.amp.GradScaler
-AMP_DEVICE_CODE = "NPU401"  # the device type those now take (amp.toml's code for autocast devices)
+CLASS_CODE = "NPU151"  # torch.cuda.amp.autocast / GradScaler, Event -> torch's device-generic classes
 # the codes the portable target still rewrites under: its own, the npu rules' device and
 # backend strings given to a call (rules/kinds/literals.py writes the expression) and
 # .cuda() (rules/kinds/methods.py: .to(<device type>))
-REWRITTEN = frozenset({ACCELERATOR_CODE, AMP_CODE, "NPU104", "NPU201", AMP_DEVICE_CODE, "NPU106"})
+REWRITTEN = frozenset({ACCELERATOR_CODE, CLASS_CODE, "NPU104", "NPU201", "NPU401", "NPU106"})
 REASON = "no device-generic form for --target portable"
 KEPT = "--target portable has no device-generic form for it"
 
@@ -43,12 +43,19 @@ class Portable:
     device: str  # the device-type expression, {torch}: the file's name for torch
     backend: str  # the backend expression, {device}: the one above
     accelerator: tuple[dict, ...]  # name (torch.cuda's), accelerator, memory, source
-    amp: tuple[dict, ...]  # old, new, keyword, params, source
+    classes: tuple[dict, ...]  # device_class rows: old, new, keyword, params, code, source
+    kept: tuple[dict, ...] = ()  # names, fix, source: torch.cuda names left, with advice
 
 
 def table() -> Portable:
     data = load_toml(rules_dir() / "migrate" / FILE)
-    return Portable(data["device"], data["backend"], tuple(data["accelerator"]), tuple(data["amp"]))
+    return Portable(
+        data["device"],
+        data["backend"],
+        tuple(data["accelerator"]),
+        tuple(data["device_class"]),
+        tuple(data.get("kept", ())),
+    )
 
 
 def accelerator_names(t: Portable) -> dict[str, str]:
@@ -68,6 +75,7 @@ def overlay(rules: list[Rule], t: Portable) -> list[Rule]:
     out: list[Rule] = []
     for rule in rules:
         if isinstance(rule, Rename) and rule.old == CUDA and rule.gate == GATE_NPU:
+            out += _kept(rule, t)
             # every torch.cuda name the table does not map stays, said under the gate code
             rule = dataclasses.replace(
                 rule,
@@ -104,18 +112,19 @@ def overlay(rules: list[Rule], t: Portable) -> list[Rule]:
                 source=f"rules/migrate/{FILE}",
             )
         )
-    for row in t.amp:
+    for row in t.classes:
         out.append(
             Rename(
-                code=AMP_CODE,
+                code=CLASS_CODE,
                 kind="rename",
                 old=row["old"],
                 new=row["new"],
                 args="named",
-                gate_code=AMP_CODE,
-                gate_message="{old}(...) passes *args or **kwargs, which "
+                members=tuple(row["params"]),
+                gate_code=CLASS_CODE,
+                gate_message="{old}(...) passes an argument "
                 + row["new"]
-                + " reads differently: not rewritten",
+                + " cannot take by name (*args, **kwargs, or one it lacks): not rewritten",
                 gate_fix=f"pass its arguments one by one, then {row['new']}(..., {row['keyword']}=...)",
                 message="{old} -> {new}",
                 source=f"rules/migrate/{FILE}",
@@ -123,7 +132,7 @@ def overlay(rules: list[Rule], t: Portable) -> list[Rule]:
         )
         out.append(
             LiteralArg(
-                code=AMP_DEVICE_CODE,
+                code=row["code"],
                 kind="literal_arg",
                 literal="device",
                 callee=row["old"],
@@ -135,6 +144,24 @@ def overlay(rules: list[Rule], t: Portable) -> list[Rule]:
             )
         )
     return out
+
+
+def _kept(cuda: Rename, t: Portable) -> list[Rule]:
+    """The kept rows as report rules under the torch.cuda rule's gate code, each with its
+    advice (kernel: the device checks guarding them stay CUDA)."""
+    return [
+        Report(
+            code=cuda.gate_code,
+            kind="report",
+            match=f"{CUDA}.{name}",
+            kernel=True,
+            message="{old}: not rewritten, " + REASON,
+            fix=row["fix"].replace("<name>", name),
+            source=row["source"],
+        )
+        for row in t.kept
+        for name in row["names"]
+    ]
 
 
 def finish(rs: RuleSet, rules: list[Rule], t: Portable) -> None:

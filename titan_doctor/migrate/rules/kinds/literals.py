@@ -100,7 +100,7 @@ class Literals:
                 rule.implicit
                 and not given
                 and not any(a.star for a in node.args)
-                and len(positional) <= len(rule.positional_names or positional)
+                and _nameable(rule.positional_names, node.args, positional)
             ):
                 self._implicit[id(node)] = rule
         for a in node.args:
@@ -428,6 +428,13 @@ class Literals:
         if not self.ctx.emit(rule.code, Status.FIXED, original, msg, rule.fix, rewrite=True):
             return updated
         return new_node
+
+
+def _nameable(names: tuple[str, ...], args, positional) -> bool:
+    """Can every argument be passed by one of `names` (always, without names)?"""
+    if not names:
+        return True
+    return len(positional) <= len(names) and all(a.keyword is None or a.keyword.value in names for a in args)
 
 
 def _by_name(args: list[cst.Arg], names: tuple[str, ...]) -> list[cst.Arg]:

@@ -16,8 +16,9 @@ class Rename(Rule):
     """A qualified name (longest `old` wins) renamed to `new`. gate = "npu": the next name
     must be one torch.npu provides, else gate_code/gate_message is reported; gate =
     "members": the next name must be in `members`. status = "manual": rewritten, but a
-    person must review it. args = "positional" (no argument by keyword) / "named" (no *args
-    or **kwargs): a call passing its arguments otherwise is reported under gate_code
+    person must review it. args = "positional" (no argument by keyword) / "named" (only
+    arguments `members` names, in its order when positional; no *args or **kwargs): a call
+    passing its arguments otherwise is reported under gate_code
     instead (--target portable's torch.accelerator functions take the device positionally;
     rules/portable.py)."""
 

@@ -234,7 +234,7 @@ class Names:
             )
             self.ctx.block(node, old, rule.gate_fix)
             return None
-        if rule.args and self._args_differ(rule.args, node):
+        if rule.args and self._args_differ(rule, node):
             msg = fill(rule.gate_message, old=qname, version=self.rules.npu_version)
             self.ctx.emit(rule.gate_code, Status.MANUAL, node, msg, rule.gate_fix, note=True)
             self.ctx.block(node, qname, rule.gate_fix)
@@ -242,15 +242,21 @@ class Names:
         status = Status.MANUAL if rule.status == "manual" else Status.FIXED
         return rule, k, parts, rule.new.split(".") + parts[k:], status
 
-    def _args_differ(self, args: str, node: cst.CSTNode) -> bool:
+    def _args_differ(self, rule: Rename, node: cst.CSTNode) -> bool:
         """A call at `node` passing an argument the way a rename's `args` rules out (a
-        keyword to a positional-only function; *args or **kwargs whose names are unknown)."""
+        keyword to a positional-only function; for "named", *args / **kwargs or an
+        argument `members` does not name)."""
         call = self._calls.get(id(node))
         if call is None:
             return False
-        if args == "positional":
+        if rule.args == "positional":
             return any(a.keyword is not None or a.star == "**" for a in call.args)
-        return any(a.star for a in call.args)
+        positional = sum(a.keyword is None for a in call.args)
+        return (
+            any(a.star for a in call.args)
+            or positional > len(rule.members)
+            or any(a.keyword is not None and a.keyword.value not in rule.members for a in call.args)
+        )
 
     def _applies(self, rule: Report, node: cst.CSTNode) -> bool:
         """A conditional report rule fires only for a call whose arguments show it
