@@ -102,3 +102,28 @@ def test_restarts_across_nodes_and_with_stop_after_are_refused_in_one_line(tmp_p
         tmp_path, monkeypatch, extra=["--max-restarts", "1", "--nnodes", "2", "--master-addr", "127.0.0.1"]
     )
     assert proc.returncode == 2 and "let the scheduler restart the whole job" in proc.stderr
+
+
+@pytest.mark.multirank
+def test_both_node_launchers_refuse_restarts_across_nodes_before_any_rendezvous(tmp_path):
+    """Two node launchers of one job (c10d rendezvous, as test_node_agreement starts them) with
+    --max-restarts: each exits 2 with the one line naming the scheduler's requeue, without
+    waiting for the other node and without starting a rank."""
+    from titan_train.runtime.launch import free_port
+
+    from .conftest import start_node
+
+    where = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--max-restarts", "1"]
+    nodes = [
+        start_node(tmp_path, nproc=1, overrides=COMMON, extra=[*where, "--node-rank", str(k), "--rdzv-timeout", "600"])
+        for k in (0, 1)
+    ]
+    ends = [p.communicate(timeout=120) for p in nodes]  # far below --rdzv-timeout: nobody waited
+    for p, (_, err) in zip(nodes, ends):
+        assert p.returncode == 2, err[-2000:]
+        assert err.strip().splitlines()[-1] == (
+            "titan-train: error: --max-restarts restarts the ranks of one node; with --nnodes > 1 let the "
+            "scheduler restart the whole job (Slurm: sbatch --requeue, scontrol requeue): every node then resumes "
+            "from the newest complete checkpoint"
+        )
+    assert not (tmp_path / "outputs" / "llama_debug" / "logs").exists()  # no rank was started
