@@ -106,3 +106,57 @@ def test_link_errors_name_who_defines_the_symbol(tmp_path, line, says, fix):
     f = root(tmp_path, "[ 50%] Linking CXX executable demo\n" + line + "\ncollect2: error: ld returned 1 exit status\n")
     assert f.code == "log.build.undefined_reference"
     assert says in f.detail and fix in f.fix
+
+
+# ---- torch_npu's ERR codes whose message is the exception printed before them -------------
+
+_PID = "[ERROR] 2024-11-28-11:37:15 (PID:6547, Device:0, RankID:-1) {code}\n"
+
+
+def _traceback(msg):
+    return f'Traceback (most recent call last):\n  File "train.py", line 4, in <module>\n    y = step(x)\n{msg}\n'
+
+
+def test_an_err_code_behind_an_unlisted_exception_roots_on_the_exception(tmp_path):
+    msg = "RuntimeError: grid_sampler_2d: bicubic mode needs align_corners on this backend"
+    found = logs.explain([_write(tmp_path, _traceback(msg) + _PID.format(code="ERR01007 OPS feature not supported"))])
+    assert found[0].code == "log.exception" and msg in found[0].message
+    assert "names only the kind of failure" in found[0].detail
+    assert found[1].code == "log.torch_npu.ERR01007"
+
+
+@pytest.mark.parametrize(
+    "msg,code,says,fix",
+    [
+        ("RuntimeError: Tensors must be contiguous", "ERR02002 DIST invalid type", "not contiguous", ".contiguous()"),
+        (
+            "RuntimeError: Expected all tensors to be on the same device. Expected NPU tensor, please check whether "
+            "the input tensor device is correct.",
+            "ERR01002 OPS invalid type",
+            "left on the CPU",
+            "v.to('npu')",
+        ),
+    ],
+)
+def test_an_err_code_behind_a_known_message_takes_the_messages_reading(tmp_path, msg, code, says, fix):
+    f = logs.explain([_write(tmp_path, _traceback(msg) + _PID.format(code=code))])[0]
+    assert says in f.detail and fix in f.fix
+    assert f"torch_npu {code.split()[0]}" in f.detail
+
+
+def test_a_cpu_fallback_warning_explains_the_error_after_it(tmp_path):
+    warn = (
+        "[W compiler_depend.ts:51] Warning: CAUTION: The operator 'aten::linalg_lstsq.out' is not currently supported "
+        "on the NPU backend and will fall back to run on the CPU. This may have performance implications. "
+        "(function npu_cpu_fallback)\n"
+    )
+    text = warn + _traceback("RuntimeError: _copy_from_and_resize now only support copy with same size!")
+    f = logs.explain([_write(tmp_path, text + _PID.format(code="ERR01007 OPS feature not supported"))])[0]
+    assert f.code == "log.op.npu_cpu_fallback" and f.message.startswith("root cause: likely:")
+    assert "aten::linalg_lstsq.out" in f.detail and "aten::linalg_lstsq.out on the CPU" in f.fix
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "run.log"
+    p.write_text(text)
+    return p

@@ -608,6 +608,14 @@ def _cuda_package(e: Event) -> dict[str, Any]:
 def _two_devices(e: Event) -> dict[str, Any]:
     """Two accelerators, or an accelerator and the CPU: different mistakes."""
     a, b = e.groups.get("a", ""), e.groups.get("b", "")
+    if e.groups.get("want") == "NPU":
+        return {
+            "a": "the NPU",
+            "b": "another device",
+            "devices_note": " torch_npu's own check: an operand of an NPU operator is not an NPU tensor, most often one "
+            "left on the CPU (the batch, an index or mask tensor, a tensor created without device=).",
+            "devices_fix": _MOVE_FIX.replace("<device>", "'npu'"),
+        }
     if not a:
         return {"a": "one device", "b": "another", "devices_note": "", "devices_fix": _MOVE_FIX}
     if "cpu" in (a, b):
@@ -1031,6 +1039,12 @@ def _raised_in(inc: Incident) -> str:
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in ([\w<>.]+)')
 
 
+def _says_before(e: Event) -> bool:
+    """A torch_npu ERR code that is not a wrapper's prints its category ("OPS invalid type")
+    after the Python exception that says what failed: that exception is the cause."""
+    return e.id.startswith("torch_npu.ERR") and e.rank == error_codes.RANK_PTA_OTHER
+
+
 def exception_behind(inc: Incident) -> tuple[str, str, int] | None:
     """The Python exception a wrapper event reports ("ERR99999 UNKNOWN application
     exception", torchrun's "rank 1 failed first"): the last exception of the traceback just
@@ -1066,14 +1080,15 @@ def _unexplained(exc: tuple[str, str, int], root: Incident) -> Finding:
         Status.FAIL,
         f"root cause: {text[:200]} — first at {path}:{no}" + _who(root),
         detail=f"Not in titan-doctor's list of known errors. {wrapper.title} ({wrapper.line.path}:"
-        f"{wrapper.line.no}) only reports that something failed; this exception is the error "
-        f"it reports"
+        f"{wrapper.line.no}) "
+        + ("names only the kind of failure" if _says_before(wrapper) else "only reports that something failed")
+        + "; this exception is the error it reports"
         + (f" (likely: {fam['title']})" if family != "other" else "")
         + "."
         + (f"\nraised from {raised}" if raised else "")
         + f"\n> {text[:300]}",
         fix=f"Read the traceback that ends at {path}:{no}: its last frame in your code is where it "
-        f"failed, and the message says what was wrong. " + fam["next_step"],
+        f"failed, and the message says what was wrong" + (f". {fam['next_step']}" if family != "other" else ""),
         path=path,
         line=no,
         data={
@@ -1226,7 +1241,7 @@ def explain(paths: list[Path]) -> list[Finding]:
             seen.setdefault(e.id, []).append(e)
             rank_of[id(e)] = r
     cause = root.cause
-    exc = exception_behind(root) if cause.rank >= incidents.WRAPPER_RANK else None
+    exc = exception_behind(root) if cause.rank >= incidents.WRAPPER_RANK or _says_before(cause) else None
     own = _own_error_elsewhere(paths, found, root) if cause.consequence and not exc else None
     if own is not None:
         # every known event is what a rank saw when another one failed; the error another rank
