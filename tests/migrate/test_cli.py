@@ -70,6 +70,24 @@ def test_import_torch_npu_goes_into_programs_by_default_and_where_asked(tmp_path
     assert "+import torch_npu" not in run("--diff", "--import-torch-npu", "never", tmp_path).output
 
 
+PROFILER_SRC = "import torch\n\n\ndef trace():\n    return torch.profiler.profile()\n"
+
+
+def test_a_package_module_whose_rewrites_name_torch_npu_gets_the_import(tmp_path):
+    """torch.npu needs no import (torch loads torch_npu), the name torch_npu does: a package
+    module whose profiler became torch_npu.profiler gets `import torch_npu` under the default
+    policy (else NameError), and under `never` a finding that asks for it."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "prof.py").write_text(PROFILER_SRC)
+    res = run("--diff", tmp_path)
+    assert "+import torch_npu" in res.output and "+    return torch_npu.profiler.profile()" in res.output
+    never = run("--diff", "--import-torch-npu", "never", tmp_path)
+    assert "+import torch_npu" not in never.output
+    assert "NPU100 [manual] the rewrites here name torch_npu itself" in never.output
+
+
 def test_manual_findings_exit_1(tree):
     (tree / "flags.py").write_text(MANUAL_SRC)
     res = run(tree)

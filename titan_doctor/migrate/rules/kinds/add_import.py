@@ -9,8 +9,9 @@ itself when torch is imported (torch_npu's `torch.backends` entry point; torch_n
 it turns an optional backend into a hard dependency: a package that imports it no longer
 imports where torch_npu is missing. So by default (SCRIPTS) it goes only into programs:
 a module with a top-level `if __name__ == "__main__":` that is not part of a package (no
-__init__.py beside it), and notebooks. ALWAYS adds it to every module that needs it,
-NEVER to none."""
+__init__.py beside it), and notebooks, and into a module whose rewrites wrote the name
+torch_npu itself (torch_npu.profiler.profile: only the import binds it). ALWAYS adds it to
+every module that needs it, NEVER to none (a module naming torch_npu is then reported)."""
 
 from __future__ import annotations
 
@@ -54,14 +55,30 @@ def add_after_walk(
     if not needs_npu or scopes.has_torch_npu or rule is None:
         return out, None
     policy = getattr(place, "torch_npu_import", ALWAYS) if place is not None else ALWAYS
+    message = rule.message
     if policy == NEVER or (policy == SCRIPTS and (getattr(place, "in_package", False) or not is_program(out))):
-        return out, None
+        # torch binds torch.npu by itself, but a rewrite that wrote the name torch_npu
+        # (torch_npu.profiler.profile) needs the import, or the module fails with NameError
+        if not names_torch_npu(out):
+            return out, None
+        if policy == NEVER:
+            return out, Finding(
+                code=rule.code,
+                status=Status.MANUAL,
+                path=path,
+                line=1,
+                col=1,
+                message=f"the rewrites here name {NPU_PACKAGE} itself ({NPU_PACKAGE}.profiler): "
+                f"add `import {NPU_PACKAGE}` (not added: --import-torch-npu never)",
+                fix=f"import {NPU_PACKAGE}",
+            )
+        message = f"{message}; the rewrites here name {NPU_PACKAGE} itself, which only the import binds"
     if scopes.imports_torch:
         new, index = add_torch_npu_import(out)
         return new, Finding(
             code=rule.code,
             status=Status.FIXED,
-            message=rule.message,
+            message=message,
             path=path,
             line=_insert_line(data, out, index),
             col=1,
@@ -78,6 +95,30 @@ def add_after_walk(
             fix="import torch_npu",
         )
     return out, None
+
+
+class _NameUse(cst.CSTVisitor):
+    """Finds the name torch_npu used in code (imports aside)."""
+
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == NPU_PACKAGE:
+            self.found = True
+
+
+def names_torch_npu(module: cst.Module) -> bool:
+    """Does the module's code use the name torch_npu itself (`torch_npu.profiler.profile`)?"""
+    finder = _NameUse()
+    module.visit(finder)
+    return finder.found
 
 
 def is_program(module: cst.Module) -> bool:
