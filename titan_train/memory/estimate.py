@@ -458,7 +458,7 @@ def _persistent_terms(s: _Stage) -> list[Term]:
 def _loss_backward(s: _Stage, held: tuple[int, ...], accum_grads: int, when: str):
     """The start of backward on the last stage: every activation alive, the logits of every
     in-flight micro-batch (the step's variable; the pipeline's forward cache), and
-    log_softmax's backward with its fp32 grad input and output (T*V*4 each)."""
+    log_softmax's backward with its fp32 grad input and output (T*V*4 each; three under tp)."""
     in_flight, lay = held[-1], s.lay
     vocab = lay.model.vocab_size // lay.dims.tp
     if lay.loss_chunks > 1:  # a piece recomputed: its logits, fp32 cast, log-softmax, 2 fp32 gradients
@@ -467,8 +467,12 @@ def _loss_backward(s: _Stage, held: tuple[int, ...], accum_grads: int, when: str
         loss = (s.tokens // lay.loss_chunks) * vocab * per_token
         detail = f"one of {lay.loss_chunks} pieces recomputed: {per_token} B per (b*s*V/tp) element"
     else:
-        loss = in_flight * s.logits + 2 * s.tokens * vocab * 4
-        detail = f"logits {_mb(s.logits)} x {in_flight} + 2 fp32 (b*s*V/tp) gradients of the loss"
+        # nll_loss_backward's and _log_softmax_backward_data's outputs; loss_parallel's fused
+        # backward (loss.py _nll_loss_and_log_softmax_backward) holds zeros_like(x), exp(x)
+        # and their sum, then the product
+        grads = 3 if lay.dims.tp > 1 else 2
+        loss = in_flight * s.logits + grads * s.tokens * vocab * 4
+        detail = f"logits {_mb(s.logits)} x {in_flight} + {grads} fp32 (b*s*V/tp) gradients of the loss"
     return (
         "backward start (loss gradient)" + when,
         [
@@ -538,15 +542,16 @@ def _worst_block_backward(s: _Stage, held_by_chunk: dict, accum_grads: int, when
 def _loss_forward(s: _Stage, held: tuple[int, ...], accum_grads: int, when: str):
     """The end of forward on the last stage, while the loss is computed: every activation
     alive (log_softmax's output among them), this micro-batch's logits (compute dtype) and
-    their fp32 cast, and log_softmax's shifted logits (fp32); under tp loss_parallel's
-    log_softmax (torch/distributed/tensor/parallel/loss.py) holds one more fp32 (b*s*V/tp)
-    temporary at its peak (measured on real gloo ranks, benchmarks/memory_accuracy.py; --exact
-    counts a second one the real run does not allocate). All over V/tp of the vocabulary."""
+    their fp32 cast (the same tensor in fp32). aten._log_softmax writes its output and
+    allocates nothing else a tensor holds; under tp loss_parallel's log_softmax
+    (torch/distributed/tensor/parallel/loss.py _log_softmax) keeps the shifted logits beside
+    exp(shifted), then beside its output: one fp32 (b*s*V/tp) more. All over V/tp of the
+    vocabulary. Traced op by op on real gloo ranks (MemTracker, benchmarks/memory_accuracy.py)."""
     lay, t = s.lay, s.lay.dims.tp
     e, _ = _dtypes(lay)
-    per_token = e + (4 if e < 4 else 0) + 4 + (4 if t > 1 else 0)
-    if lay.loss_chunks > 1 and t > 1:  # a checkpointed piece under loss_parallel (measured)
-        per_token += 12
+    per_token = e + (4 if e < 4 else 0) + (4 if t > 1 else 0)
+    if lay.loss_chunks > 1:  # a checkpointed piece (measured), under loss_parallel more
+        per_token += 4 + (12 if t > 1 else 0)
     piece = s.tokens // lay.loss_chunks  # loss_chunks > 1: one piece's logits at a time
     return (
         "forward end (loss)" + when,
