@@ -13,6 +13,12 @@ What each side counts:
     maximum over ranks for the pipeline rows; no CUDA context.
   ours, `peak`: the analytic estimate on an accelerator with the nccl backend: tensors at the
     peak + ALLOCATOR_MARGIN (reserved above allocated); `tensors` is the part before the margin.
+Where the published run compiled the loss (torchtitan 2025: `training.compile` also wraps the
+cross-entropy in torch.compile, torchtitan/components/loss.py build_cross_entropy_loss at
+e7c0cae, the H200 rows' commit; at 9dec370, the Dec-2024 tables, and at 9a2f578, issue 929, it is
+commented out), the fused kernel never holds the fp32 copy of the logits, its log-softmax or
+their fp32 gradients; our eager trainer gets that from training.loss_chunks, so those rows are
+compared with loss_chunks = 8 (`ours loss_chunks`), and the unchunked figure is printed beside it.
 Where the published run used what our trainer does not model (torch.compile, Float8 linears,
 async TP), the row says so (torchtitan's op-level SAC, every second matmul recomputed, is
 modelled: the reader maps selective_ac_option = 'op' onto training.selective_ac_option): those rows show how far the
@@ -61,6 +67,7 @@ class Case:
     pp_schedule: str = "1F1B"
     pp_microbatch: int = 1  # sequences per pipeline micro-batch
     extras: tuple[str, ...] = ()  # what the published run used that we do not model
+    loss_compiled: bool = False  # torchtitan compiled the loss: compared with our loss_chunks (docstring)
 
     def torchtitan_toml(self) -> dict:
         """The layout as torchtitan v0.2.x keys (bf16 params, fp32 reduce are the defaults)."""
@@ -154,16 +161,50 @@ CASES = [
     # run_train.sh sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. The commenter's
     # `memory:` ranged 40.15 (step 1) to 47.65 GiB; the maintainer's run 39.92 to 47.32.
     Case(ISSUE_929, "issue 929 8B FSDP 8 b1", 8, "8B", 1, 8192, "selective", "op", 47.65, extras=(COMPILE,)),
-    Case(H200_2506, "H200 8B FSDP 32", 32, "8B", 2, 8192, "selective", "op", 47.96, extras=(COMPILE, F8)),
-    Case(H200_2506, "H200 8B FSDP 64", 64, "8B", 2, 8192, "selective", "op", 46.97, extras=(COMPILE, F8)),
+    # e7c0cae's llama3_8b.toml: local batch 1 (the run sets 2), seq 8192, op SAC; --training.compile
+    # compiles every block and the loss (components/loss.py)
+    Case(
+        H200_2506,
+        "H200 8B FSDP 32",
+        32,
+        "8B",
+        2,
+        8192,
+        "selective",
+        "op",
+        47.96,
+        extras=(COMPILE, F8),
+        loss_compiled=True,
+    ),
+    Case(
+        H200_2506,
+        "H200 8B FSDP 64",
+        64,
+        "8B",
+        2,
+        8192,
+        "selective",
+        "op",
+        46.97,
+        extras=(COMPILE, F8),
+        loss_compiled=True,
+    ),
 ]
 
 
-def config(case: Case):
+# The rows whose torchtitan run compiled the loss are compared with the loss in this many pieces.
+COMPILED_LOSS_CHUNKS = 8
+
+
+def config(case: Case, loss_chunks: int = 1):
+    """Our JobConfig of `case`, optionally with the loss in `loss_chunks` sequence pieces."""
+    import dataclasses
+
     from titan_train.config.job import validate
     from titan_train.config.torchtitan import from_raw
 
     cfg, _ = from_raw(case.torchtitan_toml(), [], case.world, case.label)
+    cfg.training = dataclasses.replace(cfg.training, loss_chunks=loss_chunks)
     validate(cfg, case.world)
     return cfg
 
@@ -171,27 +212,25 @@ def config(case: Case):
 def ours(case: Case, loss_chunks: int = 1):
     """The analytic estimate of `case` (nccl: no HCCL buffers; accelerator: allocator margin),
     optionally with the loss in `loss_chunks` sequence pieces (what torchtitan does not do)."""
-    import dataclasses
-
     from titan_train.memory import estimate as me
 
-    cfg = config(case)
-    cfg.training = dataclasses.replace(cfg.training, loss_chunks=loss_chunks)
-    return me.estimate(me.layout(cfg, case.world, "nccl"), accelerator=True)
+    return me.estimate(me.layout(config(case, loss_chunks), case.world, "nccl"), accelerator=True)
 
 
-def exact_tensors(case: Case) -> int:
+def exact_tensors(case: Case, loss_chunks: int = 1) -> int:
     """--exact's worst stage: the trainer's build + step under FakeTensorMode (tensors only)."""
     from titan_doctor.diagnose.memory_exact import exact_peaks
 
-    return max(p.peak_bytes for p in exact_peaks(config(case), case.world))
+    return max(p.peak_bytes for p in exact_peaks(config(case, loss_chunks), case.world))
 
 
 def rows(exact: bool = False) -> list[dict]:
     out = []
     for case in CASES:
-        est = ours(case)
+        chunks = COMPILED_LOSS_CHUNKS if case.loss_compiled else 1
+        est = ours(case, chunks)
         worst = est.worst
+        unchunked = ours(case).peak_bytes / GiB
         out.append(
             {
                 "case": case.label,
@@ -202,6 +241,8 @@ def rows(exact: bool = False) -> list[dict]:
                 "tensors_gib": round(worst.tensor_bytes / GiB, 2),
                 "ratio": round(worst.peak_bytes / GiB / case.published_gib, 3),
                 "phase": worst.phase,
+                "ours_loss_chunks": chunks,
+                "unchunked_ratio": round(unchunked / case.published_gib, 3),
                 # training.loss_chunks = 8 where it applies (not with pp)
                 "chunked_gib": round(ours(case, 8).peak_bytes / GiB, 2) if case.pp == 1 else None,
                 "not_modelled": list(case.extras),
@@ -211,7 +252,7 @@ def rows(exact: bool = False) -> list[dict]:
             out[-1]["exact_tensors_gib"] = None
         elif exact:
             t0 = time.perf_counter()
-            out[-1]["exact_tensors_gib"] = round(exact_tensors(case) / GiB, 2)
+            out[-1]["exact_tensors_gib"] = round(exact_tensors(case, chunks) / GiB, 2)
             print(
                 f"  --exact {case.label}: {out[-1]['exact_tensors_gib']} GiB tensors "
                 f"(analytic {out[-1]['tensors_gib']}) in {time.perf_counter() - t0:.0f} s",
@@ -247,6 +288,8 @@ def main() -> None:
                     f"{r['ours_gib']:.1f}",
                     f"{r['tensors_gib']:.1f}" + (f" / {r['exact_tensors_gib'] or '-'}" if args.exact else ""),
                     f"{r['ratio']:.2f}",
+                    r["ours_loss_chunks"],
+                    f"{r['unchunked_ratio']:.2f}",
                     f"{r['chunked_gib']:.1f}" if r["chunked_gib"] else "-",
                     ", ".join(r["not_modelled"]) or "-",
                     r["phase"],
@@ -260,6 +303,8 @@ def main() -> None:
                 "ours GiB",
                 "ours tensors" + (" / --exact" if args.exact else ""),
                 "ours/pub",
+                "ours loss_chunks",
+                "ours/pub, loss_chunks 1",
                 "ours, loss_chunks 8",
                 "published run also used",
                 "our peak phase",
@@ -269,7 +314,8 @@ def main() -> None:
     print(
         "\npublished = torchtitan `memory:` (max reserved); ours = analytic peak incl. the allocator margin, "
         "with torchtitan's loss (loss parallel over tp, logits freed before backward; training.loss_chunks = 1 "
-        "as a torchtitan TOML gives); 'ours, loss_chunks 8': the same with the loss in 8 sequence pieces (no pp).\n"
+        "as a torchtitan TOML gives, or 8 where torchtitan compiled the loss: 'ours loss_chunks'); "
+        "'ours, loss_chunks 8': the same with the loss in 8 sequence pieces (no pp).\n"
         "Not modelled on either column: torch.compile, Float8 (fp8 all-gather halves the gathered params), "
         "async TP. Modelled: torchtitan's op-level SAC (every second matmul recomputed), as its rows ran it.\n"
         f"Sources: {H100_2412} ; {H200_2506} ; {ISSUE_929}"
