@@ -103,6 +103,11 @@ def test_skimmed_logs_explained_the_same(monkeypatch, tmp_path):
     with open(chatter, "w") as fh:
         for i in range(3000):
             fh.write(f"  1%|          | {i}/175200 [00:29<1:22:01,  2.83s/it] worker {i:x} handled request\n")
+            # a line a needle and a fact's key are on, that reports nothing: read once, then passed over
+            fh.write(
+                f"[rank{i % 8}]:[W609 06:57:47.8 compiler_depend.ts:877] Warning: The HCCL execution timeout "
+                "was set to never timeout (function ProcessGroupHCCL)\n"
+            )
         fh.write((HERE / "real_logs" / "vllm_ascend_486_ei0006_rank1.log").read_text())
         for i in range(500):
             fh.write(f"INFO step {i} loss {i / 7:.3f}\n")

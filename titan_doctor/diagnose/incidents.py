@@ -339,7 +339,17 @@ def _follow(line: Line, cur: Incident | None, coded: Event | None) -> Event | No
 
 # What, beside the needles and codes log_prefilter knows, makes the loop below do anything with
 # a line: the job-wide facts, torchrun's summary blocks, NCCL's "Last error:"
-KEYS = (*log_facts.KEYS, "Fail", "Root Cause", "=====", "Last error:")
+_LOOP_KEYS = ("Fail", "Root Cause", "=====", "Last error:")
+KEYS = (*log_facts.KEYS, *_LOOP_KEYS)
+
+
+def _quiet(text: str) -> bool:
+    """A line that reported nothing and would report nothing again anywhere (in the same
+    block of torchrun's summary): no key of the loop is on it, Facts learns nothing from it a
+    second time, and raw_lines neither holds it for its rest nor splits it."""
+    if "\\n" in text or text.count("(") > text.count(")"):
+        return False
+    return not any(k in text for k in (*log_facts.AGAIN, *_LOOP_KEYS))
 
 
 def incidents(paths: Iterable[Path], facts: Facts | None = None) -> tuple[list[Incident], int]:
@@ -354,7 +364,11 @@ def incidents(paths: Iterable[Path], facts: Facts | None = None) -> tuple[list[I
         coded: Event | None = None  # the last E-code event, collecting its message lines
         last_error: Event | None = None  # an event whose message continues on the next line
         section = ""  # the block of torchrun's failure summary we are in
-        skim = log_prefilter.Skim(path, KEYS, keep=CONTEXT) if log_prefilter.skimmed(path) else None
+        skim = (
+            log_prefilter.Skim(path, lambda: (*facts.keys(), *_LOOP_KEYS), keep=CONTEXT)
+            if log_prefilter.skimmed(path)
+            else None
+        )
         for item in skim if skim is not None else log_lines.raw_lines(path):
             if isinstance(item, log_prefilter.Skipped):  # lines none of the tests below can care about
                 total += item.count
@@ -364,7 +378,9 @@ def incidents(paths: Iterable[Path], facts: Facts | None = None) -> tuple[list[I
             total += 1
             facts.feed(text)
             if section or "Fail" in text or "Root Cause" in text:
-                section = launcher_section(text, section)
+                was, section = section, launcher_section(text, section)
+                if skim is not None and section != was:
+                    skim.quiet.clear()  # an only_in signature may match them now
             evs = []
             if log_prefilter.might_report(text):
                 m, codes = log_prefilter.best_match(text, section), error_codes.find_codes(text)
@@ -405,6 +421,10 @@ def incidents(paths: Iterable[Path], facts: Facts | None = None) -> tuple[list[I
                 skim.hot = (
                     last_error is not None or coded is not None or (cur is not None and no + 1 - cur.last_no <= NEAR)
                 )
+                if not evs and parent is None and text not in skim.quiet and _quiet(text):
+                    if len(skim.quiet) >= 4096:
+                        skim.quiet.clear()
+                    skim.quiet.add(text)
     for inc in out:
         inc.events = [e for e in _dedupe(_merge(inc.events)) if e.only_on != "npu" or facts.npu]
         _promote_reasons(inc)

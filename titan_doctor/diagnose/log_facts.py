@@ -36,13 +36,15 @@ _GRAPH = re.compile(
     r"torch_npu/npu/graphs\.py|_graph_task_update|\baclgraph\b|ACL ?graph|NPUGraph|torch\.npu\.graph|torchair"
 )
 MAX_IFACES = 64
+_SERVING = ("vllm", "vLLM", "sglang", "EngineCore")
+_GRAPH_KEYS = ("raph", "torchair")
+_COMPILE_KEYS = ("ompile", "_dynamo", "_orig_mod")
 # every text Facts.feed looks for: a line with none of them tells it nothing (log_prefilter
 # skims past such lines; tests/diagnose/test_log_prefilter.py checks feed asks for no other)
-KEYS = (
-    *("vllm", "vLLM", "sglang", "EngineCore", "raph", "torchair", "ompile", "_dynamo", "_orig_mod"),
-    *_NPU,
-    *("<0>", "opCount"),
-)
+KEYS = (*_SERVING, *_GRAPH_KEYS, *_COMPILE_KEYS, *_NPU, "<0>", "opCount")
+# the KEYS of the lines that, fed again with the same text, change the facts again (each NCCL
+# trace line counts towards MAX_COLLECTIVES); the others tell nothing new the second time
+AGAIN = ("opCount",)
 MAX_COLLECTIVES = 4096
 
 
@@ -75,6 +77,17 @@ class Facts:
     serving: bool = False  # a serving engine's process printed in this log (vLLM / SGLang workers)
     graph_mode: bool = False  # NPU graph capture / replay is in use (torch_npu's graphs.py, ACL graph, torchair)
     _n_coll: int = 0
+
+    def keys(self) -> tuple[str, ...]:
+        """The KEYS a line could still change a fact with (a fact once found is not looked for)."""
+        return (
+            *(() if self.serving else _SERVING),
+            *(() if self.graph_mode else _GRAPH_KEYS),
+            *(() if self.compiled else _COMPILE_KEYS),
+            *(() if self.npu else _NPU),
+            *(("<0>",) if len(self.interfaces) < MAX_IFACES else ()),
+            *(("opCount",) if self._n_coll < MAX_COLLECTIVES else ()),
+        )
 
     def feed(self, text: str) -> None:
         if not self.serving and ("vllm" in text or "vLLM" in text or "sglang" in text or "EngineCore" in text):

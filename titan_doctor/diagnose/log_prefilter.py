@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -229,6 +229,10 @@ def _candidates(np: Any, b: bytes, nl: Any, table: tuple[Any, Any]) -> list[int]
     return found[found < len(nl)].tolist()
 
 
+def _text(b: bytes, ends: list[int], j: int) -> str:
+    return b[(ends[j - 1] + 1 if j else 0) : ends[j]].decode("utf-8")
+
+
 def skimmed(path: Path) -> bool:
     """Whether `path` is read through Skim: a large plain log (error.json is read whole)."""
     try:
@@ -241,16 +245,28 @@ class Skim:
     """raw_lines(path), with the runs of lines no key (nor, when `reports`, a needle or an
     E-code) is on given as Skipped. The caller sets
     `hot` after each line it is given when the next line must be given to it whatever it holds
-    (it continues a message, or it may name the rank of an incident just above)."""
+    (it continues a message, or it may name the rank of an incident just above). `keys` may
+    be a function, asked at each chunk: keys it no longer names must be ones that can no longer
+    matter (a fact already found)."""
 
-    def __init__(self, path: Path, keys: tuple[str, ...] = (), reports: bool = True, keep: int = KEEP):
+    def __init__(
+        self,
+        path: Path,
+        keys: tuple[str, ...] | Callable[[], tuple[str, ...]] = (),
+        reports: bool = True,
+        keep: int = KEEP,
+    ):
         self.path, self.keys, self.reports, self.keep, self.hot = path, keys, reports, keep, False
+        # texts of lines the caller read and found nothing in, that it would read for nothing
+        # again whatever came before them (it clears this when what it knows changes)
+        self.quiet: set[str] = set()
 
     def __iter__(self) -> Iterator[tuple[int, str, str | None] | Skipped]:
         import numpy as np
 
         held: tuple[int, str] | None = None
-        table = None
+        tables: dict[tuple[str, ...], tuple[Any, Any]] = {}
+        sample: bytes | None = None  # the log's start, digits as 0: which pieces are rare in it
         no = 0  # physical lines read before this chunk
         rest = ""
         with open(self.path, encoding="utf-8", errors="replace") as fh:
@@ -265,26 +281,31 @@ class Skim:
                     continue
                 b = buf.encode("utf-8")
                 nl = np.flatnonzero(np.frombuffer(b, np.uint8) == 10)
-                if table is None:
-                    table = _table(np, self.keys, b[: 1 << 20].translate(_ZERO), self.reports)
-                cands = _candidates(np, b, nl, table)
+                keys = self.keys() if callable(self.keys) else self.keys
+                if keys not in tables:  # keys only ever drop out: a new table for the next chunks
+                    sample = sample if sample is not None else b[: 1 << 20].translate(_ZERO)
+                    tables[keys] = _table(np, keys, sample, self.reports)
+                cands = _candidates(np, b, nl, tables[keys])
                 ends = nl.tolist()
                 n, i, c = len(ends), 0, 0  # line index, next candidate's position in cands
                 while i < n:
                     if held is None and not self.hot:
-                        while c < len(cands) and cands[c] < i:
-                            c += 1
-                        nxt = cands[c] if c < len(cands) else n
-                        if nxt > i:  # lines i .. nxt-1 hold no key
+                        nxt = i
+                        while True:
+                            while c < len(cands) and cands[c] < nxt:
+                                c += 1
+                            nxt = cands[c] if c < len(cands) else n
+                            if nxt < n and self.quiet and _text(b, ends, nxt) in self.quiet:
+                                nxt += 1  # a key is on it, but the caller read that text for nothing
+                                continue
+                            break
+                        if nxt > i:  # lines i .. nxt-1 need not be read
                             lo = max(i, nxt - self.keep)
-                            tail = [
-                                (no + j + 1, b[(ends[j - 1] + 1 if j else 0) : ends[j]].decode("utf-8"), None)
-                                for j in range(lo, nxt)
-                            ]
+                            tail = [(no + j + 1, _text(b, ends, j), None) for j in range(lo, nxt)]
                             yield Skipped(nxt - i, tail)
                             i = nxt
                             continue
-                    line = b[(ends[i - 1] + 1 if i else 0) : ends[i]].decode("utf-8")
+                    line = _text(b, ends, i)
                     i += 1
                     held = yield from log_lines.step(held, no + i, line)
                 no += n
