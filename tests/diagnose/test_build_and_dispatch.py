@@ -160,3 +160,46 @@ def _write(tmp_path, text):
     p = tmp_path / "run.log"
     p.write_text(text)
     return p
+
+
+# ---- pip's resolver and Python's import system ----------------------------------------------
+
+
+def test_a_pin_on_torchs_cpu_build_says_where_that_build_lives(tmp_path):
+    text = (
+        "The conflict is caused by:\n"
+        "    The user request torch==2.5.1\n"
+        "    torch-npu 2.5.1 depends on torch==2.5.1+cpu\n"
+    )
+    f = logs.explain([_write(tmp_path, text)])[0]
+    assert f.code == "log.install.torch_cpu_build_pin"
+    assert "torch==2.5.1+cpu" in f.detail and "download.pytorch.org/whl/cpu" in f.fix and "--no-deps" in f.fix
+    assert "cann" not in f.detail.lower()  # nothing here is about CANN (not even in "cannot")
+
+
+def test_any_pip_conflict_is_named_and_points_at_the_pins(tmp_path):
+    for line in (
+        "ERROR: Cannot install a==1.0 and b==2.0 because these package versions have conflicting dependencies.",
+        "torchvision 0.18.1+cpu requires torch==2.3.1, but you have torch 2.1.0 which is incompatible.",
+    ):
+        f = logs.explain([_write(tmp_path, line + "\n")])[0]
+        assert f.code == "log.install.pip_conflict", line
+        assert "--no-deps" in f.fix
+
+
+@pytest.mark.parametrize(
+    "module,says,fix",
+    [
+        ("vllm_ascend.distributed.device_communicators", "vllm_ascend is installed", "pip show vllm-ascend"),
+        ("megatron.bridge", "megatron is installed", "pip install megatron-bridge"),
+    ],
+)
+def test_a_missing_submodule_of_an_imported_package_is_a_release_mismatch(tmp_path, module, says, fix):
+    f = logs.explain([_write(tmp_path, _traceback(f"ModuleNotFoundError: No module named '{module}'"))])[0]
+    assert f.code == "log.import.submodule_missing"
+    assert says in f.detail and "another version" in f.detail and fix in f.fix
+
+
+def test_a_missing_top_level_package_is_not_a_release_mismatch(tmp_path):
+    f = logs.explain([_write(tmp_path, _traceback("ModuleNotFoundError: No module named 'einops'"))])[0]
+    assert f.code != "log.import.submodule_missing"

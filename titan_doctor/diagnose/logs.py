@@ -488,6 +488,11 @@ def _peer(e: Event) -> dict[str, Any]:
     return {"peer_note": f" (peer {peer})" if peer else ""}
 
 
+def _submodule(e: Event) -> dict[str, Any]:
+    top, sub = e.groups.get("top", ""), e.groups.get("rest", "").split(".")[0]
+    return {"top_pip": top.replace("_", "-"), "sub": sub, "ns_pip": f"{top}-{sub}".replace("_", "-")}
+
+
 def _ib_status(e: Event) -> dict[str, Any]:
     status = int(e.groups.get("status", "-1"))
     name, meaning = _IB_STATUS.get(status, (f"ibv_wc_status {status}", "see ibv_wc_status_str"))
@@ -715,6 +720,7 @@ _PARSERS = {
     "port": _port,
     "ib_status": _ib_status,
     "peer": _peer,
+    "submodule": _submodule,
     "memcpy": _memcpy,
     "buffsize": _buffsize,
     "soc_pair": _soc_pair,
