@@ -203,3 +203,45 @@ def test_a_missing_submodule_of_an_imported_package_is_a_release_mismatch(tmp_pa
 def test_a_missing_top_level_package_is_not_a_release_mismatch(tmp_path):
     f = logs.explain([_write(tmp_path, _traceback("ModuleNotFoundError: No module named 'einops'"))])[0]
     assert f.code != "log.import.submodule_missing"
+
+
+@pytest.mark.parametrize(
+    "lib,pkg",
+    [
+        ("/env/lib/python3.11/site-packages/_XLAC.cpython-311-x86_64-linux-gnu.so", "torch_xla"),
+        ("/env/lib/python3.10/site-packages/vllm/_C.abi3.so", "vllm"),
+        ("/env/lib/python3.10/site-packages/torchvision/_C.so", "torchvision"),
+    ],
+)
+def test_an_undefined_symbol_names_the_package_whose_extension_it_is(tmp_path, lib, pkg):
+    line = f"ImportError: {lib}: undefined symbol: _ZN5torch8autograd12VariableInfoC1ERKN2at6TensorE"
+    f = logs.explain([_write(tmp_path, line + "\n")])[0]
+    assert f.code == "log.import.undefined_symbol"
+    assert f"{pkg}'s compiled extension" in f.detail and f"Install the {pkg} release" in f.fix
+    assert "torch_npu" not in f.fix
+
+
+def test_an_undefined_symbol_in_torch_npu_keeps_the_torch_npu_fix(tmp_path):
+    lib = "/env/lib/python3.10/site-packages/torch_npu/lib/libtorch_npu.so"
+    f = logs.explain([_write(tmp_path, f"ImportError: {lib}: undefined symbol: _ZN5torch10ValueErrorC1EPKcz\n")])[0]
+    assert "torch and torch_npu versions do not match" in f.detail and "pip install torch-npu==" in f.fix
+
+
+def test_an_injected_nccl_graph_for_another_machine_is_named_before_the_system_error(tmp_path):
+    text = (
+        "host:1:2 [0] NCCL INFO NCCL_GRAPH_FILE set by environment to /opt/vm/graph.xml\n"
+        "host:1:2 [0] graph/search.cc:719 NCCL WARN XML Import Channel : dev 3 not found.\n"
+        "host:1:2 [0] NCCL INFO graph/search.cc:749 -> 2\n"
+        "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO "
+        "for details), NCCL version 2.19.3\n"
+    )
+    f = logs.explain([_write(tmp_path, text)])[0]
+    assert f.code == "log.nccl.injected_graph_mismatch"
+    assert "dev 3" in f.detail and "Unset NCCL_GRAPH_FILE" in f.fix
+    assert "InfiniBand" not in f.detail
+
+
+def test_a_checkpoint_file_that_cannot_be_created_names_folder_rights_and_space(tmp_path):
+    f = logs.explain([_write(tmp_path, _traceback("RuntimeError: File out/ckpt/step_10.pt cannot be opened."))])[0]
+    assert f.code == "log.ckpt.file_not_created" and f.data["family"] == "host_disk"
+    assert "out/ckpt/step_10.pt" in f.detail and "df -h" in f.fix and "os.makedirs" in f.fix

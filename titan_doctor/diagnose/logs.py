@@ -493,6 +493,29 @@ def _submodule(e: Event) -> dict[str, Any]:
     return {"top_pip": top.replace("_", "-"), "sub": sub, "ns_pip": f"{top}-{sub}".replace("_", "-")}
 
 
+_SITE = re.compile(r"(?:site|dist)-packages/(?P<dir>[\w.-]+?)(?:/|\.cpython|\.abi3|\.so)")
+# compiled modules installed at the top of site-packages, and the distribution they belong to
+_TOP_LEVEL_EXTENSIONS = {"_XLAC": "torch_xla", "flash_attn_2_cuda": "flash-attn", "_C_flashattention": "flash-attn"}
+
+
+def _undefined_symbol(e: Event) -> dict[str, Any]:
+    """Whose compiled extension the undefined symbol is in: torch_npu's or another package's."""
+    m = _SITE.search(e.groups.get("lib", ""))
+    pkg = _TOP_LEVEL_EXTENSIONS.get(m.group("dir"), m.group("dir")) if m else ""
+    if not pkg or "npu" in pkg or pkg in ("torch", "mindspeed", "mindie_turbo", "vllm_ascend"):
+        return {
+            "mismatch": "torch and torch_npu versions do not match",
+            "symbol_fix": "Install the torch_npu built for your torch: pip install torch-npu==<your torch version>  "
+            "(or pin torch to the torch_npu version; see `titan-doctor diagnose --check versions.matrix`)",
+        }
+    return {
+        "mismatch": f"{pkg}'s compiled extension and the installed torch are from different releases",
+        "symbol_fix": f"Install the {pkg} release built for the installed torch (python -c 'import torch; "
+        f"print(torch.__version__)'; {pkg} states the torch it needs), or rebuild it against this torch (pip install "
+        f"--force-reinstall --no-build-isolation --no-cache-dir {pkg}); if the job does not use {pkg}, uninstall it",
+    }
+
+
 def _ib_status(e: Event) -> dict[str, Any]:
     status = int(e.groups.get("status", "-1"))
     name, meaning = _IB_STATUS.get(status, (f"ibv_wc_status {status}", "see ibv_wc_status_str"))
@@ -720,6 +743,7 @@ _PARSERS = {
     "port": _port,
     "ib_status": _ib_status,
     "peer": _peer,
+    "undefined_symbol": _undefined_symbol,
     "submodule": _submodule,
     "memcpy": _memcpy,
     "buffsize": _buffsize,
