@@ -106,13 +106,15 @@ _GPU = "gpu"
 _SAFE = frozenset({"is_available", "device_count", "is_initialized"})
 _PROFILER_ACTIVITY = ("torch.profiler.ProfilerActivity", "torch.autograd.ProfilerActivity")
 _PROFILER_MODULES = ("torch.profiler", "torch.autograd.profiler")
+_BACKEND_MAP = "default_device_backend_map"  # torch.distributed's device -> backend table
+_DEVICE_WORD = "device"
 CODE = "NPU114"
 
 
 def may_hold(data: bytes) -> bool:
     """Cheap text check: does the file name another accelerator, define a function named
     for CUDA, or look a device module up with getattr?"""
-    if any(p.search(data) for p in _MENTIONS) or _CUDA_DEF.search(data):
+    if any(p.search(data) for p in _MENTIONS) or _CUDA_DEF.search(data) or _BACKEND_MAP.encode() in data:
         return True
     if (b"VISIBLE_" in data or b"ZE_AFFINITY" in data) and _VISIBLE_ENV.search(data):
         return True
@@ -343,6 +345,10 @@ class _Scan:
         if isinstance(node, ast.Constant):
             acc = _device_of_value(node.value) if isinstance(node.value, str) else None
             return {acc} if acc else set()
+        if isinstance(node, ast.Call) and _generic_lookup(node, self.imports):
+            return {GENERIC}
+        if isinstance(node, ast.Attribute) and node.attr == _BACKEND_MAP:
+            return {GENERIC}  # dist.Backend.default_device_backend_map[device_type]
         if isinstance(node, (ast.Attribute, ast.Name)):
             found = set()
             if not isinstance(self._parents.get(id(node)), ast.Attribute):  # the outermost chain speaks
@@ -994,6 +1000,20 @@ def _constants(node: ast.AST, shallow: bool = False) -> list[str]:
     if shallow:
         return [e.value for e in getattr(node, "elts", []) if isinstance(e, ast.Constant) and isinstance(e.value, str)]
     return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def _generic_lookup(node: ast.Call, imports: dict[str, str]) -> bool:
+    """`getattr(torch, device_type)`, `getattr(torch, device.type)`: torch's module for a
+    device named at run time, which answers for npu as for any other (a constant name, or
+    another name, `getattr(torch, args.model_dtype)`, does not)."""
+    return (
+        isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and len(node.args) >= 2
+        and not isinstance(node.args[1], ast.Constant)
+        and qualified(node.args[0], imports) == "torch"
+        and _DEVICE_WORD in ast.unparse(node.args[1]).lower()
+    )
 
 
 def _cuda_bound(stmts: list[ast.stmt]) -> list[str]:
