@@ -20,6 +20,7 @@ class _Result:
 def _fake(codes, tmp_path, max_restarts, forwarded=()):
     seen, lines = [], []
     (tmp_path / "rank0.log").write_text("attempt log")
+    (tmp_path / "launcher_node0.log").write_text(f"    rank 0   {tmp_path / 'rank0.log'}  (failed first)\n")
 
     def attempt(k):
         seen.append(k)
@@ -46,6 +47,8 @@ def test_failures_are_restarted_until_one_attempt_succeeds(tmp_path):
         "every rank starts again and resumes from step 4"
     )
     assert (tmp_path / "attempt-0" / "rank0.log").read_text() == "attempt log"  # the died attempt's logs are kept
+    summary = (tmp_path / "attempt-0" / "launcher_node0.log").read_text()  # and its summary names where they are now
+    assert summary == f"    rank 0   {tmp_path / 'attempt-0' / 'rank0.log'}  (failed first)\n"
 
 
 @pytest.mark.parametrize("code", [0, 2, 3, 130, 143])
@@ -75,6 +78,7 @@ def test_a_rank_killed_mid_run_is_restarted_and_trains_the_losses_of_an_uninterr
     assert "resumes from step 2 (" in proc.stderr and "restart 2 of 2" not in proc.stderr
     logs = tmp_path / "outputs" / "llama_debug" / "logs"
     assert (logs / "attempt-0" / "rank1.log").is_file() and (logs / "attempt-0" / "launcher_node0.log").is_file()
+    assert "logs/attempt-0/rank1.log  (failed first)" in (logs / "attempt-0" / "launcher_node0.log").read_text()
     assert "(step 2)" in (logs / "rank0.log").read_text()  # the new attempt resumed there
     got = losses(tmp_path)
     assert sorted(got) == list(range(1, 7))

@@ -25,13 +25,20 @@ RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"  # torchrun's name: which attem
 
 
 def keep_attempt_logs(log_dir: str | Path, attempt: int) -> Path:
-    """Move the attempt's files in `log_dir` (rank logs, the launcher's summary) to attempt-K/."""
+    """Move the attempt's files in `log_dir` (rank logs, the launcher's summary) to attempt-K/;
+    the summary's rank log paths are rewritten to where the logs now are (logs/rank<N>.log
+    is the next attempt's)."""
     log_dir = Path(log_dir)
     kept = log_dir / f"attempt-{attempt}"
     kept.mkdir(parents=True, exist_ok=True)
-    for path in log_dir.iterdir():
-        if path.is_file():
-            shutil.move(str(path), kept / path.name)
+    moved = [path for path in log_dir.iterdir() if path.is_file()]
+    for path in moved:
+        shutil.move(str(path), kept / path.name)
+    for summary in kept.glob("launcher_node*.log"):
+        text = summary.read_text(encoding="utf-8", errors="replace")
+        for path in moved:
+            text = text.replace(f"{path}  (", f"{kept / path.name}  (")  # "rank 1   <path>  (failed first)"
+        summary.write_text(text, encoding="utf-8")
     return kept
 
 
