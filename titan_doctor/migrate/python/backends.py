@@ -93,6 +93,8 @@ _CUDA_DEF = re.compile(  # a def or call of a function named for CUDA, getattr(t
 _MARKED = re.compile(rb"(?m)^\s*@[\w.]+\([^)\n]*\b(?:\w+_)?cuda(?:_\w+)?\s*=")  # @RunIf(min_cuda_gpus=1)
 _MEMBER = re.compile(rb"\.MULTI_(?:GPU|CUDA)\b|\b[A-Z][A-Za-z]*[a-z][A-Za-z]*\.(?:GPU|CUDA)\b")
 _DEVICE_VALUE = re.compile(r"^([a-z]+)(?::\d+)?$")
+# a test pinning CUDA's answer: `f("cuda") == "nccl"`, `@patch("torch.cuda.is_available")`
+_PINNED = re.compile(rb"\(\s*[\"'](?:cuda|nccl)[\"'][^\n]*\)\s*==\s*[\"']|patch\(\s*[\"']torch\.cuda\.")
 _VISIBLE_ENV = re.compile(rb"\b(?:" + "|".join(VISIBLE_DEVICES_ENV).encode() + rb")\b")
 _FALSY = (None, False, 0, "")
 # a function whose name says it answers for CUDA: a question about CUDA (is_cuda_available,
@@ -117,6 +119,8 @@ def may_hold(data: bytes) -> bool:
     if any(p.search(data) for p in _MENTIONS) or _CUDA_DEF.search(data) or _BACKEND_MAP.encode() in data:
         return True
     if (b"VISIBLE_" in data or b"ZE_AFFINITY" in data) and _VISIBLE_ENV.search(data):
+        return True
+    if (b"patch(" in data or b"==" in data) and _PINNED.search(data):
         return True
     if (b"cuda_" in data or b"_cuda" in data) and b"@" in data and _MARKED.search(data):
         return True
@@ -300,6 +304,7 @@ class _Scan:
             n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in cuda_defs
         )
         self._marked(nodes, markers | cuda_defs)
+        self._cuda_pinned(nodes)
         self._try_fallbacks(nodes)
         self._enum_members(nodes, covered)
         self._cuda_flags(nodes, covered)
@@ -645,6 +650,30 @@ class _Scan:
                 if self._cuda_named_call(sub):
                     return True
         return False
+
+    def _cuda_pinned(self, nodes: list[ast.AST]) -> None:
+        """Where a test pins CUDA's answer of device-generic code, the CUDA case stays:
+        `get_distributed_backend("cuda") == "nccl"` (the "cuda" asked for is no device
+        position, so only the answer would move, and the test would fail everywhere), and
+        a test under `@patch("torch.cuda.is_available", return_value=True)`, which makes
+        the code under test take its CUDA branch."""
+        backend = LITERALS["backend"].cuda
+        for node in nodes:
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                asked = any(
+                    isinstance(c, ast.Call)
+                    and any(isinstance(a, ast.Constant) and a.value in (CUDA, backend) for a in c.args)
+                    for side in sides
+                    for c in ast.walk(side)
+                )
+                if asked and any(isinstance(s, ast.Constant) and _cuda_value_or_backend(s.value) for s in sides):
+                    self._add(node, Hold(self._start(node), quiet=True))
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                _patches_cuda(d) for d in node.decorator_list
+            ):  # the patch target stays with the test
+                first = node.decorator_list[0]
+                self._add(first, Hold(self._start(first), quiet=True), end=node)
 
     def _try_fallbacks(self, nodes: list[ast.AST]) -> None:
         """try/except that picks a backend: the try uses another accelerator (`import
@@ -1013,6 +1042,32 @@ def _generic_lookup(node: ast.Call, imports: dict[str, str]) -> bool:
         and not isinstance(node.args[1], ast.Constant)
         and qualified(node.args[0], imports) == "torch"
         and _DEVICE_WORD in ast.unparse(node.args[1]).lower()
+    )
+
+
+def _cuda_value_or_backend(value: object) -> bool:
+    """ "nccl", "cuda:0", "cuda:nccl,cpu:gloo": an answer that names CUDA or NCCL."""
+    if not isinstance(value, str):
+        return False
+    words = set(re.split(r"[^a-z0-9]+", value.lower()))
+    return bool(words & {CUDA, LITERALS["backend"].cuda})
+
+
+def _patches_cuda(decorator: ast.AST) -> bool:
+    """`@patch("torch.cuda.is_available", return_value=True)` (mock.patch too): a test that
+    tells the code under it CUDA is there. (A patch of what the code calls, `@patch(
+    "torch.cuda.Stream")`, stubs it and moves with the rewritten code.)"""
+    if not isinstance(decorator, ast.Call) or not decorator.args:
+        return False
+    name = _spelled(decorator.func)
+    first = decorator.args[0]
+    return (
+        bool(name)
+        and name[-1] == "patch"
+        and isinstance(first, ast.Constant)
+        and isinstance(first.value, str)
+        and first.value.startswith("torch." + CUDA + ".")
+        and first.value.rsplit(".", 1)[-1] in _SAFE
     )
 
 
