@@ -245,3 +245,28 @@ def test_a_checkpoint_file_that_cannot_be_created_names_folder_rights_and_space(
     f = logs.explain([_write(tmp_path, _traceback("RuntimeError: File out/ckpt/step_10.pt cannot be opened."))])[0]
     assert f.code == "log.ckpt.file_not_created" and f.data["family"] == "host_disk"
     assert "out/ckpt/step_10.pt" in f.detail and "df -h" in f.fix and "os.makedirs" in f.fix
+
+
+def test_an_op_store_without_the_dtype_beats_the_build_failure_it_causes(tmp_path):
+    text = (
+        "EZ3002: Optype [Conv3D] of Ops kernel [AIcoreEngine] is unsupported. Reason: [tbe-custom]:op type Conv3D is "
+        "not found in this op store.[Dynamic shape check]: data type DT_BFLOAT16 of input [x] is not supported. All "
+        "supported data type and format of tensor input0.x is: Data Type: {DT_FLOAT16,DT_INT8}\n"
+        "        build op model failed, result = 500002[FUNC:ReportInnerError][FILE:log_inner.cpp][LINE:145]\n"
+    )
+    f = logs.explain([_write(tmp_path, text)])[0]
+    assert f.code == "log.op.dtype_unsupported"
+    assert "(Conv3D) does not support bfloat16" in f.detail and "CANN" in f.fix
+
+
+def test_a_build_failure_after_the_compile_environment_failed_stays_the_environment(tmp_path):
+    text = "EH9999: [Init][Env]init env failed!\n        build op model failed, result = 500001\n"
+    f = logs.explain([_write(tmp_path, text)])[0]
+    assert f.code == "log.cann.op_env" and "decorator" in f.fix
+
+
+def test_a_bare_build_failure_does_not_claim_missing_python_packages(tmp_path):
+    found = logs.explain([_write(tmp_path, "build op model failed, result = 500002[FUNC:ReportInnerError]\n")])
+    assert "log.cann.op_env" not in [f.code for f in found]
+    (build,) = [f for f in found if f.code == "log.cann.op_build_failed"]
+    assert "lines above" in build.fix

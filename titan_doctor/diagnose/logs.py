@@ -310,11 +310,11 @@ def _python_package(e: Event) -> dict[str, Any]:
 
 def _dtype(e: Event) -> dict[str, Any]:
     g = e.groups
-    dtype = g.get("dtype") or (g.get("dt") or g.get("st") or "").lower()
+    dtype = g.get("dtype") or (g.get("dt") or g.get("st") or g.get("dt3") or "").lower()
     supported = [x.replace("DT_", "").lower() for x in (g.get("supported") or "").split(",") if x.strip()]
     return {
         "dtype_name": dtype or "this dtype",
-        "op_note": f" ({g['op']})" if g.get("op") else "",
+        "op_note": f" ({g.get('op') or g.get('optype')})" if g.get("op") or g.get("optype") else "",
         "supported_note": f"; it supports {', '.join(supported)}" if supported else "",
     }
 
