@@ -270,3 +270,29 @@ def test_a_bare_build_failure_does_not_claim_missing_python_packages(tmp_path):
     assert "log.cann.op_env" not in [f.code for f in found]
     (build,) = [f for f in found if f.code == "log.cann.op_build_failed"]
     assert "lines above" in build.fix
+
+
+def test_an_unknown_error_raised_inside_a_package_names_that_package(tmp_path):
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/work/train.py", line 40, in <module>\n'
+        "    engine.step()\n"
+        '  File "/env/lib/python3.11/site-packages/deepspeed/runtime/zero/partitioned_param_coordinator.py", line 204, '
+        "in reset_step\n"
+        '    raise RuntimeError(f"still have inflight params "\n'
+        "RuntimeError: still have inflight params [{'id': 723, 'status': 'AVAILABLE'}]\n"
+    )
+    f = logs.explain([_write(tmp_path, text)])[0]
+    assert f.code == "log.exception"
+    assert "inside the installed package deepspeed" in f.detail and "pip show deepspeed" in f.fix
+    assert f.fix.count("Read the traceback") == 1
+
+
+def test_an_unknown_error_raised_by_torch_or_user_code_names_no_package(tmp_path):
+    for inner in (
+        '/env/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1, in f',
+        '/work/model.py", line 9, in g',
+    ):
+        text = f'Traceback (most recent call last):\n  File "{inner}\n    x()\nValueError: odd value 7\n'
+        f = logs.explain([_write(tmp_path, text)])[0]
+        assert "inside the installed package" not in f.detail

@@ -1163,11 +1163,23 @@ def _extracted(
             "kind of failure, so the finding is a likely cause to confirm."
         )
         + (f"\nraised from {raised.frame}" if raised.frame else "")
+        + (
+            f"\nIt was raised inside the installed package {raised.library} (the traceback's innermost frame), "
+            f"not in your code: a check of {raised.library}'s own, or a bug of the {raised.library} release installed."
+            if raised.library
+            else ""
+        )
         + f"\nTo confirm the family: {fam['confirm']}\n> {raised.text[:300]}",
         fix=(f"What the log itself suggests: {'; '.join(advice)}. " if advice else "")
         + f"Read the {'traceback that ends' if kind == 'exception' else 'lines around'} {raised.path}:{raised.line}"
         + (f" (your code: {raised.frame})" if raised.frame else "")
-        + f". {fam['next_step']}",
+        + (
+            f". Search {raised.library}'s issue tracker for this message, and check the {raised.library} version "
+            f"(pip show {raised.library}) against the one the project you run pins: another release may not have it"
+            if raised.library
+            else ""
+        )
+        + (f". {fam['next_step']}" if family != "other" else ""),
         path=raised.path,
         line=raised.line,
         data={

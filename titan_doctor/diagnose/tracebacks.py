@@ -59,6 +59,7 @@ class Raised:
     frame: str = ""  # innermost user frame: 'train.py:107 in main'
     launcher: bool = False
     rank: int | None = None  # the rank the line's prefix names
+    library: str = ""  # the installed package the innermost frame is in, when it is not torch's or the user's
 
     @property
     def where(self) -> str:
@@ -83,6 +84,19 @@ def user_frame(frames: Iterable[tuple[str, str, str]]) -> str:
         if not _LIBRARY.search(path):
             last = f"{path}:{line} in {func}"
     return last
+
+
+_PACKAGE = re.compile(r"(?:site|dist)-packages/(?P<pkg>[A-Za-z_][\w.-]*?)/")
+_NOT_NAMED = ("torch", "_pytest", "pluggy", "importlib", "runpy")  # their frames say nothing of who failed
+
+
+def library_of(frames: list[tuple[str, str, str]]) -> str:
+    """The installed package that raised: the innermost frame's, when it is a package's and
+    not torch's (torch raising is mostly torch refusing what user code passed it)."""
+    if not frames:
+        return ""
+    m = _PACKAGE.search(frames[-1][0])
+    return m.group("pkg") if m and m.group("pkg") not in _NOT_NAMED else ""
 
 
 def scan(paths: Iterable[Path]) -> list[Raised]:
@@ -114,6 +128,7 @@ def scan(paths: Iterable[Path]) -> list[Raised]:
                         user_frame(frames),
                         bool(LAUNCHER.search(name)),
                         rank,
+                        library_of(frames),
                     )
                 )
                 frames = []
