@@ -52,6 +52,27 @@ def error_files(log_dir: Path) -> dict[int, dict]:
     return {int(p.parent.name): json.loads(p.read_text()) for p in log_dir.rglob("attempt_0/*/error.json")}
 
 
+def _start_40_steps(tmp_path: Path, logs: Path, exits: Path, env: dict | None = None) -> subprocess.Popen:
+    """torchrun over the exit-code worker for 40 steps (no save before the end), each rank
+    writing its exit code under `exits`; the caller signals it."""
+    exits.mkdir()
+    cmd = torchrun(
+        logs,
+        "tests.train.exit_code_worker",
+        [*COMMON, "training.steps=40", "checkpoint.save_interval=100"],
+        "--tee",
+        "3",
+    )
+    return subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env={**trainer_env(), "TITAN_TEST_EXIT_DIR": str(exits), **(env or {})},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
 def test_torchrun_error_file_names_the_failing_rank(tmp_path):
     """Rank 1 raises at step 2 (under `-m titan_train`): torchrun's summary shows its error file
     (not `<N/A>`) with the error and the stack torch's @record wrote."""
@@ -104,24 +125,8 @@ def test_sigterm_to_torchrun_stops_every_rank_with_143_and_the_step_saved(tmp_pa
     """What scancel does to a torchrun job: torchrun forwards SIGTERM to its ranks, each
     finishes its step, they save the step they agree on and each exits 143 without a
     traceback (torchrun itself then exits with its own SignalException)."""
-    logs = tmp_path / "torchrun"
-    exits = tmp_path / "exits"
-    exits.mkdir()
-    cmd = torchrun(
-        logs,
-        "tests.train.exit_code_worker",
-        [*COMMON, "training.steps=40", "checkpoint.save_interval=100"],
-        "--tee",
-        "3",
-    )
-    proc = subprocess.Popen(
-        cmd,
-        cwd=tmp_path,
-        env={**trainer_env(), "TITAN_TEST_EXIT_DIR": str(exits)},
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    logs, exits = tmp_path / "torchrun", tmp_path / "exits"
+    proc = _start_40_steps(tmp_path, logs, exits)
     for line in proc.stdout:
         if "step 2/40 " in line:
             proc.send_signal(signal.SIGTERM)
@@ -150,25 +155,9 @@ def test_sigterm_to_torchrun_during_start_up_exits_143_with_nothing_saved(tmp_pa
     """scancel while the ranks still start (rank 0 slowed after taking the run lock, rank 1
     waiting for it in a collective): no step to finish, so each rank unwinds at once and exits
     143 with one line and no traceback; the run lock is released and no step-N was written."""
-    logs = tmp_path / "torchrun"
-    exits = tmp_path / "exits"
-    exits.mkdir()
+    logs, exits = tmp_path / "torchrun", tmp_path / "exits"
     folder = tmp_path / "outputs" / "llama_debug" / "checkpoints"
-    cmd = torchrun(
-        logs,
-        "tests.train.exit_code_worker",
-        [*COMMON, "training.steps=40", "checkpoint.save_interval=100"],
-        "--tee",
-        "3",
-    )
-    proc = subprocess.Popen(
-        cmd,
-        cwd=tmp_path,
-        env={**trainer_env(), "TITAN_TEST_EXIT_DIR": str(exits), faults.ENV: "slow_start@0:0:600"},
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc = _start_40_steps(tmp_path, logs, exits, {faults.ENV: "slow_start@0:0:600"})
     try:
         while not (folder / "run.lock").exists():  # rank 0 holds the lock: both ranks are past init_process_group
             assert proc.poll() is None, proc.communicate()

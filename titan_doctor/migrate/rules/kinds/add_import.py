@@ -62,15 +62,11 @@ def add_after_walk(
         if not names_torch_npu(out):
             return out, None
         if policy == NEVER:
-            return out, Finding(
-                code=rule.code,
-                status=Status.MANUAL,
-                path=path,
-                line=1,
-                col=1,
-                message=f"the rewrites here name {NPU_PACKAGE} itself ({NPU_PACKAGE}.profiler): "
+            return out, _ask_for_import(
+                rule,
+                path,
+                f"the rewrites here name {NPU_PACKAGE} itself ({NPU_PACKAGE}.profiler): "
                 f"add `import {NPU_PACKAGE}` (not added: --import-torch-npu never)",
-                fix=f"import {NPU_PACKAGE}",
             )
         message = f"{message}; the rewrites here name {NPU_PACKAGE} itself, which only the import binds"
     if scopes.imports_torch:
@@ -84,17 +80,20 @@ def add_after_walk(
             col=1,
         )
     if scopes.imports_torch_nested:  # a lazy `import torch` stays lazy: a person places it
-        return out, Finding(
-            code=rule.code,
-            status=Status.MANUAL,
-            path=path,
-            line=1,
-            col=1,
-            message="torch is imported inside functions here: add `import torch_npu` next to "
+        return out, _ask_for_import(
+            rule,
+            path,
+            f"torch is imported inside functions here: add `import {NPU_PACKAGE}` next to "
             "that import (the rewrites need it)",
-            fix="import torch_npu",
         )
     return out, None
+
+
+def _ask_for_import(rule, path, message: str) -> Finding:
+    """The import a person must add (the file's first line is where the report points)."""
+    return Finding(
+        code=rule.code, status=Status.MANUAL, path=path, line=1, col=1, message=message, fix=f"import {NPU_PACKAGE}"
+    )
 
 
 class _NameUse(cst.CSTVisitor):
