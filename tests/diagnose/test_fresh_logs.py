@@ -61,4 +61,4 @@ def test_the_fresh_batches_are_sourced_and_new():
     assert len([c for b, c in CASES if b.name == "batch_g" and not c.get("partial")]) >= 16
     assert len([c for b, c in CASES if b.name == "batch_i" and not c.get("partial")]) >= 22
     # the batches still held out: scored once at first sight, not fixed (benchmarks/fresh_logs.py)
-    assert {b.name for b, _ in HELD_OUT} <= {"batch_i"}
+    assert {b.name for b, _ in HELD_OUT} <= {"batch_j"}
