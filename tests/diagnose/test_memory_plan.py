@@ -13,7 +13,17 @@ from .conftest import run_cli, run_json
 GiB = 2**30
 
 
-@pytest.mark.parametrize("name,world", [("llama_7b", 8), ("llama_13b", 16), ("llama_70b", 64), ("llama_70b_long", 64)])
+@pytest.mark.parametrize(
+    "name,world",
+    [
+        ("llama_7b", 8),
+        ("llama_13b", 16),
+        ("llama_70b", 64),
+        ("llama_70b_long", 64),
+        ("llama3_8b", 8),
+        ("llama3_70b", 64),
+    ],
+)
 def test_shipped_configs_fit_the_cards_they_are_written_for_with_10_percent_spare(name, world):
     code, rows = run_json("--config", name, "--world-size", str(world), "--device", "910B2")
     data = rows["memory.plan"]["data"]

@@ -4,6 +4,7 @@ attention outputs, the config fit, and the refusals (malicious pickles, truncate
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -262,7 +263,7 @@ def test_qk_permutation_keeps_the_attention_output(n_heads, n_kv_heads):
     torch.manual_seed(0)
     attn = Attention(args)
     x = torch.randn(2, 10, 64)
-    ours = attn(x, rope_tables(args.head_dim, 10, args.rope_theta))
+    ours = attn(x, rope_tables(args)[:, :10])
     wq_hf = naming.to_hf_rows(attn.wq.weight.detach(), n_heads)
     wk_hf = naming.to_hf_rows(attn.wk.weight.detach(), n_kv_heads)
     assert torch.equal(wq_hf, hf_permute(attn.wq.weight.detach(), n_heads))
@@ -571,7 +572,10 @@ def test_initial_load_says_when_rope_theta_or_scaling_differ(tmp_path):
     warnings = [ln for ln in message.splitlines() if "warning:" in ln]
     assert len(warnings) == 2
     assert "rope_theta: checkpoint 500000.0, config 10000.0" in warnings[0] and "rope_theta = 500000.0" in warnings[0]
-    assert "RoPE scaling (llama3, factor 8.0)" in warnings[1]
+    assert "declares llama3 RoPE scaling (factor 8, low 1, high 4, original 8192) and the model has none" in warnings[1]
+    assert "set model.rope_scaling_factor to match" in warnings[1]
+    scaled = dataclasses.replace(TINY, rope_theta=500000.0, rope_scaling_factor=8.0)
+    assert "warning" not in load_initial([Transformer(scaled)], tmp_path, args=scaled)
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert "warning" not in load_initial([Transformer(TINY)], tmp_path, args=TINY)
 

@@ -196,6 +196,7 @@ def test_missing_and_malformed_files_are_one_line(tmp_path):
 
 def test_shipped_configs_are_valid_for_their_card_counts():
     cards = {"llama_debug": 2, "llama_7b": 8, "llama_13b": 16, "llama_70b": 64, "llama_70b_long": 64}
+    cards |= {"llama3_8b": 8, "llama3_70b": 64}
     for name, world in cards.items():
         cfg = config.load(REPO / "configs" / f"{name}.toml")
         config.validate(cfg, world)

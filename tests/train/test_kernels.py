@@ -167,7 +167,7 @@ def test_rms_norm(npu, dtype):
 def test_rope_interleaved_pairs_match_and_half_mode_would_not(npu):
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(2, 7, 3, 8, generator=gen)
-    table = rope_tables(8, 7, 10000.0)
+    table = rope_tables(ModelArgs(d_model=16, n_heads=2, max_seq_len=7, rope_theta=10000.0))
     torch.testing.assert_close(npu.rope(x, table), kernels.rope(x, table))
     cos, sin = (table[i].repeat_interleave(2, -1)[None, :, None, :] for i in (0, 1))
     half = stand_in_torch_npu.npu_rotary_mul(x, cos, sin, rotary_mode="half")

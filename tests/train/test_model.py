@@ -11,8 +11,9 @@ from titan_train.models.llama import Transformer
 from .conftest import REPO
 
 
-def test_shipped_configs_have_llama2_sizes_without_allocating():
+def test_shipped_configs_have_llama_sizes_without_allocating():
     want = {"llama_7b": 6_738_415_616, "llama_13b": 13_015_864_320, "llama_70b": 68_976_648_192}
+    want |= {"llama3_8b": 8_030_261_248, "llama3_70b": 70_553_706_496}  # Llama 3.1's published counts
     for name, n in want.items():
         args = config.load(REPO / "configs" / f"{name}.toml").model
         with torch.device("meta"):

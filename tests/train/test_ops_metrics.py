@@ -60,7 +60,10 @@ def test_tensorboard_events_carry_every_metrics_field(real_run, tmp_path):
 def test_tb_scalars_put_a_figure_over_peak_apart_from_mfu():
     rec = {"step": 3, "loss": 2.0, "mfu": 0.25, "peak_mem_gib": 1.5, "peak_mem_kind": "tensors"}
     assert metrics.tb_scalars(rec) == {
-        "loss_metrics/global_avg_loss": 2.0, "mfu(%)": 25.0, "memory/max_active(GiB)": 1.5}
+        "loss_metrics/global_avg_loss": 2.0,
+        "mfu(%)": 25.0,
+        "memory/max_active(GiB)": 1.5,
+    }
     over = {"step": 3, **metrics.mfu_fields(2.5), "peak_mem_gib": 1.5, "peak_mem_kind": "rss"}
     assert metrics.tb_scalars(over) == {"mfu_over_peak": 2.5, "peak_mem_gib": 1.5}
 

@@ -36,6 +36,11 @@ def check(path: Path | None, cfg=None, config_name: str = "") -> list[Finding]:
     out += layout(info)
     if cfg is not None:
         out += fits(info, cfg.model, config_name or cfg.name)
+    from titan_train.config.model_args import ModelArgs
+
+    out += rope_scaling(
+        info, cfg.model if cfg is not None else ModelArgs(), config_name or (cfg.name if cfg else str(path))
+    )
     return out
 
 
@@ -131,21 +136,6 @@ def layout(info: detect.CheckpointInfo) -> list[Finding]:
                 path=where,
             )
         )
-    if info.declared.get("rope_scaling"):
-        out.append(
-            Finding(
-                "ckpt.rope_scaling",
-                Status.WARN,
-                f"{info.declared_by} declares RoPE scaling ({info.declared['rope_scaling']}); the trainer's RoPE has none",
-                detail="The weights load and the shapes agree, but the trainer rotates q/k with plain rope_theta "
-                "frequencies, not the scaled ones the model was trained with: outputs differ from the reference "
-                "implementation (most at long context, but the scaled low-frequency bands differ at every position).",
-                fix="Expect a small mismatch that fine-tuning adapts to, or start from the same model's release "
-                "without rope_scaling; check by comparing logits with the reference implementation first",
-                path=where,
-                data={"rope_scaling": info.declared["rope_scaling"]},
-            )
-        )
     if info.unmapped:
         names = list(info.unmapped)
         kind = f" (config.json model_type {info.declared['model_type']!r})" if info.declared.get("model_type") else ""
@@ -221,6 +211,34 @@ def _unwrap_hint(container: str) -> str:
     if rest:
         hint += f", then torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(sd, '{rest}')"
     return hint
+
+
+def rope_scaling(info: detect.CheckpointInfo, args, where: str) -> list[Finding]:
+    """The RoPE scaling the checkpoint's config declares against the model's (`args`: the
+    config's [model], or the trainer's defaults without --config)."""
+    from titan_train.checkpoint.formats import fit
+
+    out: list[Finding] = []
+    differs = fit.scaling_differs(info.declared, args) if info.declared_by else ""
+    if differs:
+        out.append(
+            Finding(
+                "ckpt.rope_scaling",
+                Status.WARN,
+                f"{info.declared_by}: {differs}",
+                detail="The weights load and the shapes agree, but q/k are rotated with other frequencies than the "
+                "ones the model was trained with: outputs differ from the reference implementation (most at long "
+                "context; the scaled low-frequency bands differ at every position).",
+                fix="Set [model] rope_scaling_factor (and rope_low_freq_factor / rope_high_freq_factor / "
+                "rope_original_seq_len) to what the checkpoint declares"
+                if info.declared.get("rope_llama3") or not info.declared.get("rope_scaling")
+                else "Expect a small mismatch that fine-tuning adapts to, or start from a release of the model "
+                "without that scaling; compare logits with the reference implementation first",
+                path=where,
+                data={"rope_scaling": info.declared.get("rope_scaling")},
+            )
+        )
+    return out
 
 
 def fits(info: detect.CheckpointInfo, args, config: str) -> list[Finding]:

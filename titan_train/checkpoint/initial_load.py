@@ -60,10 +60,11 @@ def numeric_warnings(info: CheckpointInfo, args) -> list[str]:
         for d in result.fields
         if d.numeric
     ]
-    if info.declared.get("rope_scaling"):
+    differs = fit.scaling_differs(info.declared, args) if info.declared_by else ""
+    if differs:
         out.append(
-            f"{info.declared_by} declares RoPE scaling ({info.declared['rope_scaling']}), which the trainer "
-            "does not implement: outputs differ from the reference model"
+            f"{info.declared_by}: {differs}: outputs differ from the model the weights were trained as"
+            + ("; set model.rope_scaling_factor to match" if info.declared.get("rope_llama3") else "")
         )
     return out
 

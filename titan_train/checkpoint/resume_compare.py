@@ -52,7 +52,12 @@ DATA = [
     ("data", "weights"),
 ]
 TOKENIZER = [("data", "tokenizer")]  # not a data order: the ids the embedding rows were trained for
-NUMERICS = [("model", "norm_eps"), ("model", "rope_theta"), ("training", "mixed_precision")]
+NUMERICS = [
+    ("model", "norm_eps"),
+    ("model", "rope_theta"),
+    ("model", "rope_scaling_factor"),
+    ("training", "mixed_precision"),
+]
 
 
 class ShapeChanged(Exception):

@@ -25,6 +25,16 @@ class ModelArgs:
     norm_eps: float = setting(1e-5, "RMSNorm epsilon", gt=0, lt=1)
     rope_theta: float = setting(10000.0, "RoPE base", gt=1)
     max_seq_len: int = setting(2048, "longest sequence the RoPE table covers", ge=1)
+    # Llama 3.1's RoPE frequency scaling (Meta's llama-models apply_scaling; HF rope_type "llama3"):
+    # unset = plain RoPE (Llama 2, Llama 3.0); Llama 3.1 / 3.2 / 3.3 checkpoints need factor 8
+    rope_scaling_factor: float | None = setting(
+        None, "Llama 3.1 RoPE scaling factor (unset = plain RoPE; 3.1: 8)", gt=0
+    )
+    rope_low_freq_factor: float = setting(1.0, "Llama 3.1 RoPE scaling: low-frequency factor", gt=0)
+    rope_high_freq_factor: float = setting(4.0, "Llama 3.1 RoPE scaling: high-frequency factor", gt=0)
+    rope_original_seq_len: int = setting(
+        8192, "Llama 3.1 RoPE scaling: the context length trained before scaling", ge=1
+    )
 
     @property
     def kv_heads(self) -> int:

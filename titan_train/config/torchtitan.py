@@ -266,10 +266,9 @@ def _model(r: _Reader) -> None:
         r.set("model", key, value, f"model.flavor = {flavor!r}")
     if "attention" in flavors[flavor]:
         r.out.approximated.append(f"model.flavor = {flavor!r}: {flavors[flavor]['attention']} runs as causal SDPA")
-    r.out.approximated.append(
-        "llama3 RoPE frequency scaling (scaling_factor 8) is not applied: plain RoPE "
-        f"with rope_theta {shape['rope_theta']:g}"
-    )
+    # torchtitan's llama3 RoPE always applies Llama 3.1's frequency scaling (its RoPEScalingArgs
+    # defaults: factor 8, low 1, high 4, original 8192 = this trainer's rope_* defaults)
+    r.set("model", "rope_scaling_factor", 8.0, f"model.flavor = {flavor!r} (torchtitan's llama3 RoPE scaling)")
     assets = r.get("model", "hf_assets_path")
     tokenizer = Path(assets) / "tokenizer.json" if assets else None
     if tokenizer is not None and tokenizer.is_file():

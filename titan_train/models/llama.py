@@ -31,10 +31,25 @@ class RMSNorm(nn.Module):
         return self.kernels.rms_norm(x, self.weight, self.eps)
 
 
-def rope_tables(head_dim: int, seq_len: int, theta: float, device=None) -> torch.Tensor:
-    """cos and sin of the rotary angles, stacked: shape (2, seq_len, head_dim // 2)."""
-    freqs = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim))
-    angles = torch.outer(torch.arange(seq_len, device=device).float(), freqs)
+def rope_freqs(args: ModelArgs, device=None) -> torch.Tensor:
+    """The rotary frequencies of one head: theta^(-2i/d), scaled as Llama 3.1 does when
+    `rope_scaling_factor` is set. Llama 3.1 keeps the high frequencies (wavelength under
+    original_len / high_freq_factor), divides the low ones (over original_len /
+    low_freq_factor) by the factor, and blends linearly in between."""
+    head_dim = args.head_dim
+    freqs = 1.0 / (args.rope_theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim))
+    factor = args.rope_scaling_factor
+    if factor is None:
+        return freqs
+    low, high, original = args.rope_low_freq_factor, args.rope_high_freq_factor, args.rope_original_seq_len
+    wavelen = 2 * math.pi / freqs
+    smooth = ((original / wavelen - low) / (high - low)).clamp(0.0, 1.0)  # 0: low band, 1: high band
+    return (1 - smooth) * freqs / factor + smooth * freqs
+
+
+def rope_tables(args: ModelArgs, device=None) -> torch.Tensor:
+    """cos and sin of the rotary angles, stacked: shape (2, max_seq_len, head_dim // 2)."""
+    angles = torch.outer(torch.arange(args.max_seq_len, device=device).float(), rope_freqs(args, device))
     return torch.stack([angles.cos(), angles.sin()])
 
 
@@ -98,7 +113,7 @@ class Transformer(nn.Module):
         self.output = nn.Linear(args.d_model, args.vocab_size, bias=False)
         self.register_buffer(
             "rope",
-            rope_tables(args.head_dim, args.max_seq_len, args.rope_theta, device=self.output.weight.device),
+            rope_tables(args, device=self.output.weight.device),
             persistent=False,
         )
 
@@ -117,9 +132,7 @@ class Transformer(nn.Module):
         weights. Returns the number of random values this rank drew."""
         drawn = 0
         with torch.no_grad():
-            self.rope.copy_(
-                rope_tables(self.args.head_dim, self.args.max_seq_len, self.args.rope_theta, device=self.rope.device)
-            )
+            self.rope.copy_(rope_tables(self.args, device=self.rope.device))
             for name, param in self.named_parameters():
                 key = stable_name(name)
                 drawn += init_param_(param, std=init_std(key, self.args), seed=seed, key=key)

@@ -73,8 +73,48 @@ def from_hf_config(cfg: dict[str, Any]) -> dict[str, Any]:
         out["tie_word_embeddings"] = True
     scaling = cfg.get("rope_scaling")
     if isinstance(scaling, dict) and (scaling.get("rope_type") or scaling.get("type", "default")) != "default":
-        out["rope_scaling"] = f"{scaling.get('rope_type') or scaling.get('type')}, factor {scaling.get('factor')}"
+        kind = scaling.get("rope_type") or scaling.get("type")
+        out["rope_scaling"] = f"{kind}, factor {scaling.get('factor')}"
+        if kind == "llama3":  # the one scaling the trainer implements (model_args.rope_scaling_*)
+            out["rope_llama3"] = _llama3_scaling(
+                scaling.get("factor"),
+                scaling.get("low_freq_factor", 1.0),
+                scaling.get("high_freq_factor", 4.0),
+                scaling.get("original_max_position_embeddings", 8192),
+            )
     return out
+
+
+def _llama3_scaling(factor, low, high, original) -> tuple[float, float, float, int]:
+    return float(factor), float(low), float(high), int(original)
+
+
+def llama3_scaling_of(args) -> tuple[float, float, float, int] | None:
+    """The model's Llama 3.1 RoPE scaling as a checkpoint declares it, or None (plain RoPE)."""
+    if args.rope_scaling_factor is None:
+        return None
+    return _llama3_scaling(
+        args.rope_scaling_factor, args.rope_low_freq_factor, args.rope_high_freq_factor, args.rope_original_seq_len
+    )
+
+
+def scaling_differs(declared: dict[str, Any], args) -> str:
+    """What differs between the RoPE scaling a checkpoint declares and the model's ("" when
+    they agree): the checkpoint's model was trained with those frequencies."""
+    said = declared.get("rope_scaling")
+    ours = llama3_scaling_of(args)
+    if not said:
+        return f"the model scales RoPE (factor {ours[0]:g}) and the checkpoint declares no scaling" if ours else ""
+    if declared.get("rope_llama3") is None:
+        return f"it declares RoPE scaling ({said}), a kind the trainer does not implement (only llama3's)"
+    if ours != declared["rope_llama3"]:
+        theirs = declared["rope_llama3"]
+        return (
+            f"it declares llama3 RoPE scaling (factor {theirs[0]:g}, low {theirs[1]:g}, high {theirs[2]:g}, original "
+            f"{theirs[3]}) and the model has "
+            + ("none" if ours is None else f"factor {ours[0]:g}, low {ours[1]:g}, high {ours[2]:g}, original {ours[3]}")
+        )
+    return ""
 
 
 def from_meta_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -96,6 +136,7 @@ def from_meta_params(params: dict[str, Any]) -> dict[str, Any]:
         out.pop("vocab_size", None)
     if params.get("use_scaled_rope"):  # LLaMA 3.1 / 3.2 (Meta's apply_scaling, factor 8)
         out["rope_scaling"] = "llama3 (use_scaled_rope)"
+        out["rope_llama3"] = _llama3_scaling(params.get("rope_scaling_factor", 8.0), 1.0, 4.0, 8192)
     return out
 
 
@@ -118,6 +159,16 @@ def to_hf_config(args, dtype: str) -> dict[str, Any]:
         "attention_bias": False,
         "mlp_bias": False,
         "torch_dtype": dtype,
+        # transformers 4.x's spelling (5.x reads it too): the frequencies the weights were trained with
+        "rope_scaling": None
+        if args.rope_scaling_factor is None
+        else {
+            "rope_type": "llama3",
+            "factor": args.rope_scaling_factor,
+            "low_freq_factor": args.rope_low_freq_factor,
+            "high_freq_factor": args.rope_high_freq_factor,
+            "original_max_position_embeddings": args.rope_original_seq_len,
+        },
     }
 
 
@@ -134,6 +185,9 @@ def to_meta_params(args) -> dict[str, Any]:
     }
     if args.ffn_dim_multiplier is not None:
         out["ffn_dim_multiplier"] = args.ffn_dim_multiplier
+    if args.rope_scaling_factor is not None:  # Meta's flag; its apply_scaling uses low 1, high 4, original 8192
+        out["use_scaled_rope"] = True
+        out["rope_scaling_factor"] = args.rope_scaling_factor
     return out
 
 

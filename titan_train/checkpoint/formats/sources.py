@@ -30,9 +30,7 @@ def safe_torch_load(path: Path) -> Any:
         first = str(e).strip().splitlines()[-1][:200]
         raise UnsafeCheckpoint(f"{path}: torch.load(weights_only=True) refused it ({first})") from None
     except (RuntimeError, OSError, EOFError, ValueError) as e:
-        raise CheckpointError(
-            f"{path}: truncated or damaged torch.save file ({first_line(e, 160)})"
-        ) from None
+        raise CheckpointError(f"{path}: truncated or damaged torch.save file ({first_line(e, 160)})") from None
 
 
 def _full(shape) -> Index:
