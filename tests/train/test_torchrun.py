@@ -183,7 +183,13 @@ import sys
 from datetime import timedelta
 import torch.distributed as dist
 from titan_train.runtime import signals
+import signal
 signals.raise_on_sigterm(backstop_s=1)
+# Whether a blocked C call sees EINTR (and lets the Python handler raise) depends on which thread
+# the kernel hands the signal to. Blocking SIGTERM here, after the backstop thread started with it
+# unblocked, makes that thread the only receiver: the main thread stays inside the wait, the case
+# the backstop exists for (the other case, the handler raising Terminated, the cli's tests cover).
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
 print("waiting", flush=True)
 store.wait(["a-peer-that-is-gone"], timedelta(seconds=600))  # C++: runs no Python handler until it returns
