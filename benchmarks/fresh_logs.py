@@ -23,7 +23,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
-from tests.diagnose.corpus import judge, tomllib  # noqa: E402
+from tests.diagnose.corpus import judge, tomllib, wrong_causes_named  # noqa: E402
 
 FRESH = HERE / "tests" / "diagnose" / "fresh_logs"
 # Root ids that name no cause: no known error, an unlisted exception, or a wrapper that only reports
@@ -65,9 +65,8 @@ def score(batch: Path) -> tuple[int, int, int, int]:
         rows = rows_for(batch / case["path"])
         problems = judge(case, rows, exact_id=False)
         root = rows[0] if rows else {"id": "log.none"}
-        text = " ".join(str(root.get(k, "")) for k in ("id", "title", "detail")).lower()
         specific = not is_generic(root.get("id", ""))
-        hit = [w for w in case.get("wrong_if", []) if w.lower() in text]
+        hit = wrong_causes_named(case, root)
         missed_both = any(p.startswith("root cause does not say") for p in problems) and any(
             p.startswith("fix lacks") for p in problems
         )

@@ -4,6 +4,7 @@ checkout of the doctor (main vs this branch) through its CLI's JSON."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -44,3 +45,18 @@ def judge(case: dict[str, Any], rows: list[dict[str, Any]], *, exact_id: bool = 
     problems += [f"never mentions {c}" for c in case.get("also_has", []) if c not in everything]
     problems += [f"wrongly mentions {c}" for c in case.get("never_has", []) if c in everything]
     return problems
+
+
+def wrong_causes_named(case: dict[str, Any], root: dict[str, Any]) -> list[str]:
+    """The case's `wrong_if` phrases that the root finding itself claims: matched as whole words in
+    its id, title and detail, leaving out the log lines it quotes as evidence ('> ...' lines) and
+    file locations, which repeat the log's words and claim nothing (a quoted 'NCCL version 2.4.8'
+    or a path under npu/ is not the tool naming a wrong cause)."""
+    claim = " ".join(
+        line
+        for key in ("id", "title", "detail")
+        for line in str(root.get(key, "")).splitlines()
+        if not line.lstrip().startswith(">")
+    )
+    claim = re.sub(r"\S+\.(?:log|py|txt|out|err)(?::\d+)?", " ", claim)  # file:line locations
+    return [w for w in case.get("wrong_if", []) if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", claim, re.I)]
