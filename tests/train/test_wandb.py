@@ -56,10 +56,9 @@ def wandb_records(folder: Path) -> tuple[dict, dict[int, dict]]:
         record.ParseFromString(b"".join(parts))
         parts = []
         which = record.WhichOneof("record_type")
-        if which == "config":
-            config.update(
-                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.config.update}
-            )
+        if which in ("config", "run"):  # wandb-core may fold a config update made right after init into the run record
+            items = record.config.update if which == "config" else record.run.config.update
+            config.update({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items})
         elif which == "history":
             items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
             history[record.history.step.num] = {k: v for k, v in items.items() if not k.startswith("_")}
