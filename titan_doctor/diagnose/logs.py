@@ -458,8 +458,17 @@ def _endpoint(e: Event) -> dict[str, Any]:
     if not host and g.get("unparsed"):  # an endpoint written by hand ("(master IP, port)")
         return {"host": g["unparsed"].strip(" ()（）"), "port": "", "addr_note": "", "addr_fix": ""}
     out = _address(host)
-    out.update(host=host, port=port)
+    out.update(host=host, port=port, addr_why=_why_unreached(out))
     return out
+
+
+def _why_unreached(addr: dict[str, Any]) -> str:
+    """Why a peer's advertised address was not reached: an address no other host can route to
+    (loopback, docker bridge, link-local) is the cause itself, so it is stated alone; any other
+    address leaves the usual suspects, named as such."""
+    if addr["addr_note"]:
+        return addr["addr_note"] + " The peer advertised it because its hostname resolves to it (Debian/Ubuntu map the hostname to 127.0.1.1 in /etc/hosts) or it picked that interface."
+    return " the peer advertised an address the other node cannot reach (its hostname resolves to a loopback or container address), or the peer exited, or a firewall blocks the port."
 
 
 def _port(e: Event) -> dict[str, Any]:
