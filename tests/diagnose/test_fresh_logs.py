@@ -59,5 +59,7 @@ def test_the_fresh_batches_are_sourced_and_new():
     assert len([c for b, c in CASES if b.name in ("batch_e", "batch_f") and not c.get("partial")]) >= 47
     assert len([c for b, c in CASES if b.name == "batch_g" and not c.get("partial")]) >= 16
     assert len([c for b, c in CASES if b.name == "batch_i" and not c.get("partial")]) >= 22
-    # the batches still held out: scored once at first sight, not fixed (benchmarks/fresh_logs.py)
-    assert {b.name for b, _ in HELD_OUT} <= {"batch_j"}
+    assert len([c for b, c in CASES if b.name == "batch_j" and not c.get("partial")]) >= 15
+    assert len([c for b, c in CASES if b.name in ("batch_k", "batch_l") and not c.get("partial")]) >= 17
+    # a batch still held out (`status = "held out"`): scored once at first sight, not fixed yet
+    assert {b.name for b, _ in HELD_OUT} <= set()
