@@ -456,9 +456,11 @@ def _endpoint(e: Event) -> dict[str, Any]:
     host = g.get("host") or g.get("host2") or g.get("host3") or ""
     port = g.get("port") or g.get("port2") or g.get("port3") or ""
     if not host and g.get("unparsed"):  # an endpoint written by hand ("(master IP, port)")
-        return {"host": g["unparsed"].strip(" ()（）"), "port": "", "addr_note": "", "addr_fix": ""}
-    out = _address(host)
-    out.update(host=host, port=port, addr_why=_why_unreached(out))
+        out = {"host": g["unparsed"].strip(" ()（）"), "port": "", "addr_note": "", "addr_fix": ""}
+    else:
+        out = _address(host)
+        out.update(host=host, port=port)
+    out["addr_why"] = _why_unreached(out)
     return out
 
 
