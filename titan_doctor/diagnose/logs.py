@@ -469,7 +469,10 @@ def _why_unreached(addr: dict[str, Any]) -> str:
     (loopback, docker bridge, link-local) is the cause itself, so it is stated alone; any other
     address leaves the usual suspects, named as such."""
     if addr["addr_note"]:
-        return addr["addr_note"] + " The peer advertised it because its hostname resolves to it (Debian/Ubuntu map the hostname to 127.0.1.1 in /etc/hosts) or it picked that interface."
+        return (
+            addr["addr_note"]
+            + " The peer advertised it because its hostname resolves to it (Debian/Ubuntu map the hostname to 127.0.1.1 in /etc/hosts) or it picked that interface."
+        )
     return " the peer advertised an address the other node cannot reach (its hostname resolves to a loopback or container address), or the peer exited, or a firewall blocks the port."
 
 
