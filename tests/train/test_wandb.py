@@ -56,7 +56,7 @@ def wandb_records(folder: Path) -> tuple[dict, dict[int, dict]]:
         record.ParseFromString(b"".join(parts))
         parts = []
         which = record.WhichOneof("record_type")
-        if which in ("config", "run"):  # the sink passes the config to init (run record); a later update is a config record
+        if which in ("config", "run"):  # init carries the config (run record); a later update is a config record
             items = record.config.update if which == "config" else record.run.config.update
             config.update({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items})
         elif which == "history":
