@@ -17,6 +17,7 @@ from typing import Any
 
 from titan_doctor.diagnose import (
     build_and_dispatch,
+    command_line_errors,
     error_codes,
     families,
     incidents,
@@ -308,6 +309,24 @@ def _python_package(e: Event) -> dict[str, Any]:
     return {"package": _PIP_NAME.get(mod, mod)}
 
 
+# distributions known by two names, the one a check may look up and the one installed
+_ALIASES = {"megatron": "megatron-core, megatron-lm", "apex": "apex (NVIDIA's, built from source)"}
+
+
+def _package_not_found(e: Event) -> dict[str, Any]:
+    g = e.groups
+    pkg = g.get("pkg") or g.get("pkg2") or g.get("pkg3") or ""
+    module = pkg.lower().replace("-", "_")
+    alias = _ALIASES.get(module.split("_")[0], "")
+    return {
+        "pkg": pkg,
+        "module": module,
+        "who_note": f" ({g['who']} checks for it)" if g.get("who") else "",
+        "alias_note": f": {alias}" if alias else "",
+        "src_note": ", or build it from source as its README says" if "source" in e.line.text.lower() else "",
+    }
+
+
 def _dtype(e: Event) -> dict[str, Any]:
     g = e.groups
     dtype = g.get("dtype") or (g.get("dt") or g.get("st") or g.get("dt3") or "").lower()
@@ -461,6 +480,21 @@ def _endpoint(e: Event) -> dict[str, Any]:
         out = _address(host)
         out.update(host=host, port=port)
     out["addr_why"] = _why_unreached(out)
+    return out
+
+
+def _store_wait(e: Event) -> dict[str, Any]:
+    """How long a client waited for the store and where; the endpoint is often cut off (a title,
+    a wrapped line), and the reading does not need it."""
+    out = _endpoint(e)
+    raw = e.groups.get("timeout") or ""
+    ms = int(raw) if raw.isdigit() else None
+    out["waited"] = (
+        f"{ms // 60000} min ({raw} ms)" if ms and ms % 60000 == 0 else f"{raw} ms" if ms is not None else raw or "long"
+    )
+    host, port = out.get("host", ""), out.get("port", "")
+    out["at"] = f" at {host}:{port}" if host and port else f" at {host}" if host else ""
+    out["nc_target"] = f"{host} {port}" if host and port else "<MASTER_ADDR> <MASTER_PORT>"
     return out
 
 
@@ -741,6 +775,13 @@ def _import_path(e: Event) -> dict[str, Any]:
     }
 
 
+def _opdef(e: Event) -> dict[str, Any]:
+    """The aclnn API the failed operator was launched by: CANN prints it with its launch number
+    and kernel name appended (aclnnMoeInitRoutingV3_3915_MoeInitRoutingV3)."""
+    op = re.sub(r"_\d+_\w+$", "", e.groups.get("op") or "")
+    return {"op_note": f" {op}" if op else ""}
+
+
 def _ray_exit(e: Event) -> dict[str, Any]:
     m = re.search(r"Worker exit type: (\w+)", e.line.text)
     return {"exit_note": f"exit type {m.group(1)}" if m else "no reason given"}
@@ -751,9 +792,11 @@ _PARSERS = {
     "assert_cond": _assert_cond,
     "import_path": _import_path,
     "ray_exit": _ray_exit,
+    "opdef": _opdef,
     "sockerr": _sockerr,
     "errno": _errno,
     "endpoint": _endpoint,
+    "store_wait": _store_wait,
     "port": _port,
     "ib_status": _ib_status,
     "peer": _peer,
@@ -775,6 +818,7 @@ _PARSERS = {
     "ping_answer": _ping_answer,
     "nnal": _nnal,
     "python_package": _python_package,
+    "package_not_found": _package_not_found,
     "soc": _soc,
     "dtype": _dtype,
     "oom_any": _oom_any,
@@ -786,6 +830,7 @@ _PARSERS = {
     "feature_device": lambda e: build_and_dispatch.feature_device(e.groups, e.line.text),
     "link_error": lambda e: build_and_dispatch.link_error(e.groups, e.line.text),
     "dtype_pair": lambda e: programming_errors.dtype_pair(e.groups, e.line.text),
+    "unknown_args": lambda e: command_line_errors.unknown_args(e.groups, e.line.text),
     "view_size": lambda e: programming_errors.view_size(e.groups, e.line.text),
     "matmul_dims": lambda e: programming_errors.matmul_dims(e.groups, e.line.text),
     "inplace": lambda e: programming_errors.inplace(e.groups, e.line.text),
