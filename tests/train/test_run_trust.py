@@ -134,6 +134,31 @@ def test_lock_in_process_refuses_a_live_owner_and_takes_over_a_reused_pid(tmp_pa
     assert any("took over" in s and "its pid now belongs to another process" in s for s in said), said
 
 
+def test_a_signal_while_the_folder_is_prepared_releases_the_lock_and_the_folder(tmp_path, monkeypatch):
+    """SIGTERM (the trainer's Terminated) or Ctrl-C between taking the run lock and the first
+    step: the lock is released and the folder the run made removed, as after a refusal; only
+    rank 0 gets there, so this needs no process group."""
+    from types import SimpleNamespace
+
+    from titan_train.checkpoint import run_lock
+
+    class Terminated(BaseException):
+        pass
+
+    def interrupted(*a, **k):
+        assert (folder / "run.lock").exists()
+        raise Terminated
+
+    folder = tmp_path / "checkpoints"
+    monkeypatch.setattr(run_lock, "prepare_folder", interrupted)
+    monkeypatch.setattr("torch.distributed.get_rank", lambda: 0)
+    cfg = SimpleNamespace(checkpoint=SimpleNamespace(folder=str(folder)))
+    with pytest.raises(Terminated):
+        with run_lock.hold(cfg, fresh=False, saves=True, say=print):
+            pass
+    assert not folder.exists()
+
+
 # ---- lineage: retention and fresh runs ----
 
 

@@ -189,6 +189,10 @@ def hold(cfg, *, fresh: bool, saves: bool, say=print):
             if lock is not None:
                 lock.release()
             outcome = [(type(e).__name__, str(e))]
+        except BaseException:  # SIGTERM (Terminated) or Ctrl-C while preparing: the lock is not left behind
+            if lock is not None:
+                lock.release()
+            raise
     dist.broadcast_object_list(outcome, src=0)
     if outcome[0] is not None:
         kind, message = outcome[0]
