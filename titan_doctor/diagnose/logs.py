@@ -782,6 +782,23 @@ def _opdef(e: Event) -> dict[str, Any]:
     return {"op_note": f" {op}" if op else ""}
 
 
+def _watchdog(e: Event) -> dict[str, Any]:
+    """Under NCCL, a collective every rank reached can still hang in the transfer itself: GPU
+    peer-to-peer over PCIe with ACS on (traffic bounced through the CPU) is the known case."""
+    if e.groups.get("backend") != "NCCL":
+        return {"p2p_note": ""}
+    return {
+        "p2p_note": " If every rank did reach it (the GPUs busy at 100% with low power draw), the transfer itself "
+        "hangs: test GPU peer-to-peer with NCCL_P2P_DISABLE=1 or NCCL_P2P_LEVEL=NVL (PCI ACS on the host "
+        "reroutes P2P through the CPU: disable ACS; nccl-tests' all_reduce_perf measures the links)"
+    }
+
+
+def _recompile(e: Event) -> dict[str, Any]:
+    n, limit = e.groups.get("n"), e.groups.get("limit")
+    return {"n_note": f" (config.{limit} = {n})" if n and limit else ""}
+
+
 def _ray_exit(e: Event) -> dict[str, Any]:
     m = re.search(r"Worker exit type: (\w+)", e.line.text)
     return {"exit_note": f"exit type {m.group(1)}" if m else "no reason given"}
@@ -792,6 +809,8 @@ _PARSERS = {
     "assert_cond": _assert_cond,
     "import_path": _import_path,
     "ray_exit": _ray_exit,
+    "recompile": _recompile,
+    "watchdog": _watchdog,
     "opdef": _opdef,
     "sockerr": _sockerr,
     "errno": _errno,
