@@ -1092,6 +1092,8 @@ def _finding(
         detail += f"\nraised from {raised}"
     if e.weak and e.confirm:
         detail += f"\nTo confirm: {signatures.fill(e.confirm, groups)}"
+    if root:
+        fix += _log_advice(e, fix)
     return Finding(
         f"log.{e.id}",
         Status.FAIL,
@@ -1116,6 +1118,22 @@ def _finding(
 
 
 _CODE_KINDS = ("acl", "ecode", "hccl", "nccl", "torch_npu")
+ADVICE_MAX_BYTES = 64 << 20  # reading a bigger log again for the lines under its root would cost its streaming rate
+
+
+def _log_advice(e: Event, fix: str) -> str:
+    """The runtime's own advice under the root line (CANN's Solution, HCCL's list of reasons
+    with the command to run), when the fix does not say it already: the log's words for the
+    remedy are the most specific evidence there is."""
+    try:
+        if Path(e.line.path).stat().st_size > ADVICE_MAX_BYTES:
+            return ""
+    except OSError:
+        return ""
+    said = [a.rstrip(" .;:") for a in tracebacks.advice_after(e.line.path, e.line.no, e.line.text) if a[:40] not in fix]
+    if not said:
+        return ""
+    return ("" if fix.rstrip().endswith(".") else ".") + f" What the log itself says to do: {'; '.join(said)}."
 
 
 def _codes_it_explains(e: Event, inc: Incident) -> list[str]:

@@ -161,15 +161,28 @@ _ERROR_WORD = re.compile(
     r"exception|disappeared|not supported|cannot|could not|unable to)\b)"
 )
 _QUIET = re.compile(r"^\s*(?:\[?(?:INFO|DEBUG|I\d{4})\b|#)|\b(?:errors?|failures?)[=:]\s*0\b")
-_ADVICE_HEAD = re.compile(r"\b(?:Suggestion|Solution|Possible Cause|HINT|Hint)\s*:")
+_ADVICE_HEAD = re.compile(
+    r"\b(?:Suggestion|Solution|Possible Cause|HINT|Hint)\s*:|\b(?:You may|You can|You should|There maybe some reasons)\b"
+)
+# a command line the runtime prints under its advice ("    sysctl -w net.ipv4.ip_local_reserved_ports=...")
+_COMMAND = re.compile(r"^\s+(?:sysctl|export|ulimit|echo|pip|npu-smi|hccn_tool|sudo|docker|ip|ss)\s+\S")
 _ADVICE_STEP = re.compile(r"(?:^|\]\s+|\s)(\d\)|\d\.|[-*])\s*(?P<step>\S.{4,})$")
 MAX_ADVICE = 6
 
 
+# one token of a runtime line's prefix: a bracketed field ("[ERROR]", "[sal.cc:501]", "[rank0]:",
+# "[InitGroupStage]") or CANN's "HCCL(pid,process):date-time"
+_PREFIX_TOKEN = re.compile(r"(?::(?=\s)|\[[^\]]*\]:?|[A-Z][A-Z_]*\(\d+,[^)]*\):\S+)\s*")
+
+
 def _after_prefix(text: str) -> str:
-    """The message of a glog / runtime log line: the text after its bracketed prefix."""
-    head, sep, rest = text.rpartition("] ")
-    return rest.strip() if sep and len(rest.strip()) > 3 and "[" in head else text.strip()
+    """The message of a glog / runtime log line: the text after its prefix of bracketed fields
+    (HCCL's plog ends it with its stage and check tags: "[InitGroupStage][EnvConfig]set ifname
+    to [abc] by ...", so a bracket inside the message stays)."""
+    rest = text.strip()
+    while (m := _PREFIX_TOKEN.match(rest)) and len(rest) - m.end() > 3:
+        rest = rest[m.end() :]
+    return rest
 
 
 MAX_FAMILY_SCAN = 20000  # lines read for a family line when nothing else matched
@@ -191,26 +204,36 @@ def first_line_where(paths: Iterable[Path], says: Callable[[str], bool]) -> Rais
 def first_error_line(paths: Iterable[Path]) -> tuple[Raised, list[str]] | None:
     """The first line that reports an error in words, and the advice printed under it."""
     for path in paths:
-        found: Raised | None = None
-        advice: list[str] = []
-        in_advice = False
         for no, text, _ in raw_lines(path):
-            if found is None:
-                if _ERROR_WORD.search(text) and not _QUIET.search(text) and len(text.strip()) > 8:
-                    found = Raised(_after_prefix(text)[:300], str(path), no, rank=parse(str(path), no, text).rank)
-                    in_advice = bool(_ADVICE_HEAD.search(text))
-                continue
-            if no - found.line > 12 or len(advice) >= MAX_ADVICE:
-                break
-            if _ADVICE_HEAD.search(text):
-                in_advice = True
-                tail = _ADVICE_HEAD.split(text, 1)[-1].strip()
-                if len(tail) > 4:
-                    advice.append(tail)
-                continue
-            step = _ADVICE_STEP.search(text) if in_advice else None
-            if step:
-                advice.append(step.group("step").strip())
-        if found is not None:
-            return found, advice
+            if _ERROR_WORD.search(text) and not _QUIET.search(text) and len(text.strip()) > 8:
+                found = Raised(_after_prefix(text)[:300], str(path), no, rank=parse(str(path), no, text).rank)
+                return found, advice_after(path, no, text)
     return None
+
+
+def advice_after(path: Path | str, line: int, text: str | None = None) -> list[str]:
+    """What the runtime itself advises under an error line (CANN's Solution / Possible Cause,
+    NCCL's HINT, a numbered list of reasons or steps, 'You may ... by' with its command on
+    the next line), within 12 lines of it."""
+    advice: list[str] = []
+    in_advice = bool(text and _ADVICE_HEAD.search(text))
+    for no, text, _ in raw_lines(Path(path)):
+        if no <= line:
+            continue
+        if no - line > 12 or len(advice) >= MAX_ADVICE:
+            break
+        head = _ADVICE_HEAD.search(text)
+        if head:
+            in_advice = True
+            # "Solution: <it>" keeps what follows the label; "You may ... by" is itself the advice
+            tail = text[head.end() :].strip() if head.group().endswith(":") else text.strip()
+            if len(tail) > 4:
+                advice.append(tail)
+            continue
+        if in_advice and _COMMAND.match(text):
+            advice.append(text.strip())
+            continue
+        step = _ADVICE_STEP.search(text) if in_advice else None
+        if step:
+            advice.append(step.group("step").strip())
+    return advice
