@@ -17,7 +17,7 @@ def test_the_runtimes_own_advice_ends_the_fix_without_repeating_it(tmp_path):
     )
     (f, *_) = logs.explain([p])
     ours, _, theirs = f.fix.partition(" What the log itself says to do: ")
-    assert f.code == "log.hccl.op_retry_port" and ours.endswith(".")
+    assert f.code == "log.ascend.hccl_op_retry_port" and ours.endswith(".")
     assert theirs.split("; ") == [
         "There maybe some reasons to cause this error",
         "The port may have been used so we will bind error. OpRetry used port range [60000-60015]",

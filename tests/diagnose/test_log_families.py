@@ -265,8 +265,11 @@ def test_an_e_code_with_its_own_reason_outranks_the_hccl_return_code(tmp_path):
         "[rank0]: EJ0003: [PID: 159] 2025-03-26-17:01:02.816.428 Failed to bind the IP port. Reason: The IP address and port have been bound already.\n"
     )
     found = explain(tmp_path, text)
-    assert found[0].code == "log.ecode.EJ0003" and found[0].data["family"] == "port_in_use"
+    # the Reason's own words are HCCL's port-bound row, more specific than EJ0003's generic meaning
+    assert found[0].code == "log.ascend.hccl_port_bound" and found[0].data["family"] == "port_in_use"
+    assert "E-code EJ0003" in found[0].detail
     assert "ss -ltnp" in found[0].fix and "HCCL_IF_BASE_PORT" in found[0].fix
+    assert "HCCL_NPU_SOCKET_PORT_RANGE=auto" in found[0].fix
     assert any(f.code == "log.hccl.result" for f in found[1:])
 
 
