@@ -1118,7 +1118,7 @@ def _finding(
 
 
 _CODE_KINDS = ("acl", "ecode", "hccl", "nccl", "torch_npu")
-ADVICE_MAX_BYTES = 64 << 20  # reading a bigger log again for the lines under its root would cost its streaming rate
+ADVICE_MAX_BYTES = 4 << 20  # a bigger log is not read a second time for the lines under its root (its streaming rate)
 
 
 def _log_advice(e: Event, fix: str) -> str:
