@@ -148,3 +148,12 @@ def npu_venv(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def notorch_venv(tmp_path_factory) -> Path:
     return _bare_venv(tmp_path_factory.mktemp("notorch-venv") / "v")
+
+
+def log_root(tmp_path: Path, text: str):
+    """The root finding diagnose --log gives for a log holding `text`."""
+    from titan_doctor.diagnose import logs
+
+    p = tmp_path / "run.log"
+    p.write_text(text)
+    return logs.explain([p])[0]

@@ -7,17 +7,13 @@ import pytest
 
 from titan_doctor.diagnose import logs
 
+from .conftest import log_root as root
+
 _DISPATCH = (
     "NotImplementedError: Could not run '{op}' with arguments from the '{backend}' backend. This could be "
     "because the operator doesn't exist for this backend, or was omitted during the selective/custom build "
     "process (if using custom build). '{op}' is only available for these backends: [{avail}]."
 )
-
-
-def root(tmp_path, text):
-    p = tmp_path / "run.log"
-    p.write_text(text)
-    return logs.explain([p])[0]
 
 
 @pytest.mark.parametrize(

@@ -4,13 +4,7 @@ message's own format (CPython 3.11 Lib/argparse.py, transformers hf_argparser.py
 
 import pytest
 
-from titan_doctor.diagnose import logs
-
-
-def root(tmp_path, text):
-    p = tmp_path / "run.log"
-    p.write_text(text)
-    return logs.explain([p])[0]
+from .conftest import log_root as root
 
 
 @pytest.mark.parametrize(

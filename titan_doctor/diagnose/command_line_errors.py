@@ -35,7 +35,6 @@ def unknown_args(groups: dict[str, str], line: str) -> dict[str, Any]:
     mindspeed = [f for f in flags if _MINDSPEED.match(f)]
     return {
         "options": shown or "some options",
-        "n_options": len(flags),
         "mindspeed_note": (
             f" {', '.join(mindspeed[:4])} {'are MindSpeed switches' if len(mindspeed) > 1 else 'is a MindSpeed switch'} "
             "(Ascend fused kernels, MC2), which plain Megatron and the frameworks that wrap it do not define."

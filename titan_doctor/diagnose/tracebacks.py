@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from titan_doctor.diagnose import log_prefilter
 from titan_doctor.diagnose.log_lines import parse, raw_lines
@@ -202,24 +203,29 @@ def first_line_where(paths: Iterable[Path], says: Callable[[str], bool]) -> Rais
 
 
 def first_error_line(paths: Iterable[Path]) -> tuple[Raised, list[str]] | None:
-    """The first line that reports an error in words, and the advice printed under it."""
+    """The first line that reports an error in words, and the advice printed under it (one pass:
+    the advice is read from the same lines)."""
     for path in paths:
-        for no, text, _ in raw_lines(path):
+        lines = iter(raw_lines(path))
+        for no, text, _ in lines:
             if _ERROR_WORD.search(text) and not _QUIET.search(text) and len(text.strip()) > 8:
                 found = Raised(_after_prefix(text)[:300], str(path), no, rank=parse(str(path), no, text).rank)
-                return found, advice_after(path, no, text)
+                return found, _advice(lines, no, text)
     return None
 
 
 def advice_after(path: Path | str, line: int, text: str | None = None) -> list[str]:
-    """What the runtime itself advises under an error line (CANN's Solution / Possible Cause,
-    NCCL's HINT, a numbered list of reasons or steps, 'You may ... by' with its command on
+    """What the runtime itself advises under line `line` of a log (CANN's Solution / Possible
+    Cause, NCCL's HINT, a numbered list of reasons or steps, 'You may ... by' with its command on
     the next line), within 12 lines of it."""
+    return _advice(((no, t, x) for no, t, x in raw_lines(Path(path)) if no > line), line, text)
+
+
+def _advice(following: Iterable[tuple[int, str, Any]], line: int, text: str | None) -> list[str]:
+    """The advice in the lines that follow the error line `line` (whose own text is `text`)."""
     advice: list[str] = []
     in_advice = bool(text and _ADVICE_HEAD.search(text))
-    for no, text, _ in raw_lines(Path(path)):
-        if no <= line:
-            continue
+    for no, text, _ in following:
         if no - line > 12 or len(advice) >= MAX_ADVICE:
             break
         head = _ADVICE_HEAD.search(text)
