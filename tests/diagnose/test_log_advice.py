@@ -4,6 +4,8 @@ message is read past its whole prefix of bracketed fields."""
 
 from titan_doctor.diagnose import logs, tracebacks
 
+from .conftest import log_root
+
 
 def test_the_runtimes_own_advice_ends_the_fix_without_repeating_it(tmp_path):
     p = tmp_path / "plog.log"
@@ -43,3 +45,43 @@ def test_a_plog_lines_message_follows_its_whole_prefix():
     }
     for line, message in cases.items():
         assert tracebacks._after_prefix(line) == message, line
+
+
+def test_a_remedy_stated_in_the_error_messages_own_sentence_is_kept_whole():
+    said = tracebacks.remedy
+    # a clause after a comma is itself the remedy; the exception's name is not part of it
+    assert (
+        said(
+            "torch.distributed.DistStoreError: use_libuv was requested but PyTorch was built without libuv support, "
+            "run with USE_LIBUV=0 to disable it."
+        )
+        == "run with USE_LIBUV=0 to disable it."
+    )
+    # the sentence that holds the remedy, not the ones before or after it
+    assert (
+        said("RuntimeError: X was called with fusion set. To use fusion you must install APEX. For example: pip x")
+        == "To use fusion you must install APEX."
+    )
+    assert said("The easiest method is to set these DeepSpeed config values to 'auto'.").endswith("to 'auto'.")
+    # a tip for more output is not a remedy; nor is a message that states none
+    assert said("NCCL error in: NCCLUtils.cpp:93, unhandled cuda error (run with NCCL_DEBUG=INFO for details)") == ""
+    assert said("RuntimeError: CUDA error: invalid device ordinal") == ""
+    assert said("you must not call this twice") == ""
+
+
+def test_the_remedy_under_an_unknown_error_joins_its_fix_and_a_warning_line_does_not(tmp_path):
+    f = log_root(
+        tmp_path,
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 3, in <module>\n'
+        "ValueError: Please correct the following frobnicator values that mismatch the widget values:\n"
+        "- frob size=32 vs widget size=4\n"
+        "The easiest method is to set these frobnicator values to 'auto'.\n"
+        "FutureWarning: please use widget.v2 instead\n",
+    )
+    assert f.code == "log.exception"
+    assert f.fix.startswith(
+        "What the log itself suggests: Please correct the following frobnicator values that mismatch the widget "
+        "values; The easiest method is to set these frobnicator values to 'auto'. Read the traceback"
+    )
+    assert "widget.v2" not in f.fix

@@ -1121,16 +1121,21 @@ _CODE_KINDS = ("acl", "ecode", "hccl", "nccl", "torch_npu")
 ADVICE_MAX_BYTES = 4 << 20  # a bigger log is not read a second time for the lines under its root (its streaming rate)
 
 
+def _advice_under(path: str, line: int, text: str | None) -> list[str]:
+    """tracebacks.advice_after, for a log small enough to read a second time."""
+    try:
+        if Path(path).stat().st_size > ADVICE_MAX_BYTES:
+            return []
+    except OSError:
+        return []
+    return tracebacks.advice_after(path, line, text)
+
+
 def _log_advice(e: Event, fix: str) -> str:
     """The runtime's own advice under the root line (CANN's Solution, HCCL's list of reasons
     with the command to run), when the fix does not say it already: the log's words for the
     remedy are the most specific evidence there is."""
-    try:
-        if Path(e.line.path).stat().st_size > ADVICE_MAX_BYTES:
-            return ""
-    except OSError:
-        return ""
-    said = [a.rstrip(" .;:") for a in tracebacks.advice_after(e.line.path, e.line.no, e.line.text) if a[:40] not in fix]
+    said = [a.rstrip(" .;:") for a in _advice_under(e.line.path, e.line.no, e.line.text) if a[:40] not in fix]
     if not said:
         return ""
     return ("" if fix.rstrip().endswith(".") else ".") + f" What the log itself says to do: {'; '.join(said)}."
@@ -1266,7 +1271,7 @@ def _extracted(
             else ""
         )
         + f"\nTo confirm the family: {fam['confirm']}\n> {raised.text[:300]}",
-        fix=(f"What the log itself suggests: {'; '.join(advice)}. " if advice else "")
+        fix=(f"What the log itself suggests: {'; '.join(a.rstrip(' .;:') for a in advice)}. " if advice else "")
         + f"Read the {'traceback that ends' if kind == 'exception' else 'lines around'} {raised.path}:{raised.line}"
         + (f" (your code: {raised.frame})" if raised.frame else "")
         + (
@@ -1346,7 +1351,7 @@ def explain(paths: list[Path]) -> list[Finding]:
             return [mismatch]
         raised = tracebacks.pick(tracebacks.scan(paths))
         if raised:
-            return [_extracted(raised, paths, lines)]
+            return [_extracted(raised, paths, lines, advice=_advice_under(raised.path, raised.line, None))]
         reported = tracebacks.first_error_line(paths)
         if reported and families.named_by(reported[0].text + " " + " ".join(reported[1])):
             return [_extracted(reported[0], paths, lines, advice=reported[1], kind="error line")]

@@ -169,6 +169,39 @@ _ADVICE_HEAD = re.compile(
 _COMMAND = re.compile(r"^\s+(?:sysctl|export|ulimit|echo|pip|npu-smi|hccn_tool|sudo|docker|ip|ss)\s+\S")
 _ADVICE_STEP = re.compile(r"(?:^|\]\s+|\s)(\d\)|\d\.|[-*])\s*(?P<step>\S.{4,})$")
 MAX_ADVICE = 6
+# A remedy an error message states in its own sentence, on its line or just under it (c10d's
+# "run with USE_LIBUV=0 to disable it", transformers' "The easiest method is to set these DeepSpeed
+# config values to 'auto'", NCCL's "Disable NVLS (NCCL_NVLS_ENABLE=0) if you wish ...", Megatron's
+# "To use gradient_accumulation_fusion you must install APEX ..."): the sentence is kept whole.
+_REMEDY = re.compile(
+    r"\b(?:[Pp]lease (?:set|use|install|upgrade|update|reinstall|run|check|make sure|ensure|add|pass|specify|"
+    r"increase|decrease|reduce|lower|disable|enable|export|source|try|consider|correct|remove|rebuild|refer)|"
+    r"[Rr]un with \S|[Tt]ry (?:setting|using|running|increasing|reducing|lowering|passing|adding|to)\b|"
+    r"[Cc]onsider (?:setting|using|increasing|reducing|lowering|passing|adding|upgrading)\b|"
+    r"[Yy]ou (?:must|need to|should) (?!not\b)\w|[Tt]he easiest (?:method|way|fix) is|"
+    r"[Dd]isable \S+ \([A-Z][A-Z0-9_]{3,}=|[Ss]et (?:the environment variable )?[A-Z][A-Z0-9_]{3,}=)"
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+REMEDY_LINES = 5  # how far under the error line a remedy sentence still belongs to it
+
+
+# a tip for more output, not a remedy ("run with NCCL_DEBUG=INFO for details")
+_DEBUG_TIP = re.compile(r"for (?:more )?(?:details|information)|_DEBUG=|LAUNCH_BLOCKING=|SHOW_CPP_STACKTRACES=")
+_EXCEPTION_HEAD = re.compile(r"^(?:[\w.]+(?:Error|Exception|Warning)|[\w.]*Error\w*):\s+")
+
+
+def remedy(text: str) -> str:
+    """The sentence of `text` that states a remedy ('' if none), without the exception's name."""
+    for m in _REMEDY.finditer(text):
+        start = max((b.end() for b in _SENTENCE_END.finditer(text, 0, m.start())), default=0)
+        end = _SENTENCE_END.search(text, m.end())
+        sentence = _after_prefix(text[start : end.start() if end else len(text)]).strip()
+        # a clause after a comma that is itself the remedy ("... without libuv support, run with X")
+        if m.start() > start and (comma := text.rfind(", ", start, m.start())) >= 0 and comma + 2 == m.start():
+            sentence = text[m.start() : end.start() if end else len(text)].strip()
+        if not _DEBUG_TIP.search(text, m.start(), m.start() + 80):
+            return _EXCEPTION_HEAD.sub("", sentence)[:300]
+    return ""
 
 
 # one token of a runtime line's prefix: a bracketed field ("[ERROR]", "[sal.cc:501]", "[rank0]:",
@@ -218,16 +251,28 @@ def advice_after(path: Path | str, line: int, text: str | None = None) -> list[s
     """What the runtime itself advises under line `line` of a log (CANN's Solution / Possible
     Cause, NCCL's HINT, a numbered list of reasons or steps, 'You may ... by' with its command on
     the next line), within 12 lines of it."""
-    return _advice(((no, t, x) for no, t, x in raw_lines(Path(path)) if no > line), line, text)
+    rows = iter(raw_lines(Path(path)))
+    if text is None:  # the line's own text, read whole (a Raised holds it cut at 300 characters)
+        text = next((t for no, t, _ in rows if no == line), None)
+    return _advice(((no, t, x) for no, t, x in rows if no > line), line, text)
 
 
 def _advice(following: Iterable[tuple[int, str, Any]], line: int, text: str | None) -> list[str]:
     """The advice in the lines that follow the error line `line` (whose own text is `text`)."""
-    advice: list[str] = []
+    advice: list[str] = [said] if text and (said := remedy(text)) else []
     in_advice = bool(text and _ADVICE_HEAD.search(text))
     for no, text, _ in following:
         if no - line > 12 or len(advice) >= MAX_ADVICE:
             break
+        if (
+            no - line <= REMEDY_LINES
+            and not in_advice
+            and not _QUIET.search(text)
+            and "warn" not in text.lower()
+            and (said := remedy(text))
+        ):
+            advice.append(said)
+            continue
         head = _ADVICE_HEAD.search(text)
         if head:
             in_advice = True
