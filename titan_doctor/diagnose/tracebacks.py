@@ -183,8 +183,6 @@ _REMEDY = re.compile(
 )
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 REMEDY_LINES = 5  # how far under the error line a remedy sentence still belongs to it
-
-
 # a tip for more output, not a remedy ("run with NCCL_DEBUG=INFO for details")
 _DEBUG_TIP = re.compile(r"for (?:more )?(?:details|information)|_DEBUG=|LAUNCH_BLOCKING=|SHOW_CPP_STACKTRACES=")
 _EXCEPTION_HEAD = re.compile(r"^(?:[\w.]+(?:Error|Exception|Warning)|[\w.]*Error\w*):\s+")
@@ -193,14 +191,14 @@ _EXCEPTION_HEAD = re.compile(r"^(?:[\w.]+(?:Error|Exception|Warning)|[\w.]*Error
 def remedy(text: str) -> str:
     """The sentence of `text` that states a remedy ('' if none), without the exception's name."""
     for m in _REMEDY.finditer(text):
-        start = max((b.end() for b in _SENTENCE_END.finditer(text, 0, m.start())), default=0)
+        if _DEBUG_TIP.search(text, m.start(), m.start() + 80):
+            continue
         end = _SENTENCE_END.search(text, m.end())
-        sentence = _after_prefix(text[start : end.start() if end else len(text)]).strip()
-        # a clause after a comma that is itself the remedy ("... without libuv support, run with X")
-        if m.start() > start and (comma := text.rfind(", ", start, m.start())) >= 0 and comma + 2 == m.start():
-            sentence = text[m.start() : end.start() if end else len(text)].strip()
-        if not _DEBUG_TIP.search(text, m.start(), m.start() + 80):
-            return _EXCEPTION_HEAD.sub("", sentence)[:300]
+        stop = end.start() if end else len(text)
+        if text[max(0, m.start() - 2) : m.start()] == ", ":  # "... without libuv support, run with X": the clause
+            return text[m.start() : stop].strip()[:300]
+        start = max((b.end() for b in _SENTENCE_END.finditer(text, 0, m.start())), default=0)
+        return _EXCEPTION_HEAD.sub("", _after_prefix(text[start:stop]).strip())[:300]
     return ""
 
 
